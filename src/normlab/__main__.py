@@ -1,0 +1,7 @@
+"""``python -m normlab`` runs the command line."""
+
+import sys
+
+from normlab.cli import main
+
+sys.exit(main())

@@ -1,0 +1,355 @@
+"""The experiment registry's building blocks: declared parameters, results, tables.
+
+Every experiment declares its parameters once, as fields of a frozen ``Params`` dataclass made
+with :func:`param`. Everything else is derived from that declaration: validation here, the CLI
+flags, the HTTP schema and the lab's widgets. A run returns a :class:`Result` dataclass that holds
+data only; faces read it (``to_dict`` for JSON, ``tables`` for terminal tables, ``plots.py`` for
+figures) and never compute.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+Kind = Literal["int", "float", "bool", "choice", "float_list"]
+Progress = Callable[[int, int], None]
+"""Called as ``progress(done, total)`` while a training run advances."""
+
+MAX_SEED = 2**31 - 1
+
+
+class ParameterError(ValueError):
+    """A parameter value outside what its declaration allows (or an unknown name)."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class ParameterTypeError(TypeError):
+    """A parameter value of the wrong type."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What a parameter allows, stored in the dataclass field's metadata."""
+
+    help: str
+    min: float | None = None
+    max: float | None = None
+    choices: tuple[str, ...] | None = None
+    step: float | None = None
+    max_len: int | None = None
+
+
+def param(
+    default: Any,
+    help: str,
+    *,
+    min: float | None = None,
+    max: float | None = None,
+    choices: Sequence[str] | None = None,
+    step: float | None = None,
+    max_len: int | None = None,
+) -> Any:
+    """Declare one experiment parameter as a dataclass field (default, bounds or choices, help)."""
+    spec = Spec(
+        help=help,
+        min=min,
+        max=max,
+        choices=tuple(choices) if choices is not None else None,
+        step=step,
+        max_len=max_len,
+    )
+    return field(default=default, metadata={"normlab": spec})
+
+
+def seed_param(default: int = 0) -> Any:
+    return param(
+        default,
+        "seed of every random draw (data, weights); same seed, same run",
+        min=0,
+        max=MAX_SEED,
+        step=1,
+    )
+
+
+def device_param() -> Any:
+    return param(
+        "cpu", "torch device to run on (seed figures are defined on cpu)", choices=("cpu", "cuda")
+    )
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One declared parameter, as the faces see it."""
+
+    name: str
+    kind: Kind
+    default: Any
+    help: str
+    min: float | None = None
+    max: float | None = None
+    choices: tuple[str, ...] | None = None
+    step: float | None = None
+    max_len: int | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def allowed(self) -> str:
+        """Words for what this parameter accepts, used in every error message."""
+        if self.kind == "bool":
+            return "true or false"
+        if self.kind == "choice":
+            return "one of " + ", ".join(repr(c) for c in self.choices or ())
+        noun = {"int": "an integer", "float": "a number", "float_list": "a list of numbers"}
+        text = noun[self.kind]
+        if self.min is not None and self.max is not None:
+            text += f" in [{_fmt(self.min)}, {_fmt(self.max)}]"
+        if self.kind == "float_list":
+            text += f", 1 to {self.max_len} values"
+        return text
+
+    def validate(self, value: object) -> Any:
+        """Return ``value`` as this parameter's type, or raise naming the parameter."""
+        if self.kind == "bool":
+            if not isinstance(value, bool):
+                raise self._type_error(value)
+            return value
+        if self.kind == "choice":
+            if not isinstance(value, str):
+                raise self._type_error(value)
+            if value not in (self.choices or ()):
+                raise self._value_error(value)
+            return value
+        if self.kind == "int":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise self._type_error(value)
+            self._check_range(value, value)
+            return value
+        if self.kind == "float":
+            return self._check_float(value, value)
+        # float_list
+        if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+            raise self._type_error(value)
+        if not 1 <= len(value) <= (self.max_len or 1):
+            raise self._value_error(value)
+        return tuple(self._check_float(v, value) for v in value)
+
+    def parse(self, text: str) -> Any:
+        """Parse a command-line string, then validate it."""
+        text = text.strip()
+        value: object
+        try:
+            if self.kind == "int":
+                value = int(text)
+            elif self.kind == "float":
+                value = float(text)
+            elif self.kind == "bool":
+                lowered = text.lower()
+                if lowered not in _BOOL_WORDS:
+                    raise ValueError(text)
+                value = _BOOL_WORDS[lowered]
+            elif self.kind == "float_list":
+                value = [float(part) for part in text.split(",")]
+            else:
+                value = text
+        except ValueError:
+            raise ParameterTypeError(
+                self.name, f"parameter {self.name!r}: {text!r} is not {self.allowed()}"
+            ) from None
+        return self.validate(value)
+
+    def schema(self) -> dict[str, Any]:
+        """A JSON-ready description (for ``GET /api/experiments`` and the widgets)."""
+        out: dict[str, Any] = {"name": self.name, "kind": self.kind, "help": self.help}
+        out["default"] = list(self.default) if self.kind == "float_list" else self.default
+        for key in ("min", "max", "step", "max_len"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.choices is not None:
+            out["choices"] = list(self.choices)
+        return out
+
+    def _check_float(self, value: object, shown: object) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise self._type_error(shown)
+        number = float(value)
+        if not math.isfinite(number):
+            raise self._value_error(shown)
+        self._check_range(number, shown)
+        return number
+
+    def _check_range(self, number: float, shown: object) -> None:
+        if (self.min is not None and number < self.min) or (
+            self.max is not None and number > self.max
+        ):
+            raise self._value_error(shown)
+
+    def _value_error(self, value: object) -> ParameterError:
+        return ParameterError(
+            self.name, f"parameter {self.name!r}: {value!r} is not allowed, use {self.allowed()}"
+        )
+
+    def _type_error(self, value: object) -> ParameterTypeError:
+        return ParameterTypeError(
+            self.name,
+            f"parameter {self.name!r}: {value!r} ({type(value).__name__}) is not {self.allowed()}",
+        )
+
+
+_BOOL_WORDS = {
+    "true": True,
+    "1": True,
+    "yes": True,
+    "on": True,
+    "false": False,
+    "0": False,
+    "no": False,
+    "off": False,
+}
+
+
+def _fmt(x: float) -> str:
+    return f"{x:g}"
+
+
+def parameters_of(params_type: type) -> tuple[Parameter, ...]:
+    """Read the :class:`Parameter` list off a ``Params`` dataclass declared with :func:`param`."""
+    hints = typing.get_type_hints(params_type)
+    out = []
+    for f in dataclasses.fields(params_type):
+        spec = f.metadata["normlab"]
+        hint = hints[f.name]
+        kind: Kind
+        if hint is bool:
+            kind = "bool"
+        elif hint is int:
+            kind = "int"
+        elif hint is float:
+            kind = "float"
+        elif hint is str:
+            if spec.choices is None:
+                raise TypeError(f"parameter {f.name!r}: a str parameter needs choices")
+            kind = "choice"
+        elif typing.get_origin(hint) is tuple:
+            kind = "float_list"
+        else:
+            raise TypeError(f"parameter {f.name!r}: unsupported type {hint!r}")
+        out.append(
+            Parameter(
+                name=f.name,
+                kind=kind,
+                default=f.default,
+                help=spec.help,
+                min=spec.min,
+                max=spec.max,
+                choices=spec.choices,
+                step=spec.step,
+                max_len=spec.max_len,
+            )
+        )
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Table:
+    """Rows of already formatted cells: what a terminal (or a page) shows of a result."""
+
+    title: str
+    columns: tuple[str, ...]
+    rows: Sequence[tuple[str, ...]]
+    notes: tuple[str, ...] = ()
+
+
+@dataclass
+class Result:
+    """Base class of every experiment's result: data only, JSON-ready through :meth:`to_dict`.
+
+    ``experiment`` and ``params`` are filled in by ``run_experiment`` so that a result says how
+    to reproduce it. Non-finite floats (a diverged loss) become ``None`` so the JSON is strict.
+    """
+
+    experiment: str = field(default="", kw_only=True)
+    params: dict[str, Any] = field(default_factory=dict, kw_only=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    def tables(self) -> list[Table]:
+        raise NotImplementedError
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().tolist()
+    elif isinstance(value, np.ndarray):
+        value = value.tolist()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float | np.floating):
+        number = float(value)
+        return number if math.isfinite(number) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A registered experiment: its declared parameters and the function that runs it."""
+
+    name: str
+    title: str
+    summary: str
+    params_type: type
+    run: Callable[..., Result]
+    trains: bool = False
+
+    @property
+    def parameters(self) -> tuple[Parameter, ...]:
+        return parameters_of(self.params_type)
+
+    def make_params(self, values: Mapping[str, object]) -> Any:
+        """Validate ``values`` (names and each value) and build the ``Params`` instance."""
+        declared = {p.name: p for p in self.parameters}
+        for name in values:
+            if name not in declared:
+                valid = ", ".join(declared)
+                raise ParameterError(
+                    name, f"unknown parameter {name!r} for {self.name!r}, use one of: {valid}"
+                )
+        checked = {name: declared[name].validate(v) for name, v in values.items()}
+        if checked.get("device") == "cuda" and not torch.cuda.is_available():
+            raise ParameterError(
+                "device", "parameter 'device': 'cuda' is not available on this machine, use 'cpu'"
+            )
+        return self.params_type(**checked)
+
+
+def fmt(x: float, digits: int = 4) -> str:
+    """Format a number the way the seeds print it (fixed digits, no ``-0.0000``)."""
+    text = f"{x:.{digits}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
+def fmt_list(xs: Sequence[float], digits: int) -> str:
+    return "[" + ", ".join(fmt(x, digits) for x in xs) + "]"

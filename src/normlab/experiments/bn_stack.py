@@ -1,0 +1,28 @@
+"""``bn-stack``: the ``drift`` stack with a BatchNorm1d after every Linear layer.
+
+Same seed, same input and same Linear weights as ``drift``; the normalization pins each layer's
+scale, so depth no longer decides it (after ReLU the std sits near 0.58, not 1, because ReLU
+clips the negative half of a unit-variance input).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from normlab import models
+from normlab.experiments import drift
+from normlab.experiments.base import Experiment, param
+
+
+@dataclass(frozen=True)
+class Params(drift.Params):
+    norm: str = param("batch", "normalization after each Linear layer", choices=models.NORMS)
+
+
+EXPERIMENT = Experiment(
+    name="bn-stack",
+    title="The deep stack with batch normalization",
+    summary="per-layer mean and std of the drift stack with BatchNorm1d after each Linear",
+    params_type=Params,
+    run=drift.run,
+)

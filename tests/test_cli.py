@@ -1,0 +1,130 @@
+"""The command line, through a real subprocess: every command and each kind of bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def normlab(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "normlab", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+    )
+
+
+def test_list_shows_every_experiment_and_its_parameters() -> None:
+    out = normlab("list")
+    assert out.returncode == 0, out.stderr
+    for name in ("linear-scale", "drift", "bn-lr", "init-compare"):
+        assert name in out.stdout
+    assert "--depth" in out.stdout and "--batch-norm" in out.stdout
+
+
+def test_list_json_is_the_registry() -> None:
+    out = normlab("list", "--json")
+    assert out.returncode == 0
+    registry = json.loads(out.stdout)
+    drift = next(e for e in registry if e["name"] == "drift")
+    depth = next(p for p in drift["parameters"] if p["name"] == "depth")
+    assert depth == {
+        "name": "depth",
+        "kind": "int",
+        "help": depth["help"],
+        "default": 10,
+        "min": 1,
+        "max": 100,
+        "step": 1,
+    }
+
+
+def test_run_prints_the_seed_table() -> None:
+    out = normlab("run", "drift")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    row = next(line for line in lines if "layer 3 " in line)
+    assert "0.0647" in row and "0.0993" in row
+    assert any("input" in line and "0.0322" in line and "1.0280" in line for line in lines)
+
+
+def test_run_with_params_json_and_plot(tmp_path: Path) -> None:
+    plot = tmp_path / "stack.svg"
+    out = normlab("run", "bn-stack", "--depth", "4", "--width=8", "--json", "--plot", str(plot))
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert d["experiment"] == "bn-stack" and d["params"]["depth"] == 4
+    assert d["params"]["width"] == 8 and len(d["stds"]) == 4
+    assert plot.read_text().lstrip().startswith("<?xml")
+    assert "plot written" in out.stderr
+
+
+def test_run_bool_list_and_float_flags() -> None:
+    out = normlab("run", "bn-lr", "--batch-norm", "--steps", "5", "--lr", "0.5", "--json")
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert d["batch_norm"] is True and len(d["losses"]) == 5 and d["lr"] == 0.5
+    out = normlab("run", "bn-lr", "--no-batch-norm", "--steps", "2", "--json")
+    assert json.loads(out.stdout)["batch_norm"] is False
+    out = normlab("run", "variance", "--gains", "0.9,1.1", "--depth", "3", "--json")
+    assert [c["gain"] for c in json.loads(out.stdout)["curves"]] == [0.9, 1.1]
+
+
+def test_run_png_plot(tmp_path: Path) -> None:
+    plot = tmp_path / "scale.png"
+    out = normlab("run", "linear-scale", "--plot", str(plot))
+    assert out.returncode == 0, out.stderr
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "6.0035" in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "pattern"),
+    [
+        (("run", "nope"), "experiment 'nope' not found, use one of: linear-scale"),
+        (("run", "drift", "--depht", "3"), "unknown option '--depht' for 'drift', use one of:"),
+        (
+            ("run", "drift", "--depth", "0"),
+            "parameter 'depth': 0 is not allowed, use an integer in [1, 100]",
+        ),
+        (("run", "drift", "--depth", "1000"), "parameter 'depth': 1000 is not allowed"),
+        (
+            ("run", "drift", "--depth", "ten"),
+            "parameter 'depth': 'ten' is not an integer in [1, 100]",
+        ),
+        (("run", "drift", "--depth"), "option '--depth' needs a value: an integer in [1, 100]"),
+        (
+            ("run", "drift", "--activation", "gelu"),
+            "parameter 'activation': 'gelu' is not allowed, use one of 'relu'",
+        ),
+        (("run", "bn-lr", "--lr", "nan"), "parameter 'lr': nan is not allowed"),
+        (
+            ("run", "bn-lr", "--batch-norm=maybe"),
+            "parameter 'batch_norm': 'maybe' is not true or false",
+        ),
+        (
+            ("run", "variance", "--gains", "1,x"),
+            "parameter 'gains': '1,x' is not a list of numbers",
+        ),
+        (("run", "init-compare", "--hist-layer", "30"), "parameter 'hist_layer': 30 is deeper"),
+        (("run", "drift", "--plot", "out.pdf"), "--plot 'out.pdf': suffix '.pdf' not supported"),
+        (("run", "drift", "--plot", "/no/such/dir/x.png"), "folder '/no/such/dir' does not exist"),
+        (("run",), "the following arguments are required: name"),
+        (("frobnicate",), "invalid choice: 'frobnicate'"),
+        (("list", "--extra"), "unrecognized arguments: --extra"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(args: tuple[str, ...], pattern: str) -> None:
+    out = normlab(*args)
+    assert out.returncode == 2
+    assert out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert lines[0].startswith("normlab: error: ")
+    assert pattern in lines[0]

@@ -1,0 +1,162 @@
+"""The experiment registry: declared parameters, validation, results that json.dumps accepts."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from normlab.experiments import (
+    ParameterError,
+    ParameterTypeError,
+    UnknownExperiment,
+    get_experiment,
+    list_experiments,
+    run_experiment,
+)
+from normlab.experiments.base import Parameter
+
+NAMES = [
+    "linear-scale",
+    "drift",
+    "bn-columns",
+    "bn-running-stats",
+    "bn-stack",
+    "symmetry",
+    "variance",
+    "init-compare",
+    "init-train",
+    "bn-from-scratch",
+    "bn-lr",
+]
+
+
+def test_every_seed_experiment_is_registered_in_lesson_order() -> None:
+    assert [e.name for e in list_experiments()] == NAMES
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_declarations_are_complete_and_defaults_valid(name: str) -> None:
+    e = get_experiment(name)
+    params = {p.name: p for p in e.parameters}
+    assert params["device"].choices == ("cpu", "cuda") and params["device"].default == "cpu"
+    assert "seed" in params
+    for p in e.parameters:
+        assert p.help
+        assert p.validate(p.default) == p.default
+        if p.kind in ("int", "float", "float_list"):
+            assert p.min is not None and p.max is not None  # every size is bounded
+        schema = p.schema()
+        json.dumps(schema)
+        assert schema["name"] == p.name and schema["kind"] == p.kind
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_small_runs_give_json_ready_results_that_record_their_params(name: str) -> None:
+    small = {"steps": 3, "depth": 3, "passes": 2, "parity_batches": 2, "hist_layer": 2}
+    params = {
+        k: v for k, v in small.items() if k in {p.name for p in get_experiment(name).parameters}
+    }
+    r = run_experiment(name, **params)
+    d = r.to_dict()
+    text = json.dumps(d, allow_nan=False)  # strict JSON: no NaN/inf
+    assert json.loads(text)["experiment"] == name
+    assert d["params"]["seed" if "seed" in d["params"] else "device"] is not None
+    for key, value in params.items():
+        assert d["params"][key] == value
+    assert r.tables() and all(t.rows for t in r.tables())
+
+
+def test_same_seed_same_result_other_seed_other_result() -> None:
+    a = run_experiment("drift", seed=3).to_dict()
+    b = run_experiment("drift", seed=3).to_dict()
+    c = run_experiment("drift", seed=4).to_dict()
+    assert a == b and a["stds"] != c["stds"]
+
+
+def test_a_run_leaves_the_global_rng_alone() -> None:
+    import torch
+
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    run_experiment("init-compare", depth=2, hist_layer=1)
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_diverged_losses_become_null_in_json() -> None:
+    r = run_experiment("bn-lr", lr=5.0, steps=60, hidden_layers=6)
+    d = r.to_dict()
+    json.dumps(d, allow_nan=False)
+    raw = r.losses_with(False)
+    assert any(not math.isfinite(x) for x in raw) == (
+        None in d["losses" if not r.batch_norm else "contrast_losses"]
+    )
+
+
+def test_unknown_experiment_names_the_valid_set() -> None:
+    with pytest.raises(UnknownExperiment, match=r"'nope' not found, use one of: linear-scale"):
+        run_experiment("nope")
+    assert issubclass(UnknownExperiment, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("params", "exc", "pattern"),
+    [
+        ({"depht": 3}, ParameterError, r"unknown parameter 'depht' .*use one of: depth, width"),
+        ({"depth": 0}, ParameterError, r"'depth': 0 is not allowed, use an integer in \[1, 100\]"),
+        ({"depth": 101}, ParameterError, r"'depth'.*\[1, 100\]"),
+        ({"depth": 2.5}, ParameterTypeError, r"'depth': 2.5 \(float\) is not an integer"),
+        ({"depth": True}, ParameterTypeError, r"'depth'"),
+        ({"depth": "3"}, ParameterTypeError, r"'depth': '3' \(str\)"),
+        ({"activation": "gelu"}, ParameterError, r"'activation'.*one of 'relu', 'tanh'"),
+        ({"activation": 1}, ParameterTypeError, r"'activation'"),
+        ({"device": "tpu"}, ParameterError, r"'device'.*'cpu', 'cuda'"),
+        ({"seed": -1}, ParameterError, r"'seed'"),
+    ],
+)
+def test_bad_params_name_the_parameter_and_the_allowed_set(params, exc, pattern) -> None:
+    with pytest.raises(exc, match=pattern) as info:
+        run_experiment("drift", **params)
+    assert info.value.param == next(iter(params))
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "exc", "param"),
+    [
+        ("variance", {"gains": []}, ParameterError, "gains"),
+        ("variance", {"gains": [1.0] * 6}, ParameterError, "gains"),
+        ("variance", {"gains": [2.0]}, ParameterError, "gains"),
+        ("variance", {"gains": "1.0"}, ParameterTypeError, "gains"),
+        ("variance", {"gains": [float("nan")]}, ParameterError, "gains"),
+        ("bn-lr", {"lr": float("inf")}, ParameterError, "lr"),
+        ("bn-lr", {"batch_norm": "yes"}, ParameterTypeError, "batch_norm"),
+        ("init-compare", {"hist_layer": 30, "depth": 20}, ParameterError, "hist_layer"),
+    ],
+)
+def test_list_bool_float_and_cross_field_checks(name, params, exc, param) -> None:
+    with pytest.raises(exc) as info:
+        run_experiment(name, **params)
+    assert info.value.param == param
+    assert repr(param) in str(info.value)
+
+
+def test_cuda_is_refused_clearly_where_there_is_none() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(ParameterError, match="'cuda' is not available"):
+        run_experiment("drift", device="cuda")
+
+
+def test_parse_reads_command_line_text() -> None:
+    p = Parameter("gains", "float_list", (1.0,), "h", min=0.5, max=1.5, max_len=3)
+    assert p.parse("0.9, 1,1.1") == (0.9, 1.0, 1.1)
+    with pytest.raises(ParameterTypeError, match="'gains': 'a,b' is not a list of numbers"):
+        p.parse("a,b")
+    b = Parameter("flag", "bool", False, "h")
+    assert b.parse("yes") is True and b.parse("OFF") is False
+    with pytest.raises(ParameterTypeError, match="true or false"):
+        b.parse("maybe")
