@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install lab test lint typecheck unit bench
+.PHONY: install lab chromium test lint typecheck unit bench
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,9 +15,17 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Until the web lab lands this shows what the lab will serve: every experiment and its parameters.
+# The web lab on http://127.0.0.1:8000/ (HOST=... PORT=... to change).
+HOST ?= 127.0.0.1
+PORT ?= 8000
 lab: install
-	$(VENV)/bin/normlab list
+	$(VENV)/bin/normlab lab --host $(HOST) --port $(PORT)
+
+# Browser tests drive Debian's Chromium (never a downloaded browser); install it when missing.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing Debian's chromium for the browser tests"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 lint: install
 	$(PY) -m ruff check src tests benchmarks
@@ -26,7 +34,7 @@ lint: install
 typecheck: install
 	$(PY) -m mypy
 
-unit: install
+unit: install chromium
 	$(PY) -m pytest
 
 test: lint typecheck unit

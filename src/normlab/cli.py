@@ -4,6 +4,7 @@ Commands::
 
     normlab list [--json]
     normlab run NAME [--param value ...] [--json] [--plot FILE]
+    normlab lab [--host HOST] [--port PORT]
 
 Experiment flags are generated from each experiment's declared parameters (``--depth 20``,
 ``--gains 0.9,1,1.1``, ``--batch-norm`` / ``--no-batch-norm``). Bad input exits with status 2
@@ -49,7 +50,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _build_parser() -> _Parser:
-    parser = _Parser(prog="normlab", description=__doc__.splitlines()[0], allow_abbrev=False)
+    parser = _Parser(
+        prog="normlab",
+        description="normlab: signal propagation in deep networks",
+        allow_abbrev=False,
+    )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     p_list = sub.add_parser("list", help="the experiments and their parameters", allow_abbrev=False)
     p_list.add_argument("--json", action="store_true", help="print the registry as JSON")
@@ -62,7 +67,28 @@ def _build_parser() -> _Parser:
     p_run.add_argument("name", help="experiment name (see `normlab list`)")
     p_run.add_argument("--json", action="store_true", help="print the result as JSON")
     p_run.add_argument("--plot", metavar="FILE", help="also save a figure (.png or .svg)")
+    p_lab = sub.add_parser("lab", help="start the web lab", allow_abbrev=False)
+    p_lab.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p_lab.add_argument("--port", type=_port, default=8000, help="port (default 8000)")
     return parser
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port, use an integer in [0, 65535]")
+    return port
+
+
+def _cmd_lab(host: str, port: int) -> None:
+    import uvicorn
+
+    from normlab.lab.app import create_app
+
+    uvicorn.run(create_app(), host=host, port=port, log_level="warning")
 
 
 def parse_params(experiment: Experiment, tokens: Sequence[str]) -> dict[str, Any]:
@@ -207,6 +233,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             if extra:
                 raise UsageError(f"unrecognized arguments: {' '.join(extra)}")
             _cmd_list(args.json, console)
+        elif args.command == "lab":
+            if extra:
+                raise UsageError(f"unrecognized arguments: {' '.join(extra)}")
+            print(
+                f"normlab lab: serving on http://{args.host}:{args.port}/ (Ctrl+C stops)",
+                flush=True,
+            )
+            _cmd_lab(args.host, args.port)
         else:
             _cmd_run(args, extra, console)
     except (UsageError, ParameterError, ParameterTypeError, UnknownExperiment) as exc:

@@ -1,0 +1,151 @@
+"""The web lab's HTTP face: thin routes over the experiment registry.
+
+``GET /api/experiments`` lists every experiment with its parameter schemas; ``POST
+/api/experiments/{name}`` validates a JSON object of parameters against the registry and answers
+the Result's ``to_dict()``. Bad input answers 422 with ``{"detail": {"parameter", "message"}}``.
+The OpenAPI document at ``/docs`` carries each experiment's parameter schema, generated from the
+same declarations. Pages and static files come from :mod:`normlab.lab.pages`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from normlab import __version__
+from normlab.experiments import (
+    Experiment,
+    Parameter,
+    ParameterError,
+    ParameterTypeError,
+    UnknownExperiment,
+    list_experiments,
+)
+from normlab.lab.runner import Runner
+
+
+def _json_schema(p: Parameter) -> dict[str, Any]:
+    """One parameter as JSON Schema (for OpenAPI)."""
+    schema: dict[str, Any] = {"description": p.help}
+    if p.kind == "float_list":
+        schema.update(
+            type="array",
+            minItems=1,
+            maxItems=p.max_len,
+            items={"type": "number", "minimum": p.min, "maximum": p.max},
+            default=list(p.default),
+        )
+        return schema
+    kind = {"int": "integer", "float": "number", "bool": "boolean", "choice": "string"}[p.kind]
+    schema.update(type=kind, default=p.default)
+    if p.min is not None:
+        schema["minimum"] = p.min
+    if p.max is not None:
+        schema["maximum"] = p.max
+    if p.choices is not None:
+        schema["enum"] = list(p.choices)
+    return schema
+
+
+def _body_schema(e: Experiment) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {p.name: _json_schema(p) for p in e.parameters},
+    }
+
+
+def describe(e: Experiment) -> dict[str, Any]:
+    """What ``GET /api/experiments`` says of one experiment (the widgets are built from it)."""
+    return {
+        "name": e.name,
+        "title": e.title,
+        "summary": e.summary,
+        "trains": e.trains,
+        "parameters": [p.schema() for p in e.parameters],
+    }
+
+
+def _bad_input(parameter: str | None, message: str) -> JSONResponse:
+    return JSONResponse(
+        status_code=422, content={"detail": {"parameter": parameter, "message": message}}
+    )
+
+
+async def _read_params(request: Request) -> dict[str, Any] | JSONResponse:
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return _bad_input(None, f"request body is not valid JSON: {exc}")
+    if not isinstance(body, dict):
+        return _bad_input(
+            None, f"request body must be a JSON object of parameters, got {type(body).__name__}"
+        )
+    return body
+
+
+def create_app(runner: Runner | None = None) -> FastAPI:
+    """Build the lab application (one :class:`Runner` cache per app)."""
+    app = FastAPI(
+        title="normlab lab",
+        version=__version__,
+        description="Experiments on signal propagation in deep networks, run live.",
+    )
+    app.state.runner = runner or Runner()
+
+    @app.get(
+        "/api/experiments", tags=["experiments"], summary="Every experiment and its parameters"
+    )
+    def experiments() -> list[dict[str, Any]]:
+        return [describe(e) for e in list_experiments()]
+
+    async def run(name: str, request: Request) -> Any:
+        params = await _read_params(request)
+        if isinstance(params, JSONResponse):
+            return params
+        try:
+            return await request.app.state.runner.arun(name, params)
+        except UnknownExperiment as exc:
+            return _bad_input("name", str(exc))
+        except (ParameterError, ParameterTypeError) as exc:
+            return _bad_input(exc.param, str(exc))
+
+    for e in list_experiments():
+        app.add_api_route(
+            f"/api/experiments/{e.name}",
+            _bound(run, e.name),
+            methods=["POST"],
+            tags=["experiments"],
+            summary=e.title,
+            description=e.summary + ". Missing parameters take their defaults.",
+            name=f"run_{e.name}",
+            openapi_extra={
+                "requestBody": {
+                    "required": False,
+                    "content": {"application/json": {"schema": _body_schema(e)}},
+                },
+                "responses": {"422": {"description": "a parameter outside what it allows"}},
+            },
+        )
+
+    @app.post("/api/experiments/{name}", include_in_schema=False)
+    async def run_unknown(name: str, request: Request) -> Any:
+        return await run(name, request)  # unknown names answer 422 from here
+
+    from normlab.lab import pages
+
+    pages.install(app)
+    return app
+
+
+def _bound(run: Any, name: str) -> Any:
+    async def endpoint(request: Request) -> Any:
+        return await run(name, request)
+
+    return endpoint

@@ -1,0 +1,228 @@
+"""The lab's HTTP API: every experiment through HTTP, every kind of bad input, the cache."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from normlab.experiments import list_experiments
+from normlab.lab.app import create_app
+from normlab.lab.runner import Runner
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    with TestClient(create_app()) as c:
+        yield c
+
+
+def still_serving(client: TestClient) -> None:
+    r = client.get("/api/experiments")
+    assert r.status_code == 200 and len(r.json()) == len(list_experiments())
+
+
+def test_registry_lists_every_experiment_with_its_schema(client: TestClient) -> None:
+    body = client.get("/api/experiments").json()
+    assert [e["name"] for e in body] == [e.name for e in list_experiments()]
+    drift = next(e for e in body if e["name"] == "drift")
+    depth = next(p for p in drift["parameters"] if p["name"] == "depth")
+    assert (depth["kind"], depth["default"], depth["min"], depth["max"]) == ("int", 10, 1, 100)
+    lr = next(e for e in body if e["name"] == "bn-lr")
+    assert lr["trains"] is True
+    assert {"name": "batch_norm", "kind": "bool"}.items() <= lr["parameters"][0].items()
+
+
+SEED_FIGURES = {
+    "linear-scale": lambda d: (
+        f"{d['output_std']:.4f} {d['scaled_output_std']:.4f}" == "0.6876 6.0035"
+    ),
+    "drift": lambda d: (
+        [f"{d['stds'][i]:.4f}" for i in (0, 2, 8, 9)] == ["0.3545", "0.0993", "0.0535", "0.0768"]
+    ),
+    "bn-columns": lambda d: [round(s, 4) for s in d["output_stds"]] == [1.0, 1.0, 1.0],
+    "bn-running-stats": lambda d: (
+        [round(v, 2) for v in d["running_vars"][-1]] == [7.27, 7.56, 10.97]
+    ),
+    "bn-stack": lambda d: f"{d['stds'][0]:.4f}" == "0.5861",
+    "symmetry": lambda d: (
+        d["summary"]["max_weight_diff"] == 0.0
+        and f"{d['contrast']['max_weight_diff']:.4f}" == "1.8924"
+    ),
+    "variance": lambda d: [c["gain"] for c in d["curves"]] == [0.85, 1.0, 1.15],
+    "init-compare": lambda d: (
+        f"{d['xavier_max_abs']:.5f} {d['he_std_measured']:.5f}" == "0.17675 0.12582"
+    ),
+    "init-train": lambda d: d["method"] == "he" and len(d["losses"]) == 150,
+    "bn-from-scratch": lambda d: (
+        [round(v, 2) for v in d["before_means"]] == [1.71, 5.23, 5.05, 4.97]
+    ),
+    "bn-lr": lambda d: max(d["losses"]) > 4 and max(d["contrast_losses"][20:]) < 0.5,
+}
+
+
+@pytest.mark.parametrize("name", [e.name for e in list_experiments()])
+def test_every_experiment_with_defaults_carries_the_seed_figures(
+    client: TestClient, name: str
+) -> None:
+    r = client.post(f"/api/experiments/{name}", json={})
+    assert r.status_code == 200, r.text
+    d = r.json()
+    assert d["experiment"] == name and d["params"]["device"] == "cpu"
+    assert SEED_FIGURES[name](d)
+
+
+def test_params_change_the_run(client: TestClient) -> None:
+    d = client.post("/api/experiments/drift", json={"depth": 3, "seed": 5}).json()
+    assert len(d["stds"]) == 3 and d["params"]["seed"] == 5
+    empty_body = client.post("/api/experiments/drift")  # no body at all: defaults
+    assert empty_body.status_code == 200 and len(empty_body.json()["stds"]) == 10
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "parameter", "fragment"),
+    [
+        ("/api/experiments/nope", {}, "name", "experiment 'nope' not found"),
+        ("/api/experiments/drift", {"depht": 3}, "depht", "unknown parameter 'depht'"),
+        ("/api/experiments/drift", {"depth": 0}, "depth", "use an integer in [1, 100]"),
+        ("/api/experiments/drift", {"depth": 10**9}, "depth", "use an integer in [1, 100]"),
+        ("/api/experiments/drift", {"depth": "3"}, "depth", "'3' (str) is not an integer"),
+        ("/api/experiments/drift", {"depth": 2.5}, "depth", "is not an integer"),
+        ("/api/experiments/drift", {"depth": None}, "depth", "is not an integer"),
+        ("/api/experiments/drift", {"activation": "gelu"}, "activation", "use one of 'relu'"),
+        ("/api/experiments/bn-lr", {"batch_norm": 1}, "batch_norm", "is not true or false"),
+        ("/api/experiments/bn-lr", {"lr": -1}, "lr", "use a number in [0.01, 5]"),
+        ("/api/experiments/variance", {"gains": []}, "gains", "1 to 5 values"),
+        ("/api/experiments/variance", {"gains": [1, "x"]}, "gains", "is not a list of numbers"),
+        ("/api/experiments/init-compare", {"hist_layer": 40}, "hist_layer", "deeper than"),
+        ("/api/experiments/drift", [1, 2], None, "must be a JSON object"),
+    ],
+)
+def test_bad_input_is_422_naming_the_parameter(client, path, body, parameter, fragment) -> None:
+    r = client.post(path, json=body)
+    assert r.status_code == 422
+    detail = r.json()["detail"]
+    assert detail["parameter"] == parameter
+    assert fragment in detail["message"]
+    still_serving(client)
+
+
+def test_broken_json_is_422(client: TestClient) -> None:
+    r = client.post(
+        "/api/experiments/drift", content=b"{not json", headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 422 and "not valid JSON" in r.json()["detail"]["message"]
+    still_serving(client)
+
+
+def test_openapi_documents_each_experiments_parameters(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    op = spec["paths"]["/api/experiments/variance"]["post"]
+    schema = op["requestBody"]["content"]["application/json"]["schema"]
+    gains = schema["properties"]["gains"]
+    assert gains["type"] == "array" and gains["maxItems"] == 5
+    assert gains["items"] == {"type": "number", "minimum": 0.5, "maximum": 1.5}
+    assert schema["additionalProperties"] is False
+    assert set(schema["properties"]) == {
+        "gains",
+        "depth",
+        "width",
+        "batch",
+        "activation",
+        "seed",
+        "device",
+    }
+    assert client.get("/docs").status_code == 200
+
+
+def test_results_are_cached_by_their_full_parameter_set() -> None:
+    runner = Runner()
+    with TestClient(create_app(runner)) as c:
+        a = c.post("/api/experiments/drift", json={}).json()
+        b = c.post("/api/experiments/drift", json={"depth": 10, "seed": 0}).json()
+        assert a == b and (runner.misses, runner.hits) == (1, 1)
+        c.post("/api/experiments/drift", json={"depth": 9})
+        assert runner.misses == 2
+
+
+def test_runner_computes_once_for_concurrent_identical_requests() -> None:
+    runner = Runner()
+    out: list[dict] = []
+    threads = [
+        threading.Thread(target=lambda: out.append(runner.run("drift", {"seed": 7})))
+        for _ in range(4)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert runner.misses == 1 and runner.hits == 3 and all(o == out[0] for o in out)
+
+
+def test_runner_evicts_the_least_recently_used() -> None:
+    runner = Runner(max_entries=2)
+    for seed in (1, 2, 1, 3):  # 2 is least recently used when 3 arrives
+        runner.run("linear-scale", {"seed": seed})
+    runner.run("linear-scale", {"seed": 1})
+    assert runner.hits == 2 and runner.misses == 3
+    runner.run("linear-scale", {"seed": 2})
+    assert runner.misses == 4
+    with pytest.raises(ValueError, match="max_entries"):
+        Runner(max_entries=0)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _post(url: str, body: dict) -> dict:
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"content-type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=300) as resp:
+        return json.loads(resp.read())
+
+
+@pytest.mark.slow
+def test_a_real_server_keeps_answering_while_a_training_runs() -> None:
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "normlab", "lab", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(base + "/api/experiments", timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        done: dict[str, float] = {}
+
+        def slow() -> None:
+            _post(base + "/api/experiments/bn-lr", {"steps": 1000, "width": 128, "seed": 11})
+            done["train"] = time.monotonic()
+
+        worker = threading.Thread(target=slow)
+        worker.start()
+        time.sleep(0.3)
+        with urllib.request.urlopen(base + "/api/experiments", timeout=30) as resp:
+            assert resp.status == 200
+        done["list"] = time.monotonic()
+        worker.join()
+        assert done["list"] < done["train"]  # answered while the training was still running
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
