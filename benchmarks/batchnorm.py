@@ -74,7 +74,7 @@ def check_agreement(ours: nn.Module, theirs: nn.Module, x: torch.Tensor, dy: tor
     for g, h in zip(ga[1:], gb[1:], strict=True):
         torch.testing.assert_close(g, h, rtol=tol, atol=tol)
     diff = max((a - b).abs().max().item(), (ga[0] - gb[0]).abs().max().item())
-    return f"agree with torch: max |dy|, |dx| difference {diff:.1e}"
+    return f"agree with torch: max |y|, |dx| difference {diff:.1e}"
 
 
 def main(argv: list[str] | None = None) -> int:
