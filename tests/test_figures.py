@@ -6,6 +6,7 @@ tables, 2 for the notebook's rounded arrays, 5 for the init check).
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -130,7 +131,7 @@ def test_init_train() -> None:
     # std 0.30 at width 32 gives n Var(w) = 2.88, so each ReLU layer multiplies the variance by
     # about 1.44: it grows at every layer (a slow explosion at this depth).
     large = results["large"].forward_variances
-    assert all(b > 1.1 * a for a, b in zip(large, large[1:], strict=False))
+    assert all(b > 1.1 * a for a, b in itertools.pairwise(large))
     for m in ("xavier", "he"):
         losses = results[m].losses
         assert len(losses) == 150 and losses[-1] < 0.5 * losses[0]

@@ -74,6 +74,8 @@ def run(p: Params, progress: object = None) -> RunningStatsResult:
     g = torch.Generator().manual_seed(p.seed)
     momentum = None if p.cumulative else p.momentum
     norm = nlnn.BatchNorm1d(p.features, momentum=momentum).to(p.device).train()
+    running_mean, running_var = norm.running_mean, norm.running_var
+    assert running_mean is not None and running_var is not None  # tracking is on
     rm, rv, bm, bv = [], [], [], []
     with torch.no_grad():
         for _ in range(p.passes):
@@ -81,8 +83,8 @@ def run(p: Params, progress: object = None) -> RunningStatsResult:
             norm(x)
             bm.append(x.mean(0))
             bv.append(x.var(0))  # unbiased, as the running estimate uses
-            rm.append(norm.running_mean.clone())
-            rv.append(norm.running_var.clone())
+            rm.append(running_mean.clone())  # updated in place by the pass
+            rv.append(running_var.clone())
     return RunningStatsResult(
         running_means=torch.stack(rm).tolist(),
         running_vars=torch.stack(rv).tolist(),

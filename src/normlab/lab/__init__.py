@@ -1,0 +1,1 @@
+"""The web lab: FastAPI app (``app.py``), result cache (``runner.py``), pages and lessons."""

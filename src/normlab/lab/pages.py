@@ -1,0 +1,179 @@
+"""The lab's pages: server-rendered lessons whose numbers come from live runs.
+
+:func:`install` adds to the app
+
+- ``/`` (the lessons) and ``/lessons/{slug}`` (one lesson; an unknown slug answers a 404 page);
+- ``/static/...`` (``lab.js``, ``lab.css``) and ``/static/vendor/plotly.min.js``, served from the
+  plotly wheel's own copy, so the lab never fetches anything from outside 127.0.0.1.
+
+Every lesson template can call these helpers:
+
+- ``result(name, **params)``: the live Result dict, through the app's cached runner;
+- ``num(x, digits=4)`` and ``sci(x, digits=3)``: numbers as the seeds print them;
+- ``tex(latex, display=False)``: MathML rendered here; template text may also write
+  ``\\( ... \\)`` and ``\\[ ... \\]``, which become ``tex`` calls;
+- ``math``: the module, for predictions computed from formulas;
+- ``code`` (also a filter: ``{% filter code %}...{% endfilter %}``): a highlighted listing;
+- ``widget(name, id=None, show=None, **params)``: a live widget for one experiment. ``params``
+  are its starting values; ``show`` names the controls shown first (the rest fold away).
+"""
+
+from __future__ import annotations
+
+import html
+import importlib.util
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import FileResponse, HTMLResponse
+from fastapi.staticfiles import StaticFiles
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup
+
+from normlab import __version__
+from normlab.experiments import get_experiment
+from normlab.lab import lessons
+from normlab.lab.lessons.markup import MathExtension, code, num, sci, tex
+
+HERE = Path(__file__).parent
+TEMPLATES = HERE / "templates"
+STATIC = HERE / "static"
+LESSONS = Path(lessons.__file__).parent
+
+
+def plotly_js() -> Path:
+    """The ``plotly.min.js`` shipped inside the plotly wheel (found without importing plotly)."""
+    spec = importlib.util.find_spec("plotly")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the plotly package is not installed; the lab needs its JS file")
+    path = Path(next(iter(spec.submodule_search_locations))) / "package_data" / "plotly.min.js"
+    if not path.is_file():
+        raise FileNotFoundError(f"plotly.min.js not found at {str(path)!r}")
+    return path
+
+
+def environment() -> Environment:
+    """The Jinja environment: page templates and lesson templates, autoescaped."""
+    env = Environment(
+        loader=FileSystemLoader([str(TEMPLATES), str(LESSONS)]),
+        autoescape=select_autoescape(("html",)),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=[MathExtension],
+    )
+    env.globals.update(num=num, sci=sci, tex=tex, code=code, math=math, version=__version__)
+    env.globals["lessons"] = lessons.LESSONS
+    env.filters["code"] = code
+    return env
+
+
+def _script_json(value: object) -> Markup:
+    """JSON safe inside ``<script type="application/json">`` (no ``</script>`` can end it)."""
+    text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    return Markup(text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
+
+
+class PageContext:
+    """Helpers bound to one rendering: live results, and widgets with page-unique ids."""
+
+    def __init__(self, run: Callable[[str, dict[str, Any]], dict[str, Any]]) -> None:
+        self._run = run
+        self._ids: set[str] = set()
+
+    def result(self, name: str, **params: Any) -> dict[str, Any]:
+        """The run's ``to_dict()`` (defaults unless given), cached by the app's runner."""
+        return self._run(name, params)
+
+    def widget(
+        self,
+        name: str,
+        id: str | None = None,
+        show: Sequence[str] | None = None,
+        **params: Any,
+    ) -> Markup:
+        """Markup of a live widget; ``lab.js`` builds its controls from the registry."""
+        experiment = get_experiment(name)
+        wid = id or name
+        if wid in self._ids:
+            raise ValueError(f"widget id {wid!r} used twice on one page, pass id= to tell apart")
+        self._ids.add(wid)
+        declared = [p.name for p in experiment.parameters]
+        shown = list(show) if show is not None else declared
+        unknown = [n for n in shown if n not in declared]
+        if unknown:
+            raise ValueError(f"show names {unknown} not parameters of {name!r}, use {declared}")
+        initial = self.result(name, **params)
+        esc = html.escape
+        return Markup(
+            f'<figure class="nl-widget" id="widget-{esc(wid)}" data-widget="{esc(wid)}" '
+            f'data-experiment="{esc(name)}" data-state="loading" '
+            f'data-params="{esc(json.dumps(params))}" data-show="{esc(json.dumps(shown))}">'
+            f'<figcaption class="nl-widget-head"><span class="nl-widget-title">'
+            f"{esc(experiment.title)}</span> "
+            f'<code class="nl-widget-name">{esc(name)}</code>'
+            f'<span class="nl-widget-summary">{esc(experiment.summary)}</span></figcaption>'
+            f'<div class="nl-controls"></div>'
+            f'<div class="nl-status" role="status" aria-live="polite"></div>'
+            f'<div class="nl-body"><div class="nl-plot"></div><div class="nl-table"></div></div>'
+            f'<script type="application/json" class="nl-initial">{_script_json(initial)}</script>'
+            f'<noscript><p class="nl-note">This widget needs JavaScript.</p></noscript>'
+            f"</figure>"
+        )
+
+
+def install(app: FastAPI) -> None:
+    """Add the pages, the static files and the vendored plotly to ``app``."""
+    env = environment()
+    plotly = plotly_js()
+
+    def render(name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        page = env.get_template(name).render(**context)
+        return HTMLResponse(page, status_code=status)
+
+    def home() -> HTMLResponse:
+        return render("home.html")
+
+    def lesson(slug: str, request: Request) -> HTMLResponse:
+        found = lessons.find(slug)
+        if found is None:
+            return render("404.html", status=404, slug=slug)
+        ctx = PageContext(request.app.state.runner.run)
+        before, after = lessons.neighbours(found)
+        return render(
+            found.template,
+            lesson=found,
+            previous=before,
+            next=after,
+            result=ctx.result,
+            widget=ctx.widget,
+        )
+
+    def vendor_plotly() -> FileResponse:
+        return FileResponse(
+            plotly,
+            media_type="text/javascript",
+            headers={"Cache-Control": "public, max-age=86400"},
+        )
+
+    def favicon() -> FileResponse:
+        return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
+
+    app.add_api_route("/", home, methods=["GET"], include_in_schema=False, name="home")
+    app.add_api_route(
+        "/lessons/{slug}", lesson, methods=["GET"], include_in_schema=False, name="lesson"
+    )
+    app.add_api_route(
+        "/static/vendor/plotly.min.js",
+        vendor_plotly,
+        methods=["GET"],
+        include_in_schema=False,
+        name="plotly",
+    )
+    app.add_api_route("/favicon.ico", favicon, methods=["GET"], include_in_schema=False)
+    # after the plotly route: a mount answers everything under its prefix
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")

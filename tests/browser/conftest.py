@@ -1,0 +1,142 @@
+"""Browser fixtures: the real lab server in a subprocess, and a guarded headless Chromium.
+
+Every page opened through the ``page`` fixture fails its test on a console error, an uncaught
+page error, or any request to a host other than 127.0.0.1 (such requests are aborted).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from labpage import ALLOWED_HOST, CHROMIUM, CHROMIUM_ARGS, ROOT, START_TIMEOUT_S
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((ALLOWED_HOST, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _answers(base: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{base}/api/experiments", timeout=2) as r:
+            return bool(r.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _start(cmd: list[str], base: str, env: dict[str, str]) -> subprocess.Popen[bytes] | None:
+    """Start ``cmd`` and wait for the API; ``None`` if the process exits first."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return None
+        if _answers(base):
+            return proc
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"the lab server did not answer at {base} within {START_TIMEOUT_S:g} s")
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[str]:
+    """Base URL of a real ``normlab lab`` server on a free port."""
+    port = _free_port()
+    base = f"http://{ALLOWED_HOST}:{port}"
+    # One torch thread per run: the runs are tiny, and on a busy 2-core machine two intra-op
+    # threads per run make training several times slower.
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    cli = [sys.executable, "-m", "normlab", "lab", "--host", ALLOWED_HOST, "--port", str(port)]
+    proc = _start(cli, base, env)
+    if proc is None:  # a CLI without the lab command: run the app directly
+        code = (
+            "import uvicorn; from normlab.lab.app import create_app; "
+            f"uvicorn.run(create_app(), host='{ALLOWED_HOST}', port={port}, log_level='warning')"
+        )
+        proc = _start([sys.executable, "-c", code], base, env)
+        if proc is None:
+            raise RuntimeError("the lab server exited during startup")
+    try:
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    if not Path(CHROMIUM).exists() and shutil.which(CHROMIUM) is None:
+        pytest.skip(f"no Chromium at {CHROMIUM} (set NORMLAB_CHROMIUM)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@dataclass
+class Guard:
+    """What went wrong on a page: console errors, page errors, requests that left 127.0.0.1."""
+
+    console: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    foreign: list[str] = field(default_factory=list)
+    expected_422: int = 0
+
+    def expect_422(self) -> None:
+        """The test is about to cause one 422 on purpose (Chromium logs it as a console error)."""
+        self.expected_422 += 1
+
+    def check(self) -> None:
+        assert not self.foreign, f"requests outside {ALLOWED_HOST}: {self.foreign}"
+        assert not self.errors, f"page errors: {self.errors}"
+        rejected = [m for m in self.console if "status of 422" in m]
+        others = [m for m in self.console if m not in rejected]
+        assert not others, f"console errors: {others}"
+        assert len(rejected) <= self.expected_422, f"unexpected 422 answers: {rejected}"
+
+
+@pytest.fixture
+def page(browser: Any, server: str) -> Iterator[Any]:
+    """A fresh page whose console, errors and requests are guarded (checked at teardown)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    guard = Guard()
+
+    def route(r: Any) -> None:
+        url = r.request.url
+        if urlsplit(url).hostname != ALLOWED_HOST:
+            guard.foreign.append(url)
+            r.abort()
+        else:
+            r.continue_()
+
+    context.route("**/*", route)
+    pg = context.new_page()
+    pg.set_default_timeout(120_000)
+    pg.on("console", lambda m: guard.console.append(m.text) if m.type == "error" else None)
+    pg.on("pageerror", lambda e: guard.errors.append(str(e)))
+    pg.guard = guard
+    try:
+        yield pg
+        guard.check()
+    finally:
+        context.close()

@@ -1,0 +1,46 @@
+"""Shared pieces of the browser tests: where things are, and the API seen from the test."""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
+CHROMIUM = os.environ.get("NORMLAB_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+START_TIMEOUT_S = 120.0
+ALLOWED_HOST = "127.0.0.1"
+
+
+def api(base: str, name: str, params: dict[str, Any]) -> tuple[int, Any]:
+    """POST the experiment API from the test side: (status, JSON body)."""
+    req = urllib.request.Request(
+        f"{base}/api/experiments/{name}",
+        data=json.dumps(params).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def registry(base: str) -> Any:
+    """GET /api/experiments."""
+    with urllib.request.urlopen(f"{base}/api/experiments", timeout=30) as r:
+        return json.loads(r.read())

@@ -1,0 +1,238 @@
+"""The lab's pages without a browser: routes, live figures, offline assets, runnable listings."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import subprocess
+import sys
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+with warnings.catch_warnings():  # starlette warns about its httpx-based client on import
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+from normlab.lab import pages
+from normlab.lab.app import create_app
+from normlab.lab.lessons import LESSONS, find, neighbours
+from normlab.lab.lessons.markup import MathExtension, code, highlight, num, sci, tex
+from normlab.lab.runner import Runner
+
+# Seed figures each lesson must show, computed live (see DESIGN.md).
+FIGURES = {
+    "drift": ["0.0322", "1.0280", "0.3545", "0.0993", "0.0535", "0.0768", "0.6876", "6.0035"],
+    "batch-norm": ["0.5861", "0.5455", "0.6262", "[0.53, -0.28, -1.03]", "[7.27, 7.56, 10.97]"],
+    "initialization": ["1.8924", "0.17675", "0.17678", "0.12582", "0.12500"],
+    "bn-from-scratch": ["[1.71, 5.23, 5.05, 4.97]", "[0.54, 3.14, 3.06, 3.09]"],
+}
+STATIC = ["/static/lab.js", "/static/lab.css", "/static/favicon.svg"]
+URL = re.compile(r"""https?://([^/\s"'<>)]+)""")
+XMLNS = re.compile(r'xmlns(:\w+)?="http://www\.w3\.org/[^"]*"')
+
+
+@pytest.fixture(scope="module")
+def runner() -> Runner:
+    return Runner()
+
+
+@pytest.fixture(scope="module")
+def client(runner: Runner) -> Iterator[TestClient]:
+    with TestClient(create_app(runner)) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def lesson_pages(client: TestClient) -> dict[str, str]:
+    out = {}
+    for lesson in LESSONS:
+        r = client.get(lesson.url)
+        assert r.status_code == 200, r.text[-2000:]
+        assert r.headers["content-type"].startswith("text/html")
+        out[lesson.slug] = r.text
+    return out
+
+
+def test_home_lists_the_four_lessons(client: TestClient) -> None:
+    r = client.get("/")
+    assert r.status_code == 200
+    listing = r.text.split('<ol class="lesson-list">', 1)[1].split("</ol>", 1)[0]
+    links = re.findall(r'<a href="(/lessons/[^"]+)">', listing)
+    assert links == [lesson.url for lesson in LESSONS]
+    assert len(links) == 4
+    for lesson in LESSONS:
+        assert html.escape(lesson.title) in r.text
+        assert html.escape(lesson.summary) in r.text
+
+
+@pytest.mark.parametrize("slug", list(FIGURES))
+def test_lesson_shows_live_seed_figures(lesson_pages: dict[str, str], slug: str) -> None:
+    text = lesson_pages[slug]
+    missing = [f for f in FIGURES[slug] if f not in text]
+    assert not missing, f"{slug} lacks the figures {missing}"
+
+
+@pytest.mark.parametrize("slug", [lesson.slug for lesson in LESSONS])
+def test_lesson_links_home_and_neighbours(lesson_pages: dict[str, str], slug: str) -> None:
+    text = lesson_pages[slug]
+    lesson = find(slug)
+    assert lesson is not None
+    before, after = neighbours(lesson)
+    assert 'href="/"' in text
+    if before is not None:
+        assert f'rel="prev" href="{before.url}"' in text
+    if after is not None:
+        assert f'rel="next" href="{after.url}"' in text
+    assert "<math" in text and "\\(" not in text and "\\[" not in text  # formulas rendered
+    assert '<script src="/static/vendor/plotly.min.js"' in text
+    experiments = re.findall(r'data-experiment="([^"]+)"', text)
+    assert experiments == list(lesson.experiments)
+
+
+def test_widget_markup_embeds_the_live_result(client: TestClient, runner: Runner) -> None:
+    text = client.get("/lessons/drift").text
+    blocks = re.findall(r'<script type="application/json" class="nl-initial">(.*?)</script>', text)
+    embedded = [json.loads(b) for b in blocks]
+    assert [e["experiment"] for e in embedded] == ["linear-scale", "drift"]
+    assert embedded[1] == runner.run("drift", {})
+
+
+def test_pages_use_the_runner_cache(client: TestClient, runner: Runner) -> None:
+    client.get("/lessons/drift")
+    misses = runner.misses
+    client.get("/lessons/drift")
+    assert runner.misses == misses  # the second render computed nothing
+
+
+def test_unknown_lesson_is_a_404_page(client: TestClient) -> None:
+    r = client.get("/lessons/no-such-lesson")
+    assert r.status_code == 404
+    assert r.headers["content-type"].startswith("text/html")
+    assert "no-such-lesson" in r.text and 'href="/"' in r.text
+
+
+def test_static_files_and_vendored_plotly(client: TestClient) -> None:
+    for path in STATIC:
+        assert client.get(path).status_code == 200, path
+    r = client.get("/static/vendor/plotly.min.js")
+    assert r.status_code == 200
+    assert "javascript" in r.headers["content-type"]
+    assert r.content == pages.plotly_js().read_bytes()
+    assert client.get("/favicon.ico").status_code == 200
+
+
+def _outside_hosts(text: str) -> list[str]:
+    text = XMLNS.sub("", text)  # XML namespace names are identifiers, never fetched
+    hosts = [m.group(1) for m in URL.finditer(text)]
+    return [h for h in hosts if h.split(":")[0] != "127.0.0.1"]
+
+
+def test_nothing_points_outside_127_0_0_1(client: TestClient, lesson_pages: dict[str, str]) -> None:
+    served = {path: client.get(path).text for path in ["/", "/lessons/nope", *STATIC]}
+    served.update(lesson_pages)
+    bad = {path: hosts for path, text in served.items() if (hosts := _outside_hosts(text))}
+    assert not bad
+
+
+_LISTING = re.compile(
+    r'<pre class="nl-src" data-check="run"><code class="language-python">(.*?)</code></pre>'
+    r'(?:<pre class="nl-out" aria-label="output">(.*?)</pre>)?',
+    re.S,
+)
+_RUN_ALL = """
+import contextlib, io, json, sys
+out = []
+for source in json.load(sys.stdin):
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        exec(compile(source, "<listing>", "exec"), {"__name__": "__listing__"})
+    out.append(buf.getvalue())
+sys.stdout.write(json.dumps(out))
+"""
+
+
+def _text(markup: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", markup))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("slug", [lesson.slug for lesson in LESSONS])
+def test_code_listings_run_and_print_what_the_page_shows(
+    lesson_pages: dict[str, str], slug: str
+) -> None:
+    listings = [
+        (_text(m.group(1)), None if m.group(2) is None else _text(m.group(2)))
+        for m in _LISTING.finditer(lesson_pages[slug])
+    ]
+    if not listings:
+        pytest.skip(f"{slug} has no runnable listing")
+    # Same environment as this process (and its app): torch's thread count can change the
+    # last digits of a training run, so the listing must run under the same setting.
+    done = subprocess.run(
+        [sys.executable, "-c", _RUN_ALL],
+        input=json.dumps([src for src, _ in listings]),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed: list[str] = json.loads(done.stdout)
+    for (src, shown), got in zip(listings, printed, strict=True):
+        if shown is not None:
+            assert got.strip() == shown.strip(), f"listing prints differently:\n{src}"
+
+
+# -- the helpers ---------------------------------------------------------------------------------
+
+
+def test_num_formats_like_the_seeds() -> None:
+    assert num(0.35447144508361816) == "0.3545"
+    assert num(-0.00001) == "0.0000"
+    assert num([0.5273, -0.2841, -1.0287], 2) == "[0.53, -0.28, -1.03]"
+    assert num(None) == "n/a"
+    assert num(7) == "7"
+
+
+def test_sci_uses_powers_of_ten() -> None:
+    assert str(sci(4.76837158203125e-07)) == "4.77 × 10<sup>−7</sup>"
+    assert str(sci(0.5548)) == "0.555"
+    assert str(sci(0.0)) == "0"
+
+
+def test_tex_is_mathml_without_namespace_urls() -> None:
+    inline = str(tex("g^{2k}"))
+    block = str(tex("\\frac{1}{n}", display=True))
+    assert inline.startswith('<span class="nl-math">') and "<msup>" in inline
+    assert 'display="block"' in block and "<mfrac>" in block
+    assert "http" not in inline + block
+
+
+def test_math_delimiters_become_tex_calls() -> None:
+    src = "a \\(x_1\\) and \\[\\frac{a}{b}\\] end"
+    out = MathExtension.rewrite(src)
+    assert out == 'a {{ tex("x_1") }} and {{ tex("\\\\frac{a}{b}", display=True) }} end'
+
+
+def test_code_listing_escapes_and_highlights() -> None:
+    listing = str(code("    x = '<b>'  # tag\n    print(x)\n", output="<b>"))
+    assert "&lt;b&gt;" in listing and "<b>" not in listing
+    assert 'class="tok-c"' in listing and 'class="tok-b"' in listing
+    assert 'data-check="run"' in listing
+    assert "data-check" not in str(code("h = relu(", check=False))
+    assert str(highlight("if (")) == "if ("  # a fragment comes back escaped, unhighlighted
+
+
+def test_widget_rejects_duplicate_ids_and_unknown_controls() -> None:
+    ctx = pages.PageContext(lambda name, params: {"experiment": name, "params": params})
+    ctx.widget("drift")
+    with pytest.raises(ValueError, match="used twice"):
+        ctx.widget("drift")
+    with pytest.raises(ValueError, match="not parameters"):
+        ctx.widget("drift", id="other", show=["nope"])
+    markup: Any = ctx.widget("drift", id="deep", depth=30)
+    assert 'data-widget="deep"' in markup and "&quot;depth&quot;: 30" in markup
