@@ -88,7 +88,7 @@ def _cmd_lab(host: str, port: int) -> None:
 
     from normlab.lab.app import create_app
 
-    uvicorn.run(create_app(), host=host, port=port, log_level="warning")
+    uvicorn.run(create_app(warm=True), host=host, port=port, log_level="warning")
 
 
 def parse_params(experiment: Experiment, tokens: Sequence[str]) -> dict[str, Any]:

@@ -226,3 +226,19 @@ def test_a_real_server_keeps_answering_while_a_training_runs() -> None:
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_warm_start_fills_the_cache_for_every_lesson() -> None:
+    from normlab.lab import lessons
+
+    runner = Runner()
+    with TestClient(create_app(runner, warm=True)) as c:
+        assert c.get("/api/experiments").status_code == 200  # serving while it warms
+        warmer = next(t for t in threading.enumerate() if t.name == "normlab-warm")
+        warmer.join(timeout=600)
+        assert not warmer.is_alive() and runner.misses > 0
+        misses = runner.misses
+        for lesson in lessons.LESSONS:
+            assert c.get(f"/lessons/{lesson.slug}").status_code == 200
+        assert runner.misses == misses  # every live number was already computed

@@ -10,6 +10,10 @@ same declarations. Pages and static files come from :mod:`normlab.lab.pages`.
 from __future__ import annotations
 
 import json
+import sys
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -90,12 +94,24 @@ async def _read_params(request: Request) -> dict[str, Any] | JSONResponse:
     return body
 
 
-def create_app(runner: Runner | None = None) -> FastAPI:
-    """Build the lab application (one :class:`Runner` cache per app)."""
+def create_app(runner: Runner | None = None, *, warm: bool = False) -> FastAPI:
+    """Build the lab application (one :class:`Runner` cache per app).
+
+    With ``warm``, a background thread renders every lesson once at startup, so the first
+    learner to open a lesson does not wait for its live results (several training runs).
+    """
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if warm:
+            threading.Thread(target=_warm, args=(app,), name="normlab-warm", daemon=True).start()
+        yield
+
     app = FastAPI(
         title="normlab lab",
         version=__version__,
         description="Experiments on signal propagation in deep networks, run live.",
+        lifespan=lifespan,
     )
     app.state.runner = runner or Runner()
 
@@ -142,6 +158,13 @@ def create_app(runner: Runner | None = None) -> FastAPI:
 
     pages.install(app)
     return app
+
+
+def _warm(app: FastAPI) -> None:
+    try:
+        app.state.warm_lessons()
+    except Exception as exc:  # a failed warm-up only costs time; the route will report it
+        print(f"normlab lab: warming the lessons failed: {exc!r}", file=sys.stderr)
 
 
 def _bound(run: Any, name: str) -> Any:

@@ -142,7 +142,12 @@ def install(app: FastAPI) -> None:
         found = lessons.find(slug)
         if found is None:
             return render("404.html", status=404, slug=slug)
-        ctx = PageContext(request.app.state.runner.run)
+        return render_lesson(found, request.app.state.runner.run)
+
+    def render_lesson(
+        found: lessons.Lesson, run: Callable[[str, dict[str, Any]], dict[str, Any]]
+    ) -> HTMLResponse:
+        ctx = PageContext(run)
         before, after = lessons.neighbours(found)
         return render(
             found.template,
@@ -152,6 +157,13 @@ def install(app: FastAPI) -> None:
             result=ctx.result,
             widget=ctx.widget,
         )
+
+    def warm() -> None:
+        """Render every lesson once, so their live results sit in the cache."""
+        for found in lessons.LESSONS:
+            render_lesson(found, app.state.runner.run)
+
+    app.state.warm_lessons = warm
 
     def vendor_plotly() -> FileResponse:
         return FileResponse(
