@@ -6,6 +6,10 @@ the loss barely moves), ``small`` (std 0.02: the signal vanishes), ``large`` (st
 explodes), ``xavier`` or ``he`` (the scale holds and the loss falls). The result holds, at
 initialization, the forward variance of every hidden layer's output and the backward variance of
 the loss gradient with respect to it, then the loss of every training step.
+
+Training runs through :func:`normlab.train.train_mlp_fast` (hand-written forward and backward,
+bit-for-bit what :func:`normlab.train.train_sgd` computes for this net), whose step 0 is the
+forward and backward at initialization.
 """
 
 from __future__ import annotations
@@ -13,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from normlab import data, init, models, train
@@ -91,36 +94,23 @@ def apply_init(net: nn.Module, method: str, generator: torch.Generator) -> None:
             init.zeros_(layer.bias)
 
 
-def _at_init(
-    net: nn.Sequential, x: torch.Tensor, y: torch.Tensor, depth: int
-) -> tuple[list[float], list[float]]:
-    acts = []
-    h = x
-    for i, block in enumerate(net):
-        h = block(h)
-        if i < depth:
-            h.retain_grad()
-            acts.append(h)
-    F.binary_cross_entropy_with_logits(h, y).backward()
-    fwd = torch.stack([a.detach().var(unbiased=False) for a in acts])
-    bwd = torch.stack([a.grad.var(unbiased=False) for a in acts if a.grad is not None])
-    net.zero_grad()
-    return fwd.tolist(), bwd.tolist()
-
-
 def run(p: Params, progress: Progress | None = None) -> InitTrainResult:
     g = torch.Generator().manual_seed(p.seed)
     net = models.mlp(2, p.width, p.hidden_layers, out_dim=1, generator=g)
     apply_init(net, p.method, g)
     net.to(p.device)
     x, y = data.two_moons(device=p.device)
-    forward, backward = _at_init(net, x, y, p.hidden_layers)
-    losses = train.train_sgd(net, x, y, lr=p.lr, steps=p.steps, progress=progress)
+    # Step 0 of training is the forward and backward at initialization: record it there.
+    fit = train.train_mlp_fast(
+        net, x, y, lr=p.lr, steps=p.steps, progress=progress, record_init=True
+    )
+    forward = [h.var(unbiased=False) for h in fit.init_outputs]  # L x (N, H) -> L x ()
+    backward = [dh.var(unbiased=False) for dh in fit.init_grads]  # L x (N, H) -> L x ()
     return InitTrainResult(
         method=p.method,
-        forward_variances=forward,
-        backward_variances=backward,
-        losses=losses.tolist(),
+        forward_variances=torch.stack(forward).tolist(),
+        backward_variances=torch.stack(backward).tolist(),
+        losses=fit.losses.tolist(),
     )
 
 

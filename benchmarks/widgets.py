@@ -1,0 +1,334 @@
+"""The lab's widgets against the seed notebook's own way of computing the same data.
+
+Each widget request is one ``normlab.experiments.run_experiment`` call. Next to it runs what the
+seed notebook does for the same data, written here from its description: an eager
+``nn.Sequential``/``nn.Module``, ``torch.optim.SGD``, and ``.item()`` per step (or per layer):
+
+- ``bn-lr``: the 4 x 64 MLP trained 150 full-batch SGD steps on two moons, without and with
+  BatchNorm (a bn-lr result holds both curves, so the seed way trains both settings);
+- ``init-train``: build the 5 x 32 ReLU MLP, set its weights by the method, the forward pass
+  that measures each layer's variance, 150 SGD steps at lr 0.2 (no plotting);
+- ``symmetry``: the 2-6-1 net trained from a constant and from a random init (the result holds
+  the chosen run's history and the other run's summary), weights and gradients recorded per step;
+- ``variance``: 30 layers of 128 x 128 Gaussian weights, variance read per layer.
+
+Every timed call uses a parameter set the process has not seen before (cases differ, and each
+repeat changes the seed, the same on both sides), repeats are interleaved with a rotating order,
+and the table shows medians. The two training widgets have a target: the seed way must take at
+least 4 times as long as ours. Absolute times on a shared machine move from run to run; the
+ratios within one run are the result, and the load average is printed so a noisy run can be told
+apart. The training widgets are also timed with the seed way on one intra-op thread (``seed@1t``):
+that shows how much of the ratio is the thread count (normlab's trainer runs each model on one
+thread) and how much the trainer itself.
+
+Usage::
+
+    python benchmarks/widgets.py            # every case, 7 repeats
+    python benchmarks/widgets.py --quick    # one case per widget, 1 repeat, no warm-up
+"""
+
+import argparse
+import itertools
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from normlab import data
+from normlab.experiments import run_experiment
+
+TARGET = 4.0
+TRAINING = ("bn-lr", "init-train")
+X, Y = data.two_moons()  # the seed's shared dataset: 200 standardized two-moons points
+
+
+# --------------------------------------------------------------------------------------------
+# The seed notebook's way (eager modules, torch.optim.SGD, .item() per step)
+
+
+def seed_fit(net: nn.Module, lr: float, steps: int) -> list[float]:
+    """Full-batch SGD on the moons, a host sync per step, as every seed training loop does."""
+    net.train()
+    opt = torch.optim.SGD(net.parameters(), lr=lr)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = F.binary_cross_entropy_with_logits(net(X), Y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def seed_bn_net(use_bn: bool, width: int = 64, depth: int = 4) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    d = 2
+    for _ in range(depth):
+        layers.append(nn.Linear(d, width))
+        if use_bn:
+            layers.append(nn.BatchNorm1d(width))  # before the ReLU
+        layers.append(nn.ReLU())
+        d = width
+    layers.append(nn.Linear(d, 1))
+    return nn.Sequential(*layers)
+
+
+def seed_bn_lr(batch_norm: bool, lr: float, seed: int) -> list[list[float]]:
+    """Widget 4's ``train_bn``, run for the chosen setting and for the contrast."""
+    curves = []
+    for use_bn in (batch_norm, not batch_norm):
+        torch.manual_seed(seed)
+        curves.append(seed_fit(seed_bn_net(use_bn), lr, 150))
+    return curves
+
+
+class SeedDeepMLP(nn.Module):
+    """Widget 3's network: ReLU hidden layers that can hand back their activations."""
+
+    def __init__(self, width: int = 32, n_hidden: int = 5) -> None:
+        super().__init__()
+        sizes = [2] + [width] * n_hidden
+        self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in itertools.pairwise(sizes))
+        self.out = nn.Linear(width, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.activations(x)[-1])
+
+    def activations(self, x: torch.Tensor) -> list[torch.Tensor]:
+        acts = []
+        for lin in self.hidden:
+            x = torch.relu(lin(x))
+            acts.append(x)
+        return acts
+
+
+def seed_weight(method: str, fan_in: int, fan_out: int) -> torch.Tensor:
+    if method == "zeros":
+        return torch.zeros(fan_out, fan_in)
+    if method == "small":
+        return torch.randn(fan_out, fan_in) * 0.02
+    if method == "large":
+        return torch.randn(fan_out, fan_in) * 0.30
+    if method == "xavier":  # U(-a, a), a = sqrt(6 / (fan_in + fan_out)), from scratch
+        return (torch.rand(fan_out, fan_in) * 2 - 1) * (6 / (fan_in + fan_out)) ** 0.5
+    return torch.randn(fan_out, fan_in) * (2 / fan_in) ** 0.5  # He normal, from scratch
+
+
+def seed_init_train(method: str, seed: int) -> tuple[list[float], list[float]]:
+    """Widget 3's ``init_task_demo`` without the plot: variances at init, then the losses."""
+    torch.manual_seed(seed)
+    net = SeedDeepMLP()
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, nn.Linear):
+                m.weight.copy_(seed_weight(method, m.in_features, m.out_features))
+                m.bias.zero_()
+        variances = [max(a.var(unbiased=False).item(), 1e-12) for a in net.activations(X)]
+    return variances, seed_fit(net, 0.2, 150)
+
+
+def seed_symmetry(random_init: bool, seed: int, steps: int = 30) -> list[float]:
+    """Widget 1's run for the chosen init and for the other one (the result holds both)."""
+    out = []
+    for rand in (random_init, not random_init):
+        torch.manual_seed(seed)
+        net = nn.Sequential(nn.Linear(2, 6), nn.ReLU(), nn.Linear(6, 1))
+        with torch.no_grad():
+            for name, p in net.named_parameters():
+                if "bias" in name:
+                    p.zero_()
+                elif rand:
+                    nn.init.normal_(p, 0.0, 0.5)
+                else:
+                    p.fill_(0.1)
+        first = net[0]
+        assert isinstance(first, nn.Linear)
+        opt = torch.optim.SGD(net.parameters(), lr=0.5)
+        w_hist, g_hist = [], []
+        for _ in range(steps):
+            opt.zero_grad()
+            F.binary_cross_entropy_with_logits(net(X), Y).backward()
+            assert first.weight.grad is not None
+            w_hist.append(first.weight.detach().clone())  # (6, 2)
+            g_hist.append(first.weight.grad.detach().clone())
+            opt.step()
+        w, g = torch.stack(w_hist), torch.stack(g_hist)  # (steps, 6, 2)
+        out += [(w[:, 0] - w[:, 1]).abs().max().item(), (g[:, 0] - g[:, 1]).abs().max().item()]
+    return out
+
+
+def seed_variance(gain: float, seed: int, depth: int = 30) -> list[float]:
+    """Widget 2's ``layer_variances``: a host sync per layer."""
+    torch.manual_seed(seed)
+    a = torch.randn(256, 128)
+    std = gain / 128**0.5
+    variances = []
+    for _ in range(depth):
+        a = a @ (torch.randn(128, 128) * std).t()
+        variances.append(a.var(unbiased=False).item())
+    return variances
+
+
+# --------------------------------------------------------------------------------------------
+# Cases and timing
+
+
+def _ignore(done: int, total: int) -> None:
+    """A progress callback, as the lab passes one."""
+
+
+@dataclass
+class Case:
+    widget: str
+    label: str
+    ours: Callable[[int], object]  # seed -> result
+    seed_way: Callable[[int], object]
+
+
+def cases(quick: bool) -> list[Case]:
+    out = []
+    lrs = [2.0] if quick else [2.0, 0.5, 1.2, 3.0]
+    for lr in lrs:
+        label = "lr=2 (default)" if lr == 2.0 else f"lr={lr:g}"
+
+        def ours_bn(s: int, lr: float = lr) -> object:
+            return run_experiment("bn-lr", progress=_ignore, lr=lr, seed=s)
+
+        def seed_bn(s: int, lr: float = lr) -> object:
+            return seed_bn_lr(False, lr, s)
+
+        out.append(Case("bn-lr", label, ours_bn, seed_bn))
+    methods = ["he"] if quick else ["zeros", "small", "large", "xavier", "he"]
+    for method in methods:
+
+        def ours_it(s: int, m: str = method) -> object:
+            return run_experiment("init-train", progress=_ignore, method=m, seed=s)
+
+        def seed_it(s: int, m: str = method) -> object:
+            return seed_init_train(m, s)
+
+        out.append(Case("init-train", method, ours_it, seed_it))
+
+    def ours_sym(s: int) -> object:
+        return run_experiment("symmetry", progress=_ignore, random_init=True, seed=s)
+
+    out.append(Case("symmetry", "random init", ours_sym, lambda s: seed_symmetry(True, s)))
+    for gain in [1.1] if quick else [1.1, 0.93]:
+
+        def ours_var(s: int, g: float = gain) -> object:
+            return run_experiment("variance", gains=[g], depth=30, seed=s)
+
+        def seed_var(s: int, g: float = gain) -> object:
+            return seed_variance(g, s)
+
+        out.append(Case("variance", f"gain={gain:g}", ours_var, seed_var))
+    return out
+
+
+def one_thread(fn: Callable[[int], object]) -> Callable[[int], object]:
+    def run(s: int) -> object:
+        old = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return fn(s)
+        finally:
+            torch.set_num_threads(old)
+
+    return run
+
+
+def same_data(ours: Any, seed_way: Any) -> str:
+    """bn-lr's curves against the seed's ``train_bn`` run with the same rate and seed."""
+    plain, bn = seed_way  # the chosen setting (without BN, the default) first
+    d_plain = max(abs(a - b) for a, b in zip(ours.losses_with(False), plain, strict=True))
+    d_bn = max(abs(a - b) for a, b in zip(ours.losses_with(True)[:20], bn[:20], strict=True))
+    return (
+        f"same data: bn-lr without BN vs the seed's train_bn, max |diff| over 150 steps "
+        f"{d_plain:.1e}; with BN, over the first 20 steps {d_bn:.1e}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one case per widget, 1 repeat")
+    parser.add_argument("--repeats", type=int, default=None, help="interleaved repeats")
+    args = parser.parse_args(argv)
+    repeats = args.repeats or (1 if args.quick else 7)
+    all_cases = cases(args.quick)
+
+    impls: dict[str, dict[str, Callable[[int], object]]] = {}
+    for c in all_cases:
+        key = f"{c.widget} {c.label}"
+        impls[key] = {"ours": c.ours, "seed": c.seed_way}
+        if c.widget in TRAINING and not args.quick:
+            impls[key]["seed@1t"] = one_thread(c.seed_way)
+
+    seed_base = 1000  # seeds never used before in this process: every call is new work
+    if not args.quick:
+        for fns in impls.values():  # warm up: imports, allocator, kernels, the moons cache
+            for fn in fns.values():
+                fn(seed_base - 1)
+
+    times: dict[str, dict[str, list[float]]] = {k: {n: [] for n in v} for k, v in impls.items()}
+    check: dict[str, object] = {}
+    first = f"{all_cases[0].widget} {all_cases[0].label}"  # bn-lr with the default parameters
+    for r in range(repeats):
+        for key, fns in impls.items():
+            names = list(fns)
+            for name in names[r % len(names) :] + names[: r % len(names)]:  # rotate the order
+                t0 = time.perf_counter()
+                out = fns[name](seed_base + r)
+                times[key][name].append(time.perf_counter() - t0)
+                if key == first and r == 0:
+                    check[name] = out
+    print(same_data(check["ours"], check["seed"]))
+
+    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    print(
+        f"widgets: seed notebook's way vs normlab, {torch.get_num_threads()} threads, "
+        f"{repeats} interleaved repeats, medians, load average {load}"
+    )
+    print(f"  {'widget':11s} {'case':15s} {'seed (ms)':>10s} {'ours (ms)':>10s} {'ratio':>7s}")
+    med = {k: {n: statistics.median(ts) * 1e3 for n, ts in v.items()} for k, v in times.items()}
+    for c in all_cases:
+        m = med[f"{c.widget} {c.label}"]
+        extra = f"   seed@1t {m['seed@1t']:8.1f} ms" if "seed@1t" in m else ""
+        print(
+            f"  {c.widget:11s} {c.label:15s} {m['seed']:10.1f} {m['ours']:10.1f} "
+            f"{m['seed'] / m['ours']:6.2f}x{extra}"
+        )
+
+    verdicts = []
+    for widget in dict.fromkeys(c.widget for c in all_cases):
+        rows = [med[f"{c.widget} {c.label}"] for c in all_cases if c.widget == widget]
+        seed, ours = sum(m["seed"] for m in rows), sum(m["ours"] for m in rows)
+        ratio = seed / ours
+        worst = min(m["seed"] / m["ours"] for m in rows)
+        line = (
+            f"ratio {widget}: {ratio:.2f}x (seed way {seed:.0f} ms / ours {ours:.0f} ms over "
+            f"{len(rows)} cases; lowest case {worst:.2f}x)"
+        )
+        if all("seed@1t" in m for m in rows):
+            line += f"; vs seed way on 1 thread {sum(m['seed@1t'] for m in rows) / ours:.2f}x"
+        if widget in TRAINING:
+            ok = ratio >= TARGET
+            verdicts.append((widget, ratio, ok))
+            line += f" -> {'meets' if ok else 'misses'} the {TARGET:g}x target"
+        else:
+            line += " (no target)"
+        print(line)
+    passed = all(ok for _, _, ok in verdicts)
+    summary = ", ".join(f"{w} {r:.2f}x" for w, r, _ in verdicts)
+    print(f"verdict: {'PASS' if passed else 'FAIL'} ({summary}; target {TARGET:g}x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,592 @@
+r"""Training loops used by the experiments.
+
+Both trainers run full-batch SGD on a binary task with ``binary_cross_entropy_with_logits``, as
+the seed notebook trains, and return the loss of every step (the loss of step ``t`` is measured
+before step ``t``'s update). Neither waits on the host inside its loop: losses go into a
+preallocated tensor and come back in one transfer at the end.
+
+- :func:`train_sgd` trains any model through autograd and ``torch.optim.SGD``.
+- :func:`train_mlp_fast` trains one shape of model, the :func:`normlab.models.mlp` stack (blocks
+  ``Linear -> [BatchNorm1d] -> ReLU``, then a ``Linear`` head), with a hand-written forward and
+  backward; :func:`train_mlps_fast` trains several such models side by side. They compute the
+  same math as :func:`train_sgd` on the same model, several times faster
+  (``benchmarks/widgets.py`` measures it against the seed notebook's loop).
+
+Where the time goes on a small CPU, and so what the fast trainer avoids: a 150-step run of a
+4 x 64 MLP on 200 points does about 2 GFLOP, 30-40 ms of matmul on one core, while the autograd +
+optimizer loop takes 150-350 ms. The rest is per-op overhead: autograd bookkeeping, the
+optimizer's per-parameter work, a host sync per step, and OpenMP hand-offs between two threads
+for matrices far too small to split (when another process holds the second core, each hand-off
+waits for the scheduler). The fast trainer issues ~30 ATen calls per step, each the kernel
+autograd itself would have run, on one intra-op thread, into buffers allocated once, with every
+gradient written straight into one flat buffer so that the SGD update is a single ``add_``. What
+is left is mostly matmul.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from normlab import nn as nlnn
+
+OnStep = Callable[[int, nn.Module], None]
+"""Called as ``on_step(step, model)`` after backward and before the update (gradients are set)."""
+
+Progress = Callable[[int, int], None]
+"""Called as ``progress(done, total)`` after each step."""
+
+
+def train_sgd(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    lr: float,
+    steps: int,
+    on_step: OnStep | None = None,
+    progress: Progress | None = None,
+) -> torch.Tensor:
+    """Train ``model`` with full-batch SGD for ``steps`` steps; return the loss of each step.
+
+    The loss of step ``t`` is measured before step ``t``'s update, like the seed's loop.
+
+    Args:
+        model: maps ``(N, D)`` inputs to ``(N, 1)`` logits; put in train mode here.
+        x: ``(N, D)`` inputs.  y: ``(N, 1)`` targets in {0, 1}.
+        lr: learning rate.  steps: number of updates.
+        on_step: optional recorder, see :data:`OnStep`.
+        progress: optional ``progress(done, total)`` callback.
+
+    Returns:
+        ``(steps,)`` float32 CPU tensor of losses (``inf``/``nan`` kept where training diverged).
+    """
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    losses = torch.empty(steps, device=x.device)
+    for step in range(steps):
+        opt.zero_grad()
+        loss = F.binary_cross_entropy_with_logits(model(x), y)
+        loss.backward()
+        losses[step] = loss.detach()
+        if on_step is not None:
+            on_step(step, model)
+        opt.step()
+        if progress is not None:
+            progress(step + 1, steps)
+    return losses.cpu()
+
+
+# --------------------------------------------------------------------------------------------
+# The fast trainer
+
+
+@dataclass
+class FastRun:
+    """What :func:`train_mlp_fast` returns.
+
+    ``init_outputs[i]`` and ``init_grads[i]`` are block ``i``'s output (after its ReLU) and the
+    gradient of the loss with respect to it, at the initial weights (step 0); both lists are
+    empty unless ``record_init=True``.
+    """
+
+    losses: torch.Tensor  # (steps,) float32, CPU
+    init_outputs: list[torch.Tensor] = field(default_factory=list)  # L x (N, H)
+    init_grads: list[torch.Tensor] = field(default_factory=list)  # L x (N, H)
+
+
+_BATCH_NORMS = (nn.BatchNorm1d, nlnn.BatchNorm1d)
+
+
+def _aten(op: Any) -> Callable[..., Any]:
+    """The C++ entry point of a ``torch.ops`` overload.
+
+    Calling it directly skips ``OpOverload.__call__``'s Python frame (~2 us a call, as much as
+    the kernel on a (200, 64) tensor).
+    """
+    raw = getattr(op, "_op", None)
+    fn: Callable[..., Any] = raw if callable(raw) else op
+    return fn
+
+
+# The kernels autograd runs for ReLU's backward (in its out= form, writing into a buffer) and for
+# BatchNorm's backward (whose out= form only wraps a copy around it).
+_relu_backward = _aten(torch.ops.aten.threshold_backward.grad_input)
+_bn_backward = _aten(torch.ops.aten.native_batch_norm_backward.default)
+
+
+@dataclass
+class _Block:
+    linear: nn.Linear
+    norm: nn.Module | None  # a BatchNorm1d (torch's or normlab's) between Linear and ReLU
+
+
+def _flatten(module: nn.Module) -> list[nn.Module]:
+    if isinstance(module, nn.Sequential):
+        return [leaf for child in module for leaf in _flatten(child)]
+    return [module]
+
+
+def _mlp_plan(model: nn.Module) -> tuple[list[_Block], nn.Linear]:
+    """Read ``model`` as blocks ``Linear -> [BatchNorm1d] -> ReLU`` and a ``Linear`` head.
+
+    Nested ``nn.Sequential``\\ s are flattened, so both :func:`normlab.models.mlp` and a flat
+    ``nn.Sequential`` (the seed's way) are accepted; anything else raises ``ValueError``.
+    """
+    mods = _flatten(model)
+    supported = "Linear -> [BatchNorm1d] -> ReLU blocks, then a Linear head"
+    blocks: list[_Block] = []
+    i = 0
+    while i < len(mods) - 1:
+        lin, i = mods[i], i + 1
+        norm = None
+        if isinstance(mods[i], _BATCH_NORMS):
+            norm, i = mods[i], i + 1
+        if not isinstance(lin, nn.Linear) or i >= len(mods) or not isinstance(mods[i], nn.ReLU):
+            got = " -> ".join(type(m).__name__ for m in mods)
+            raise ValueError(f"model {got} not supported, use {supported}")
+        blocks.append(_Block(lin, norm))
+        i += 1
+    head = mods[-1] if mods else None
+    if i != len(mods) - 1 or not isinstance(head, nn.Linear):
+        got = " -> ".join(type(m).__name__ for m in mods)
+        raise ValueError(f"model {got} not supported, use {supported}")
+    return blocks, head
+
+
+@contextmanager
+def _one_intraop_thread() -> Iterator[None]:
+    """Run the body with one intra-op thread, then restore this thread's setting.
+
+    The matrices here are far too small to split across threads: with two, every matmul pays an
+    OpenMP hand-off, and waits for a whole scheduler slice when another process holds the other
+    core. ``torch.set_num_threads`` sets the calling thread's OpenMP and MKL counts (and torch's
+    default for threads started meanwhile); the ``finally`` puts all of them back.
+    """
+    old = torch.get_num_threads()
+    if old == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def train_mlp_fast(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    lr: float,
+    steps: int,
+    progress: Progress | None = None,
+    record_init: bool = False,
+) -> FastRun:
+    r"""Train an MLP with full-batch SGD through a hand-written forward and backward.
+
+    ``model`` must be blocks ``Linear -> [BatchNorm1d] -> ReLU`` then a ``Linear`` head, as
+    :func:`normlab.models.mlp` builds them (nested or flat ``nn.Sequential``; ``BatchNorm1d``
+    from torch or :mod:`normlab.nn`). It trains from the model's current weights with the math
+    of :func:`train_sgd` (same loss, gradients, update and BatchNorm running statistics), and
+    the model's parameters and buffers hold the trained values on return. There is no
+    ``on_step`` hook: nothing is materialized per step but the logits.
+
+    Forward, for block :math:`l` with input :math:`h_{l-1}` (:math:`h_0 = x`) and loss
+    :math:`L = \mathrm{mean}\big(\mathrm{softplus}(z) - y z\big)` on the head's logits :math:`z`:
+
+    .. math::
+        a_l = h_{l-1} W_l^\top + b_l,\quad
+        u_l = \mathrm{BN}(a_l) = \gamma_l \hat{a}_l + \beta_l,\ \
+        \hat{a}_l = (a_l - \mu_l)\,\sigma_l^{-1},\quad h_l = \max(u_l, 0)
+
+    with :math:`\mu_l` the batch mean and :math:`\sigma_l^{-1} = (\mathrm{Var}[a_l] +
+    \epsilon)^{-1/2}` (biased variance); without BN, :math:`u_l = a_l`. Backward, written out:
+
+    .. math::
+        dz = (\mathrm{sigmoid}(z) - y) / N,\quad
+        du_l = dh_l \odot [h_l > 0],\quad
+        dW_l = da_l^\top h_{l-1},\ \ db_l = \textstyle\sum_n da_l,\ \
+        dh_{l-1} = da_l W_l
+
+    and through BN (:math:`dy = du_l`, sums over the batch):
+
+    .. math::
+        da_l = \frac{\gamma\,\sigma^{-1}}{N}\Big(N\,dy - \sum dy - \hat{a}\sum dy\,\hat{a}\Big),
+        \quad d\gamma = \sum dy\,\hat{a},\quad d\beta = \sum dy
+
+    Then every parameter takes :math:`p \leftarrow p - \mathrm{lr}\cdot dp`, and the running
+    statistics the eager layer's rule: ``running = (1 - m) * running + m * batch_stat``, with
+    the *unbiased* variance and ``m = momentum`` (or ``1 / num_batches_tracked`` when it is
+    ``None``).
+
+    How it is fast (see the module docstring): each line above is one ATen call, the kernel
+    autograd runs for it (``addmm``, ``threshold_backward``, and torch's fused BatchNorm kernels
+    ``native_batch_norm`` and ``native_batch_norm_backward``, whose backward computes the
+    formula above in one pass over the batch; they measured twice as fast here as the same
+    formulas written as separate ops); gradients land in one flat buffer so the update is one
+    ``add_``; the logits of every step are kept and the losses computed in one call at the end;
+    no autograd, no optimizer, no host sync, and one intra-op thread. A Linear bias right before
+    a BatchNorm is left out of the loop: the batch mean cancels it and its gradient is exactly 0
+    (the running mean gets its share back at the end), which saves two ops per layer.
+
+    Agreement with :func:`train_sgd`: without BatchNorm every op is the one eager runs, in the
+    same order, so losses and weights are bitwise equal (150 steps at lr 2.0 included). With
+    BatchNorm the statistics round differently from :mod:`normlab.nn`'s (torch's own kernel
+    also rounds differently on 1 and 2 threads), so the two agree to float32 rounding at first;
+    at a large learning rate training amplifies rounding, and the curves can drift apart after
+    a few dozen steps (as two eager runs with torch's and normlab's BatchNorm do).
+
+    Args:
+        model: the network; its parameters and BatchNorm buffers are updated in place.
+        x: ``(N, D)`` inputs.
+        y: ``(N, 1)`` targets in {0, 1}.
+        lr: learning rate.
+        steps: number of updates.
+        progress: optional ``progress(done, total)`` callback, called after each step.
+        record_init: also return every block's output and its gradient at step 0.
+
+    Returns:
+        :class:`FastRun`; ``losses`` is ``(steps,)`` float32 on the CPU, like :func:`train_sgd`.
+
+    Shape:
+        - x: :math:`(N, D)`, y: :math:`(N, 1)`, with :math:`N \ge 2` when there is BatchNorm.
+
+    Example::
+
+        >>> from normlab import data, models
+        >>> x, y = data.two_moons()
+        >>> g = torch.Generator().manual_seed(0)
+        >>> net = models.mlp(2, 16, 2, out_dim=1, norm="batch", generator=g)
+        >>> run = train_mlp_fast(net, x, y, lr=0.5, steps=50)
+        >>> run.losses.shape, bool(run.losses[-1] < run.losses[0])
+        (torch.Size([50]), True)
+    """
+    with _one_intraop_thread():
+        return _train_fast(model, x, y, lr, steps, progress, record_init)
+
+
+def train_mlps_fast(
+    models: Sequence[nn.Module],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    lr: float,
+    steps: int,
+    progress: Progress | None = None,
+    parallel: bool = True,
+) -> list[FastRun]:
+    """Train independent models with :func:`train_mlp_fast`, side by side on CPU threads.
+
+    The first model trains in the calling thread and reports ``progress``; each other one trains
+    on a thread of its own, with one intra-op thread each. Results are the same as training the
+    models one after another (each run is single-threaded and deterministic). On an idle 2-core
+    CPU two models take ~20% less wall time than one after another, not half: the Python side of
+    every op holds the GIL. On a busy one the gain is gone.
+
+    Args:
+        models: networks as :func:`train_mlp_fast` accepts them, trained in place.
+        x, y, lr, steps, progress: as in :func:`train_mlp_fast` (``progress`` follows
+            ``models[0]``).
+        parallel: use threads (CPU tensors only); ``False`` trains one after another.
+
+    Returns:
+        One :class:`FastRun` per model, in order.
+    """
+    if not models:
+        return []
+    if not parallel or len(models) == 1 or x.device.type != "cpu":
+        return [
+            train_mlp_fast(m, x, y, lr=lr, steps=steps, progress=progress if i == 0 else None)
+            for i, m in enumerate(models)
+        ]
+    runs: list[FastRun | None] = [None] * len(models)
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            runs[i] = train_mlp_fast(models[i], x, y, lr=lr, steps=steps)
+        except BaseException as err:  # handed to the calling thread
+            errors.append(err)
+
+    # Set one thread here first, so that the workers' torch defaults start at one too.
+    with _one_intraop_thread():
+        workers = [threading.Thread(target=work, args=(i,)) for i in range(1, len(models))]
+        for w in workers:
+            w.start()
+        try:
+            runs[0] = _train_fast(models[0], x, y, lr, steps, progress, False)
+        finally:
+            for w in workers:
+                w.join()
+    if errors:
+        raise errors[0]
+    return [r for r in runs if r is not None]
+
+
+def _train_fast(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    lr: float,
+    steps: int,
+    progress: Progress | None,
+    record_init: bool,
+) -> FastRun:
+    blocks, head = _mlp_plan(model)
+    n = x.shape[0]
+    if n < 2 and any(b.norm is not None for b in blocks):
+        raise ValueError(
+            f"Expected more than 1 value per channel when training, got input size {list(x.shape)}"
+        )
+    model.train()
+    params: list[torch.Tensor] = []  # every parameter, in the order of the flat buffers
+    for blk in blocks:
+        params += [p for p in (blk.linear.weight, blk.linear.bias) if p is not None]
+        if blk.norm is not None:
+            params += [p for p in (blk.norm.weight, blk.norm.bias) if isinstance(p, torch.Tensor)]
+    params += [p for p in (head.weight, head.bias) if p is not None]
+    if len({id(p) for p in params}) != len(params):
+        raise ValueError("model shares a parameter between layers, which is not supported")
+
+    with torch.inference_mode():
+        flat = torch.cat([p.detach().reshape(-1) for p in params])  # (P,)
+        grad = torch.zeros_like(flat)  # (P,), same layout; a slot never written stays 0
+        views: _Views = {}  # id(parameter) -> (its value, its gradient), views into flat, grad
+        offset = 0
+        for p in params:
+            k = p.numel()
+            value, g = flat[offset : offset + k], grad[offset : offset + k]
+            views[id(p)] = (value.view(p.shape), g.view(p.shape))
+            offset += k
+        xi, yi = x.detach(), y.detach()
+        layers: list[_Layer] = []
+        scratch: dict[tuple[int, ...], torch.Tensor] = {}  # shared gradient buffers
+        for blk in blocks:
+            layers.append(_Layer(blk, views, layers[-1] if layers else None, xi, steps, scratch))
+        w_head, gw_head = views[id(head.weight)]  # (out, H) each
+        wt_head = w_head.t()  # (H, out)
+        b_head, gb_head = _value(views, head.bias), _grad(views, head.bias)  # (out,) each
+        logits = xi.new_empty((steps, n, head.out_features))  # (T, N, out)
+        logits_t = logits.unbind(0)  # the head's addmm writes step t's logits into logits_t[t]
+        dz = xi.new_empty((n, head.out_features))  # dL/dlogits, (N, out)
+        dz_t = dz.t()  # (out, N)
+        # N as a tensor: the same division as by the number, without wrapping a scalar per call
+        count = xi.new_full((1, 1), float(n))
+        dh_top = layers[-1].dh if layers else None  # dL/d(last block's output), (N, H)
+        backward_layers = layers[::-1]
+        init_outputs: list[torch.Tensor] = []
+        init_grads: list[torch.Tensor] = []
+        neg_lr = -lr
+        mm, addmm, sigmoid, bsum = torch.mm, torch.addmm, torch.sigmoid, torch.sum
+        bn_forward, bn_backward, relu_backward = (
+            torch.native_batch_norm,
+            _bn_backward,
+            _relu_backward,
+        )
+        norm_params = [p for lay in backward_layers if lay.bn is not None for p in lay.bn.params]
+        norm_grads: list[torch.Tensor] = []  # their gradients, filled by the backward each step
+
+        for step in range(steps):
+            # forward: a = h W^T + b, [BatchNorm], ReLU
+            h = xi
+            for layer in layers:
+                bn = layer.bn
+                if bn is not None:
+                    mm(h, layer.w_t, out=layer.pre)  # (N, H_in) @ (H_in, H) -> (N, H), no bias
+                    u, bn.mean, bn.invstd = bn_forward(
+                        layer.pre, bn.weight, bn.bias, bn.running_mean, bn.running_var, True,
+                        bn.factors[step], bn.eps,
+                    )  # fmt: skip  # (N, H) -> (N, H); batch mean (H,), invstd (H,)
+                    layer.act = u
+                elif layer.b is not None:
+                    addmm(layer.b, h, layer.w_t, out=layer.act)  # (N, H_in) @ (H_in, H) + (H,)
+                else:
+                    mm(h, layer.w_t, out=layer.act)  # (N, H_in) @ (H_in, H) -> (N, H)
+                h = layer.act.relu_()  # (N, H)
+            if b_head is not None:
+                z = addmm(b_head, h, wt_head, out=logits_t[step])  # (N, H) @ (H, out) + (out,)
+            else:
+                z = mm(h, wt_head, out=logits_t[step])  # (N, H) @ (H, out) -> (N, out)
+
+            # backward, from dz = (sigmoid(z) - y) / N, BCE-with-logits' backward op for op
+            sigmoid(z, out=dz).sub_(yi).div_(count)  # (N, out)
+            mm(dz_t, h, out=gw_head)  # (out, N) @ (N, H) -> (out, H)
+            if gb_head is not None:
+                bsum(dz, 0, out=gb_head)  # (N, out) -> (out,)
+            if dh_top is not None:
+                mm(dz, w_head, out=dh_top)  # (N, out) @ (out, H) -> (N, H)
+            for layer in backward_layers:
+                if record_init and step == 0:  # before the buffer is reused below
+                    init_grads.append(layer.dh.clone())
+                da = relu_backward(layer.dh, layer.act, 0, grad_input=layer.da)  # dh * [h > 0]
+                da_t = layer.da_t  # (H, N)
+                bn = layer.bn
+                if bn is not None:
+                    # running stats left out: with train=True the kernel reads the saved ones
+                    da, dgamma, dbeta = bn_backward(
+                        da, layer.pre, bn.weight, None, None, bn.mean, bn.invstd, True, bn.eps,
+                        bn.mask,
+                    )  # fmt: skip  # (N, H) -> (N, H); dgamma (H,), dbeta (H,)
+                    da_t = da.t()
+                    norm_grads += [g for g in (dgamma, dbeta) if g is not None]
+                below = layer.below
+                inp = xi if below is None else below.act  # (N, H_in)
+                mm(da_t, inp, out=layer.gw)  # (H, N) @ (N, H_in) -> (H, H_in)
+                if layer.gb is not None:
+                    bsum(da, 0, out=layer.gb)  # (N, H) -> (H,)
+                if below is not None:
+                    mm(da, layer.w, out=below.dh)  # (N, H) @ (H, H_in) -> (N, H_in)
+            if record_init and step == 0:
+                init_outputs = [layer.act.clone() for layer in layers]
+                init_grads.reverse()  # collected from the top block down
+
+            # update: p <- p - lr * dp for every parameter, the elementwise op of optim.SGD
+            flat.add_(grad, alpha=neg_lr)
+            if norm_params:  # gammas and betas, their gradients in backward order
+                torch._foreach_add_(norm_params, norm_grads, alpha=neg_lr)
+                norm_grads.clear()
+            if progress is not None:
+                progress(step + 1, steps)
+
+        # the loss of every step in one call: (T, N, out) -> mean over (N, out) -> (T,)
+        target = yi.expand(steps, *yi.shape)
+        per_point = F.binary_cross_entropy_with_logits(logits, target, reduction="none")
+        losses = per_point.mean(dim=(1, 2))
+
+    with torch.no_grad():
+        for p in params:
+            p.copy_(views[id(p)][0])
+        for blk, layer in zip(blocks, layers, strict=True):
+            if blk.norm is not None and layer.bn is not None:
+                layer.bn.write_back(blk.norm, _value(views, blk.linear.bias), steps)
+        # Tensors made under inference_mode can't enter autograd later: hand back plain ones.
+        return FastRun(
+            losses=losses.cpu().clone(),
+            init_outputs=[t.clone() for t in init_outputs],
+            init_grads=[t.clone() for t in init_grads],
+        )
+
+
+_Views = dict[int, tuple[torch.Tensor, torch.Tensor]]
+
+
+def _scratch(
+    pool: dict[tuple[int, ...], torch.Tensor], like: torch.Tensor, shape: tuple[int, int], k: int
+) -> torch.Tensor:
+    key = (*shape, k)
+    if key not in pool:
+        pool[key] = like.new_empty(shape)
+    return pool[key]
+
+
+def _value(views: _Views, p: object) -> torch.Tensor | None:
+    return views[id(p)][0] if isinstance(p, torch.Tensor) else None
+
+
+def _grad(views: _Views, p: object) -> torch.Tensor | None:
+    return views[id(p)][1] if isinstance(p, torch.Tensor) else None
+
+
+class _Layer:
+    """One block inside the fast loop: views into the flat buffers, and its work buffers.
+
+    What the loop writes is allocated here once and rewritten each step (``out=``), and every
+    view it reads (transposes too) is made once. The exception is a BatchNorm layer's output,
+    which its kernel allocates.
+    """
+
+    def __init__(
+        self,
+        block: _Block,
+        views: _Views,
+        below: _Layer | None,
+        like: torch.Tensor,
+        steps: int,
+        scratch: dict[tuple[int, ...], torch.Tensor],
+    ) -> None:
+        lin = block.linear
+        shape = (like.shape[0], lin.out_features)  # (N, H)
+        self.below = below  # the block whose output is this block's input (None: the data)
+        self.w, self.gw = views[id(lin.weight)]  # (H, H_in) each
+        self.w_t = self.w.t()  # (H_in, H)
+        self.b, self.gb = _value(views, lin.bias), _grad(views, lin.bias)  # (H,) each
+        self.act = like.new_empty(shape)  # the block's output h (BN: the kernel's, each step)
+        # Gradient buffers are shared between blocks of one width, so that a step's data stays
+        # in cache: dh alternates between two (a block reads its own and writes the one below),
+        # da is used and done with inside one block's backward.
+        index: int = 0 if below is None else below.index + 1
+        self.index: int = index  # this block's position, from the input
+        self.dh = _scratch(scratch, like, shape, index % 2)  # dL/dh, written by the block above
+        self.da = _scratch(scratch, like, shape, 2)  # dL/d(ReLU input) = dh * [h > 0]
+        self.da_t = self.da.t()  # (H, N)
+        self.pre = self.act  # the Linear output
+        self.bn: _BnState | None = None
+        if block.norm is not None:
+            self.bn = _BnState(block.norm, views, steps)
+            # BatchNorm subtracts the batch mean, so the Linear bias before it cancels and its
+            # gradient is exactly 0: it stays out of the loop (write_back adds it to the running
+            # mean, where eager training has it).
+            self.b, self.gb = None, None
+            self.pre = like.new_empty(shape)
+
+
+class _BnState:
+    """One BatchNorm layer inside the fast loop: gamma/beta views, buffers, momentum schedule."""
+
+    def __init__(self, norm: nn.Module, views: _Views, steps: int) -> None:
+        self.weight, self.bias = _value(views, norm.weight), _value(views, norm.bias)  # (H,)
+        self.params = [p for p in (self.weight, self.bias) if p is not None]
+        self.mask = [True, self.weight is not None, self.bias is not None]
+        rm, rv = _buffer(norm, "running_mean"), _buffer(norm, "running_var")
+        self.tracking = bool(getattr(norm, "track_running_stats", True)) and rm is not None
+        # private copies, updated in place by the kernel each step, written back at the end
+        self.running_mean = rm.detach().clone() if self.tracking and rm is not None else None
+        self.running_var = rv.detach().clone() if self.tracking and rv is not None else None
+        tracked = _buffer(norm, "num_batches_tracked")
+        done = int(tracked.item()) if tracked is not None else 0
+        momentum = getattr(norm, "momentum", 0.1)
+        # the weight of step t's batch statistics in the running average
+        self.factors = (
+            [1.0 / (done + t + 1) for t in range(steps)]  # momentum=None: batch k weighs 1/k
+            if momentum is None
+            else [float(momentum)] * steps
+        )
+        self.eps = float(getattr(norm, "eps", 1e-5))
+        self.mean = torch.empty(0)  # this step's batch mean, (H,)
+        self.invstd = torch.empty(0)  # this step's 1 / sqrt(var + eps), (H,)
+
+    def write_back(self, norm: nn.Module, linear_bias: torch.Tensor | None, steps: int) -> None:
+        """Copy the running statistics (and the step count) into ``norm``'s buffers.
+
+        The loop normalized ``h W^T`` without the Linear bias ``b``, so its running mean lacks
+        the part of ``b`` the running average took in: ``b * (1 - prod_t (1 - factor_t))``.
+        """
+        if not self.tracking or self.running_mean is None or self.running_var is None:
+            return
+        mean = self.running_mean
+        if linear_bias is not None:
+            kept = 1.0
+            for f in self.factors:
+                kept *= 1.0 - f
+            mean = torch.add(mean, linear_bias, alpha=1.0 - kept)  # (H,)
+        for name, value in (("running_mean", mean), ("running_var", self.running_var)):
+            buffer = _buffer(norm, name)
+            if buffer is not None:
+                buffer.copy_(value)
+        tracked = _buffer(norm, "num_batches_tracked")
+        if tracked is not None:
+            tracked.add_(steps)
+
+
+def _buffer(module: nn.Module, name: str) -> torch.Tensor | None:
+    value = getattr(module, name, None)
+    return value if isinstance(value, torch.Tensor) else None

@@ -1,0 +1,311 @@
+"""The training loops: ``train_sgd`` basics, and the fast trainer against it.
+
+Parity tolerances: without BatchNorm the fast trainer runs the kernels autograd runs, in the same
+order, so losses, weights and gradients are compared bit for bit (``torch.equal``). With
+BatchNorm its statistics come from torch's fused kernel and the eager path's from
+``normlab.functional.batch_norm``: the two round differently (~1e-7 relative per step). At lr 0.5
+that stays at float32 tolerance for the 30 steps compared (rtol 1e-5, atol 1e-6 on the losses).
+At lr 2.0, the ``bn-lr`` widget's rate, training amplifies rounding: the curves agree to 1e-5 for
+the first 10 steps and can then drift apart by 1e-4 and more (different but equally valid
+trajectories), so only those steps are compared.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from normlab import data, models
+from normlab import nn as nlnn
+from normlab.experiments import run_experiment
+from normlab.experiments.init_train import apply_init
+from normlab.train import train_mlp_fast, train_mlps_fast, train_sgd
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def moons() -> tuple[torch.Tensor, torch.Tensor]:
+    return data.two_moons()
+
+
+def mlp(norm: str = "none", width: int = 64, depth: int = 4, seed: int = 0) -> nn.Sequential:
+    g = torch.Generator().manual_seed(seed)
+    return models.mlp(2, width, depth, out_dim=1, norm=norm, generator=g)
+
+
+def floats(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in model.state_dict().items() if v.dtype.is_floating_point}
+
+
+# --------------------------------------------------------------------------------------------
+# train_sgd
+
+
+def test_train_sgd_learns_moons_with_he_init(moons: tuple[torch.Tensor, torch.Tensor]) -> None:
+    x, y = moons
+    g = torch.Generator().manual_seed(0)
+    net = models.mlp(2, 32, 5, out_dim=1, generator=g)
+    apply_init(net, "he", g)
+    losses = train_sgd(net, x, y, lr=0.2, steps=150)
+    assert losses.shape == (150,) and losses.dtype == torch.float32
+    assert losses[-1] < 0.5 * losses[0]
+    assert losses[-10:].mean() < losses[:10].mean()
+
+
+def test_train_sgd_progress_and_on_step(moons: tuple[torch.Tensor, torch.Tensor]) -> None:
+    x, y = moons
+    net = mlp(width=8, depth=2)
+    calls: list[tuple[int, int]] = []
+    seen: list[tuple[int, float]] = []
+
+    def on_step(step: int, model: nn.Module) -> None:
+        grads = [p.grad for p in model.parameters()]
+        assert all(gr is not None for gr in grads)
+        seen.append((step, sum(float(gr.abs().sum()) for gr in grads if gr is not None)))
+
+    train_sgd(
+        net, x, y, lr=0.1, steps=7, on_step=on_step, progress=lambda d, t: calls.append((d, t))
+    )
+    assert calls == [(i, 7) for i in range(1, 8)]
+    assert [s for s, _ in seen] == list(range(7))
+    assert all(total > 0 for _, total in seen)  # the gradients are set when on_step runs
+
+
+# --------------------------------------------------------------------------------------------
+# the fast trainer against train_sgd
+
+
+@pytest.mark.parametrize("lr", [2.0, 0.2])
+def test_fast_equals_eager_bitwise_without_bn(
+    moons: tuple[torch.Tensor, torch.Tensor], lr: float
+) -> None:
+    x, y = moons
+    eager, fast = mlp(), mlp()
+    expected = train_sgd(eager, x, y, lr=lr, steps=150)
+    got = train_mlp_fast(fast, x, y, lr=lr, steps=150).losses
+    assert torch.equal(got, expected)  # all 150 steps, spike included
+    for k, v in floats(eager).items():
+        assert torch.equal(floats(fast)[k], v), k
+
+
+def test_fast_equals_eager_init_train_net(moons: tuple[torch.Tensor, torch.Tensor]) -> None:
+    x, y = moons
+    g = torch.Generator().manual_seed(0)
+    eager = models.mlp(2, 32, 5, out_dim=1, generator=g)
+    apply_init(eager, "xavier", g)
+    fast = copy.deepcopy(eager)
+    expected = train_sgd(eager, x, y, lr=0.2, steps=150)
+    assert torch.equal(train_mlp_fast(fast, x, y, lr=0.2, steps=150).losses, expected)
+
+
+def test_fast_matches_eager_with_bn(moons: tuple[torch.Tensor, torch.Tensor]) -> None:
+    x, y = moons
+    eager, fast = mlp("batch"), mlp("batch")
+    expected = train_sgd(eager, x, y, lr=0.5, steps=30)
+    got = train_mlp_fast(fast, x, y, lr=0.5, steps=30).losses
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    # weights, gammas, betas, running mean and var after 30 steps; num_batches_tracked exactly
+    torch.testing.assert_close(floats(fast), floats(eager), rtol=1e-5, atol=1e-5)
+    for k, v in eager.state_dict().items():
+        if k.endswith("num_batches_tracked"):
+            assert int(fast.state_dict()[k]) == int(v) == 30
+
+
+def test_fast_matches_eager_with_bn_at_the_widget_rate(
+    moons: tuple[torch.Tensor, torch.Tensor],
+) -> None:
+    x, y = moons
+    eager, fast = mlp("batch"), mlp("batch")
+    expected = train_sgd(eager, x, y, lr=2.0, steps=10)
+    got = train_mlp_fast(fast, x, y, lr=2.0, steps=10).losses
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(floats(fast), floats(eager), rtol=1e-4, atol=1e-4)
+
+
+def bn_net(seed: int = 0, **bn_args: Any) -> nn.Sequential:
+    """A flat 2-16-16-1 net with normlab BatchNorm1d layers built with ``bn_args``."""
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Linear(2, 16),
+        nlnn.BatchNorm1d(16, **bn_args),
+        nn.ReLU(),
+        nn.Linear(16, 16),
+        nlnn.BatchNorm1d(16, **bn_args),
+        nn.ReLU(),
+        nn.Linear(16, 1),
+    )
+
+
+@pytest.mark.parametrize(
+    "bn_args",
+    [
+        {"momentum": None},  # cumulative average
+        {"momentum": 0.3, "eps": 1e-3},
+        {"affine": False},
+        {"track_running_stats": False},
+        {"bias": False},
+    ],
+    ids=lambda a: ",".join(f"{k}={v}" for k, v in a.items()),
+)
+def test_fast_matches_eager_bn_options(
+    moons: tuple[torch.Tensor, torch.Tensor], bn_args: dict[str, Any]
+) -> None:
+    x, y = moons
+    eager, fast = bn_net(**bn_args), bn_net(**bn_args)
+    # some steps already taken: the running average continues from the module's state
+    train_sgd(eager, x, y, lr=0.3, steps=2)
+    train_sgd(fast, x, y, lr=0.3, steps=2)
+    expected = train_sgd(eager, x, y, lr=0.3, steps=12)
+    got = train_mlp_fast(fast, x, y, lr=0.3, steps=12).losses
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(fast.state_dict(), eager.state_dict(), rtol=1e-5, atol=1e-5)
+
+
+def test_fast_accepts_torch_batchnorm_and_flat_sequential(
+    moons: tuple[torch.Tensor, torch.Tensor],
+) -> None:
+    """The seed's own shape: one flat ``nn.Sequential`` with ``torch.nn.BatchNorm1d``."""
+    x, y = moons
+
+    def seed_net() -> nn.Sequential:
+        torch.manual_seed(0)
+        return nn.Sequential(
+            nn.Linear(2, 32), nn.BatchNorm1d(32), nn.ReLU(),
+            nn.Linear(32, 32), nn.BatchNorm1d(32), nn.ReLU(),
+            nn.Linear(32, 1),
+        )  # fmt: skip
+
+    eager, fast = seed_net(), seed_net()
+    expected = train_sgd(eager, x, y, lr=0.5, steps=20)
+    got = train_mlp_fast(fast, x, y, lr=0.5, steps=20).losses
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(fast.state_dict(), eager.state_dict(), rtol=1e-5, atol=1e-5)
+
+
+def test_record_init_matches_autograd(moons: tuple[torch.Tensor, torch.Tensor]) -> None:
+    x, y = moons
+    net = mlp(width=32, depth=3)
+    ref = copy.deepcopy(net)
+    acts = []
+    h = x
+    for block in list(ref)[:-1]:
+        h = block(h)
+        h.retain_grad()
+        acts.append(h)
+    nn.functional.binary_cross_entropy_with_logits(ref[-1](h), y).backward()
+    run = train_mlp_fast(net, x, y, lr=0.1, steps=3, record_init=True)
+    assert len(run.init_outputs) == len(run.init_grads) == 3
+    for a, out, grad in zip(acts, run.init_outputs, run.init_grads, strict=True):
+        assert torch.equal(out, a.detach())
+        assert a.grad is not None and torch.equal(grad, a.grad)
+    assert not run.init_outputs[0].is_inference()  # plain tensors, usable with autograd
+
+
+def test_fast_progress_and_thread_count_restored(
+    moons: tuple[torch.Tensor, torch.Tensor],
+) -> None:
+    x, y = moons
+    threads = torch.get_num_threads()
+    calls: list[tuple[int, int]] = []
+    train_mlp_fast(
+        mlp("batch", width=8), x, y, lr=0.1, steps=5, progress=lambda d, t: calls.append((d, t))
+    )
+    assert calls == [(i, 5) for i in range(1, 6)]
+    assert torch.get_num_threads() == threads
+
+
+def test_train_mlps_fast_parallel_equals_sequential(
+    moons: tuple[torch.Tensor, torch.Tensor],
+) -> None:
+    x, y = moons
+    threads = torch.get_num_threads()
+    calls: list[int] = []
+    par = train_mlps_fast(
+        [mlp(), mlp("batch")], x, y, lr=2.0, steps=40, progress=lambda d, t: calls.append(d)
+    )
+    seq = train_mlps_fast([mlp(), mlp("batch")], x, y, lr=2.0, steps=40, parallel=False)
+    for a, b in zip(par, seq, strict=True):
+        assert torch.equal(a.losses, b.losses)  # each run is deterministic on one thread
+    assert calls == list(range(1, 41))  # progress follows the first model
+    assert torch.get_num_threads() == threads
+    assert train_mlps_fast([], x, y, lr=0.1, steps=3) == []
+
+
+def test_train_mlps_fast_reraises_worker_errors(moons: tuple[torch.Tensor, torch.Tensor]) -> None:
+    x, y = moons
+    bad = nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Linear(4, 1))
+    with pytest.raises(ValueError, match="not supported"):
+        train_mlps_fast([mlp(width=8), bad], x, y, lr=0.1, steps=2)
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Linear(4, 1)),
+        nn.Sequential(nn.Linear(2, 4), nlnn.LayerNorm(4), nn.ReLU(), nn.Linear(4, 1)),
+        nn.Sequential(nn.Linear(2, 4), nn.ReLU()),
+        nn.Sequential(),
+    ],
+    ids=["tanh", "layernorm", "no-head", "empty"],
+)
+def test_fast_refuses_other_models(
+    moons: tuple[torch.Tensor, torch.Tensor], model: nn.Module
+) -> None:
+    x, y = moons
+    with pytest.raises(ValueError, match=r"not supported, use Linear -> \[BatchNorm1d\] -> ReLU"):
+        train_mlp_fast(model, x, y, lr=0.1, steps=1)
+
+
+def test_fast_refuses_shared_parameters(moons: tuple[torch.Tensor, torch.Tensor]) -> None:
+    x, y = moons
+    tied = nn.Linear(4, 4)
+    model = nn.Sequential(
+        nn.Linear(2, 4), nn.ReLU(), tied, nn.ReLU(), tied, nn.ReLU(), nn.Linear(4, 1)
+    )
+    with pytest.raises(ValueError, match="shares a parameter"):
+        train_mlp_fast(model, x, y, lr=0.1, steps=1)
+
+
+def test_fast_refuses_one_value_per_channel() -> None:
+    x, y = torch.randn(1, 2), torch.ones(1, 1)
+    with pytest.raises(ValueError, match="more than 1 value per channel"):
+        train_mlp_fast(mlp("batch", width=4, depth=1), x, y, lr=0.1, steps=1)
+
+
+@pytest.mark.parametrize("name", ["bn-lr", "init-train"])
+def test_experiments_report_progress(name: str) -> None:
+    calls: list[tuple[int, int]] = []
+    run_experiment(name, progress=lambda d, t: calls.append((d, t)), steps=6)
+    assert calls == [(i, 6) for i in range(1, 7)]
+
+
+# --------------------------------------------------------------------------------------------
+# the benchmark script
+
+
+@pytest.mark.slow
+def test_widgets_benchmark_quick_runs() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "widgets.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=540,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    for widget in ("bn-lr", "init-train", "symmetry", "variance"):
+        assert any(line.startswith(f"ratio {widget}: ") for line in lines), proc.stdout
+    assert any(line.startswith("verdict: ") for line in lines), proc.stdout
+    assert any(line.startswith("same data: ") for line in lines), proc.stdout
