@@ -157,3 +157,15 @@ def test_bn_lr() -> None:
     assert plain.shape == bn.shape == (150,)
     assert plain.max() > 4 and 50 <= int(plain.argmax()) <= 70  # the spike near step 60
     assert np.all(bn < 4) and bn[20:].max() < 0.5  # with BN it stays low
+
+
+def test_bn_lr_sweep_beyond_the_seeds() -> None:
+    """Not a seed figure: the sweep the lab adds. BN keeps every rate up to 3.0 trainable."""
+    r = run_experiment("bn-lr-sweep")
+    plain, bn = r.curves
+    assert (plain.batch_norm, bn.batch_norm) == (False, True)
+    assert len(r.lrs) == 12 and r.lrs[0] == pytest.approx(0.1) and r.lrs[-1] == pytest.approx(3.0)
+    assert all(bn.stable)
+    assert plain.largest_stable_lr_index is not None
+    assert r.lrs[plain.largest_stable_lr_index] < 0.5  # without BN, spikes start below 0.5
+    assert not any(plain.stable[i] for i, lr in enumerate(r.lrs) if lr > 1.0)

@@ -29,6 +29,7 @@ NAMES = [
     "init-train",
     "bn-from-scratch",
     "bn-lr",
+    "bn-lr-sweep",
 ]
 
 
@@ -54,10 +55,17 @@ def test_declarations_are_complete_and_defaults_valid(name: str) -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_small_runs_give_json_ready_results_that_record_their_params(name: str) -> None:
-    small = {"steps": 3, "depth": 3, "passes": 2, "parity_batches": 2, "hist_layer": 2}
-    params = {
-        k: v for k, v in small.items() if k in {p.name for p in get_experiment(name).parameters}
+    small = {
+        "steps": 3,
+        "depth": 3,
+        "passes": 2,
+        "parity_batches": 2,
+        "hist_layer": 2,
+        "points": 2,
+        "tail": 2,
     }
+    declared = {p.name: p for p in get_experiment(name).parameters}
+    params = {k: max(v, declared[k].min or v) for k, v in small.items() if k in declared}
     r = run_experiment(name, **params)
     d = r.to_dict()
     text = json.dumps(d, allow_nan=False)  # strict JSON: no NaN/inf

@@ -15,6 +15,7 @@ from normlab.experiments import (
     bn_columns,
     bn_from_scratch,
     bn_lr,
+    bn_lr_sweep,
     bn_running_stats,
     bn_stack,
     drift,
@@ -48,6 +49,7 @@ _REGISTRY: dict[str, Experiment] = {
         init_train,
         bn_from_scratch,
         bn_lr,
+        bn_lr_sweep,
     )
 }
 
