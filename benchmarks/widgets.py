@@ -29,10 +29,14 @@ Usage::
 
 import argparse
 import itertools
+import json
 import os
+import socket
 import statistics
+import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -327,7 +331,79 @@ def main(argv: list[str] | None = None) -> int:
     passed = all(ok for _, _, ok in verdicts)
     summary = ", ".join(f"{w} {r:.2f}x" for w, r, _ in verdicts)
     print(f"verdict: {'PASS' if passed else 'FAIL'} ({summary}; target {TARGET:g}x)")
+    http_section(3 if args.quick else 25)
     return 0
+
+
+# --------------------------------------------------------------------------------------------
+# Through HTTP: a real lab server, request to answer, new parameters and then cached
+
+HTTP_WIDGETS = {
+    "bn-lr": {"batch_norm": True, "lr": 1.7},
+    "init-train": {"method": "xavier"},
+    "symmetry": {"random_init": True, "const": 0.3},
+    "variance": {"gains": [1.07], "depth": 30},
+}
+CACHED_TARGET_MS = 10.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _post(url: str, body: dict[str, Any]) -> float:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"content-type": "application/json"}
+    )
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(request, timeout=600) as response:
+        response.read()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def http_section(cached_repeats: int) -> None:
+    """Time each seed widget through a real ``normlab lab`` server (loopback HTTP)."""
+    port = _free_port()
+    code = (
+        "import uvicorn; from normlab.lab.app import create_app; "
+        f"uvicorn.run(create_app(), host='127.0.0.1', port={port}, log_level='warning')"
+    )
+    server = subprocess.Popen([sys.executable, "-c", code])
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            try:
+                urllib.request.urlopen(base + "/api/experiments", timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        _post(base + "/api/experiments/linear-scale", {})  # first-request costs (imports)
+        print(
+            f"http: request to answer through a lab server on 127.0.0.1 ({cached_repeats} "
+            f"cached repeats)"
+        )
+        worst = 0.0
+        for widget, params in HTTP_WIDGETS.items():
+            url = f"{base}/api/experiments/{widget}"
+            body = {**params, "seed": 7}  # a parameter set this server has not seen
+            first = _post(url, body)
+            cached = [_post(url, body) for _ in range(cached_repeats)]
+            med = statistics.median(cached)
+            worst = max(worst, med)
+            print(
+                f"  {widget:11s} new parameters {first:8.1f} ms   cached median {med:6.2f} ms "
+                f"(max {max(cached):6.2f} ms)"
+            )
+        ok = worst < CACHED_TARGET_MS
+        print(
+            f"cached answers: slowest median {worst:.2f} ms -> "
+            f"{'meets' if ok else 'misses'} the {CACHED_TARGET_MS:g} ms target"
+        )
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 if __name__ == "__main__":
