@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from normlab import functional as F
+from normlab import init
 
 __all__ = ["BatchNorm1d", "BatchNorm2d", "GroupNorm", "LayerNorm", "RMSNorm"]
 
@@ -31,6 +32,27 @@ def _as_shape(normalized_shape: _Shape) -> tuple[int, ...]:
     if isinstance(normalized_shape, int):
         return (normalized_shape,)
     return tuple(int(s) for s in normalized_shape)
+
+
+def _add_affine(
+    module: nn.Module, shape: tuple[int, ...], affine: bool, bias: bool, factory: dict[str, Any]
+) -> None:
+    """Register ``weight`` (and ``bias`` when asked) of ``shape``, or ``None`` for each, as torch's
+    layers do: the names and ``None`` entries make the ``state_dict`` keys match torch's."""
+    weight = nn.Parameter(torch.empty(shape, **factory)) if affine else None
+    module.register_parameter("weight", weight)
+    module.register_parameter(
+        "bias", nn.Parameter(torch.empty(shape, **factory)) if affine and bias else None
+    )
+
+
+def _reset_affine(module: nn.Module) -> None:
+    """``weight`` to 1 and ``bias`` to 0, where they exist."""
+    weight, bias = getattr(module, "weight", None), getattr(module, "bias", None)
+    if weight is not None:
+        init.ones_(weight)
+    if bias is not None:
+        init.zeros_(bias)
 
 
 class _BatchNorm(nn.Module):
@@ -61,15 +83,7 @@ class _BatchNorm(nn.Module):
         self.track_running_stats = track_running_stats
         self.weight: nn.Parameter | None
         self.bias: nn.Parameter | None
-        if affine:
-            self.weight = nn.Parameter(torch.empty(num_features, **factory))
-            if bias:
-                self.bias = nn.Parameter(torch.empty(num_features, **factory))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _add_affine(self, (num_features,), affine, bias, factory)
         self.running_mean: Tensor | None
         self.running_var: Tensor | None
         self.num_batches_tracked: Tensor | None
@@ -97,10 +111,7 @@ class _BatchNorm(nn.Module):
     def reset_parameters(self) -> None:
         """Reset the running statistics and set ``weight`` to 1 and ``bias`` to 0."""
         self.reset_running_stats()
-        if self.weight is not None:
-            nn.init.ones_(self.weight)
-        if self.bias is not None:
-            nn.init.zeros_(self.bias)
+        _reset_affine(self)
 
     def extra_repr(self) -> str:
         return (
@@ -306,23 +317,12 @@ class LayerNorm(nn.Module):
         self.elementwise_affine = elementwise_affine
         self.weight: nn.Parameter | None
         self.bias: nn.Parameter | None
-        if elementwise_affine:
-            self.weight = nn.Parameter(torch.empty(self.normalized_shape, **factory))
-            if bias:
-                self.bias = nn.Parameter(torch.empty(self.normalized_shape, **factory))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _add_affine(self, self.normalized_shape, elementwise_affine, bias, factory)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """Set ``weight`` to 1 and ``bias`` to 0."""
-        if self.weight is not None:
-            nn.init.ones_(self.weight)
-        if self.bias is not None:
-            nn.init.zeros_(self.bias)
+        _reset_affine(self)
 
     def forward(self, input: Tensor) -> Tensor:
         return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -390,23 +390,12 @@ class GroupNorm(nn.Module):
         self.affine = affine
         self.weight: nn.Parameter | None
         self.bias: nn.Parameter | None
-        if affine:
-            self.weight = nn.Parameter(torch.empty(num_channels, **factory))
-            if bias:
-                self.bias = nn.Parameter(torch.empty(num_channels, **factory))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _add_affine(self, (num_channels,), affine, bias, factory)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """Set ``weight`` to 1 and ``bias`` to 0."""
-        if self.weight is not None:
-            nn.init.ones_(self.weight)
-        if self.bias is not None:
-            nn.init.zeros_(self.bias)
+        _reset_affine(self)
 
     def forward(self, input: Tensor) -> Tensor:
         return F.group_norm(input, self.num_groups, self.weight, self.bias, self.eps)
@@ -461,18 +450,13 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.elementwise_affine = elementwise_affine
         self.weight: nn.Parameter | None
-        if elementwise_affine:
-            self.weight = nn.Parameter(
-                torch.empty(self.normalized_shape, device=device, dtype=dtype)
-            )
-        else:
-            self.register_parameter("weight", None)
+        weight = torch.empty(self.normalized_shape, device=device, dtype=dtype)
+        self.register_parameter("weight", nn.Parameter(weight) if elementwise_affine else None)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         """Set ``weight`` to 1."""
-        if self.weight is not None:
-            nn.init.ones_(self.weight)
+        _reset_affine(self)
 
     def forward(self, input: Tensor) -> Tensor:
         return F.rms_norm(input, self.normalized_shape, self.weight, self.eps)
