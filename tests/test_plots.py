@@ -29,6 +29,7 @@ from matplotlib.patches import Rectangle, StepPatch
 from normlab import plots
 from normlab.experiments import Result, list_experiments, run_experiment
 from normlab.experiments.bn_lr import BnLrResult
+from normlab.experiments.bn_lr_sweep import BnLrSweepResult, SweepCurve
 from normlab.experiments.bn_running_stats import RunningStatsResult
 from normlab.experiments.init_compare import Histogram, InitCompareResult, SchemeCurve
 from normlab.experiments.init_train import InitTrainResult
@@ -48,6 +49,7 @@ SMALL: dict[str, dict[str, Any]] = {
     "init-train": {"hidden_layers": 3, "width": 8, "steps": 10},
     "bn-from-scratch": {"batch": 128, "parity_batches": 2},
     "bn-lr": {"steps": 10, "hidden_layers": 2, "width": 16},
+    "bn-lr-sweep": {"points": 3, "steps": 12, "tail": 2, "width": 8, "hidden_layers": 2},
 }
 
 N_AXES = {
@@ -62,6 +64,7 @@ N_AXES = {
     "init-train": 2,
     "bn-from-scratch": 3,
     "bn-lr": 1,
+    "bn-lr-sweep": 1,
 }
 
 NAMES = [e.name for e in list_experiments()]
@@ -230,6 +233,34 @@ def test_bn_lr_chosen_curve_is_bold() -> None:
     assert f"learning rate {r.lr:g}" in drawn("bn-lr").get_suptitle()
 
 
+def test_bn_lr_sweep_final_losses_on_log_axes() -> None:
+    r: Any = result("bn-lr-sweep")
+    fig = drawn("bn-lr-sweep")
+    (ax,) = fig.axes
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    for c in r.curves:
+        name = "with BN" if c.batch_norm else "without BN"
+        final = line(ax, name)
+        assert xdata(final) == r.lrs
+        assert ydata(final) == c.final_losses
+        assert ydata(line(ax, f"_peak {name}")) == c.peak_losses
+        i = c.largest_stable_lr_index
+        if i is not None:  # the vertical dotted line sits at the largest stable rate
+            mark = line(ax, f"largest stable rate {name}: {r.lrs[i]:.3g}")
+            assert xdata(mark) == [r.lrs[i]] * 2
+    # a point is hollow exactly where the run was not stable
+    for c in r.curves:
+        name = "with BN" if c.batch_norm else "without BN"
+        stable = [x for x, ok in zip(r.lrs, c.stable, strict=True) if ok]
+        unstable = [x for x, ok in zip(r.lrs, c.stable, strict=True) if not ok]
+        assert xdata(line(ax, f"_stable {name}")) == stable
+        hollow = line(ax, f"_unstable {name}")
+        assert xdata(hollow) == unstable
+        assert hollow.get_markerfacecolor() == "white"
+    assert "largest stable rate" in ax.get_title()
+    assert "steps 12" in fig.get_suptitle()
+
+
 # -- non-finite data -------------------------------------------------------------------------------
 
 NAN, INF = math.nan, math.inf
@@ -241,6 +272,30 @@ def test_bn_lr_non_finite_losses_drawn_at_the_clip() -> None:
     (ax,) = plots.figure(r).axes
     assert ydata(line(ax, "without BN")) == [0.7, 5.0, 5.0, 5.0]
     assert ydata(line(ax, "with BN (chosen)")) == [0.7, 0.5, 0.4, 0.3]
+
+
+def test_bn_lr_sweep_diverged_runs_drawn_at_the_ceiling() -> None:
+    lrs = [0.1, 1.0, 10.0]
+    diverged: list[Any] = [0.2, None, INF]  # None: what to_dict makes of a non-finite loss
+    plain = SweepCurve(False, diverged, [0.7, NAN, 12.0], [True, False, False])
+    bn = SweepCurve(True, [0.05, 0.04, 0.0], [0.3, 0.2, 0.1], [True, True, True])
+    fig = plots.figure(BnLrSweepResult(lrs=lrs, curves=[plain, bn]))
+    (ax,) = fig.axes
+    assert ydata(line(ax, "without BN")) == [0.2, 5.0, 5.0]
+    assert ydata(line(ax, "_peak without BN")) == [0.7, 5.0, 5.0]
+    assert ydata(line(ax, "with BN")) == [0.05, 0.04, 1e-6]  # 0 floored for the log axis
+    assert any("not finite or above 5" in t.get_text() for t in ax.texts)
+    assert "without BN 0.1" in ax.get_title() and "with BN 10 (the largest tried)" in ax.get_title()
+
+
+def test_bn_lr_sweep_with_no_stable_rate() -> None:
+    flat = SweepCurve(False, [0.6, 0.6], [0.7, 0.7], [False, False])
+    fig = plots.figure(
+        BnLrSweepResult(lrs=[0.5, 1.0], curves=[flat, dataclasses.replace(flat, batch_norm=True)])
+    )
+    (ax,) = fig.axes
+    assert "without BN none, with BN none" in ax.get_title()
+    assert not [ln for ln in ax.lines if ln.get_label().startswith("largest stable")]
 
 
 def test_results_rebuilt_from_json_with_nulls_draw() -> None:

@@ -25,11 +25,13 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from normlab.experiments.base import Result
 from normlab.experiments.bn_columns import BnColumnsResult
 from normlab.experiments.bn_from_scratch import BnFromScratchResult
 from normlab.experiments.bn_lr import BnLrResult
+from normlab.experiments.bn_lr_sweep import BnLrSweepResult
 from normlab.experiments.bn_running_stats import RunningStatsResult
 from normlab.experiments.drift import StackResult
 from normlab.experiments.init_compare import Histogram, InitCompareResult
@@ -44,6 +46,7 @@ FORMATS = (".png", ".svg")
 """File suffixes :func:`save` writes."""
 
 LOSS_CLIP = 5.0  # bn-lr: a diverging loss is drawn at this ceiling, as the seed does
+SWEEP_FLOOR = 1e-6  # bn-lr-sweep: a final loss of 0 still shows on the log axis
 LOG_FLOOR = 1e-30  # a collapsed variance (0 in float32) still shows on a log axis
 INIT_TRAIN_FLOOR = 1e-12
 MAX_LINES = 8  # per-feature curves beyond this crowd the axes
@@ -560,6 +563,113 @@ def _bn_lr(r: BnLrResult) -> Figure:
     return fig
 
 
+def _sweep_losses(values: Any) -> tuple[FloatArray, bool]:
+    """Losses for the sweep's log axis: non-finite or above the ceiling drawn at ``LOSS_CLIP``.
+
+    Also whether any value sat above the ceiling or was not finite (the plot then says so).
+    """
+    a = _floats(values)
+    high = ~np.isfinite(a) | (a > LOSS_CLIP)
+    return np.where(high, LOSS_CLIP, np.maximum(a, SWEEP_FLOOR)), bool(high.any())
+
+
+def _lr_axis(ax: Axes, lrs: FloatArray) -> None:
+    """Log x axis labelled in plain numbers (0.1, 0.2, 0.3, 0.5, 1, 2), not powers of ten."""
+    ok = lrs[np.isfinite(lrs) & (lrs > 0)]
+    if not ok.size:  # nothing to place on a log axis (a result rebuilt from broken JSON)
+        return
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(LogLocator(base=10.0, subs=(1.0, 2.0, 3.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlim(float(ok.min()) / 1.15, float(ok.max()) * 1.15)
+
+
+def _bn_lr_sweep(r: BnLrSweepResult) -> Figure:
+    fig, (ax,) = _new(width=7.5, height=5.2)
+    lrs = _floats(r.lrs)
+    curves: list[Line2D] = []  # legend, first column: the two settings and the peak key
+    rates: list[Line2D] = []  # second column: the largest stable rates and the threshold
+    clipped = False
+    stable_at: list[str] = []
+    for c in r.curves:
+        name = "with BN" if c.batch_norm else "without BN"
+        color = "tab:blue" if c.batch_norm else "tab:red"
+        final, high_f = _sweep_losses(c.final_losses)
+        peak, high_p = _sweep_losses(c.peak_losses)
+        clipped |= high_f or high_p
+        stable = np.array(c.stable, dtype=bool)
+        (ln,) = ax.plot(lrs, final, "-", color=color, lw=2.0, label=name, zorder=3)
+        curves.append(ln)
+        ax.plot(
+            lrs[stable], final[stable], "o", ms=7, color=color, label=f"_stable {name}", zorder=4
+        )
+        ax.plot(
+            lrs[~stable],
+            final[~stable],
+            "o",
+            ms=7,
+            mfc="white",
+            mec=color,
+            mew=1.6,
+            label=f"_unstable {name}",
+            zorder=4,
+        )
+        ax.plot(lrs, peak, "^", ms=6, color=color, alpha=0.35, label=f"_peak {name}", zorder=2)
+        i = c.largest_stable_lr_index
+        best = lrs[i] if i is not None else math.nan
+        top = " (the largest tried)" if i is not None and i == len(lrs) - 1 else ""
+        stable_at.append(f"{name} {_fmt(best, '.3g') if i is not None else 'none'}{top}")
+        if math.isfinite(best) and best > 0:
+            label = f"largest stable rate {name}: {_fmt(best, '.3g')}"
+            rates.append(ax.axvline(best, color=color, ls=":", lw=1.5, label=label))
+    curves.append(
+        Line2D([], [], ls="", marker="^", color="gray", alpha=0.35, label="peak loss after warm-up")
+    )
+    stable_loss = r.params.get("stable_loss")
+    if isinstance(stable_loss, (int, float)):
+        label = f"stable_loss {stable_loss:g}"
+        rates.append(ax.axhline(stable_loss, color="gray", ls="--", lw=0.9, label=label))
+    markers = [
+        Line2D([], [], ls="", marker="o", color="gray", label="filled: stable"),
+        Line2D(
+            [], [], ls="", marker="o", mfc="white", mec="gray", mew=1.6, label="hollow: unstable"
+        ),
+    ]
+    ax.axhline(LOSS_CLIP, color="k", lw=0.8, alpha=0.6)
+    ax.text(
+        0.01,
+        LOSS_CLIP,
+        f"{'not finite or ' if clipped else ''}above {LOSS_CLIP:g}: drawn on this line",
+        transform=ax.get_yaxis_transform(),
+        fontsize=7.5,
+        va="bottom",
+        color="0.3",
+    )
+    ax.set_yscale("log")
+    finals = [v for c in r.curves for v in _sweep_losses(c.final_losses)[0]]
+    ax.set_ylim(min([0.1, *finals]) / 1.6, LOSS_CLIP * 1.6)
+    _lr_axis(ax, lrs)
+    ax.set_xlabel("learning rate (log scale)")
+    tail = r.params.get("tail")
+    last = f"the last {tail} steps" if isinstance(tail, int) else "the last steps"
+    ax.set_ylabel(f"final loss (mean of {last}, log scale)")
+    ax.set_title(
+        "largest stable rate: " + ", ".join(stable_at) + "\nstable: ends below stable_loss "
+        "and never climbs above its starting loss after warm-up",
+        fontsize=9,
+    )
+    handles = [*curves, *rates, *markers]
+    fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=8)
+    _title(
+        fig,
+        "Final loss against the learning rate, with and without BatchNorm",
+        r,
+        ("hidden_layers", "width", "steps", "stable_loss", "seed"),
+    )
+    return fig
+
+
 _DRAW: dict[type[Result], Callable[[Any], Figure]] = {
     LinearScaleResult: _linear_scale,
     StackResult: _stack,
@@ -571,6 +681,7 @@ _DRAW: dict[type[Result], Callable[[Any], Figure]] = {
     InitTrainResult: _init_train,
     BnFromScratchResult: _bn_from_scratch,
     BnLrResult: _bn_lr,
+    BnLrSweepResult: _bn_lr_sweep,
 }
 
 

@@ -1,4 +1,5 @@
-"""What each widget's plot must show for a Result: trace ``meta`` -> y values.
+"""What each widget's plot must show for a Result: trace ``meta`` -> y values (``EXPECTED``),
+and, where the x values carry data too, trace ``meta`` -> x values (``EXPECTED_X``).
 
 These mirror ``lab.js``'s views (and ``normlab.plots``): the same fields, floors and clipping.
 """
@@ -12,6 +13,7 @@ from typing import Any
 LOG_FLOOR = 1e-30
 INIT_TRAIN_FLOOR = 1e-12
 LOSS_CLIP = 5.0
+SWEEP_FLOOR = 1e-6
 MAX_LINES = 8
 
 Traces = dict[str, list[Any]]
@@ -75,6 +77,35 @@ def _bn_lr(r: dict[str, Any]) -> Traces:
     }
 
 
+def _sweep_shown(xs: list[float | None]) -> list[float]:
+    """Not finite or above the ceiling: on the ceiling; otherwise floored for the log axis."""
+    return [
+        LOSS_CLIP if v is None or not math.isfinite(v) or v > LOSS_CLIP else max(v, SWEEP_FLOOR)
+        for v in xs
+    ]
+
+
+def _bn_lr_sweep(r: dict[str, Any]) -> Traces:
+    out: Traces = {}
+    for c in r["curves"]:
+        bn = "true" if c["batch_norm"] else "false"
+        out[f"final:{bn}"] = out[f"dots:{bn}"] = _sweep_shown(c["final_losses"])
+        out[f"peak:{bn}"] = _sweep_shown(c["peak_losses"])
+    return out
+
+
+def _bn_lr_sweep_x(r: dict[str, Any]) -> Traces:
+    out: Traces = {}
+    for c in r["curves"]:
+        bn = "true" if c["batch_norm"] else "false"
+        out[f"final:{bn}"] = out[f"dots:{bn}"] = r["lrs"]
+        out[f"peak:{bn}"] = r["lrs"]
+        stable = [i for i, ok in enumerate(c["stable"]) if ok]
+        if stable:  # a dotted vertical line at the largest stable rate (its y spans the axis)
+            out[f"largest:{bn}"] = [r["lrs"][stable[-1]]] * 2
+    return out
+
+
 EXPECTED: dict[str, Callable[[dict[str, Any]], Traces]] = {
     "linear-scale": lambda r: {
         "input_std": [r["input_std"], r["scaled_input_std"]],
@@ -103,4 +134,9 @@ EXPECTED: dict[str, Callable[[dict[str, Any]], Traces]] = {
         "rescaled": r["rescaled_hist"]["counts"],
     },
     "bn-lr": _bn_lr,
+    "bn-lr-sweep": _bn_lr_sweep,
+}
+
+EXPECTED_X: dict[str, Callable[[dict[str, Any]], Traces]] = {
+    "bn-lr-sweep": _bn_lr_sweep_x,
 }

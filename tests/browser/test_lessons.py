@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from lab_traces import EXPECTED
+from lab_traces import EXPECTED, EXPECTED_X
 from labpage import SCREENSHOTS, api, registry
 
 from normlab.lab.lessons import LESSONS
@@ -25,7 +25,10 @@ SLUGS = [lesson.slug for lesson in LESSONS]
 # starting from the address is itself part of what is tested.
 PRESETS = {
     "initialization": "?symmetry.steps=8&init-train.steps=12&init-compare.depth=12",
-    "bn-from-scratch": "?bn-lr.steps=12&bn-from-scratch.parity_batches=2",
+    "bn-from-scratch": (
+        "?bn-lr.steps=12&bn-from-scratch.parity_batches=2"
+        "&bn-lr-sweep.points=3&bn-lr-sweep.steps=30&bn-lr-sweep.tail=3"
+    ),
 }
 
 SETTLED = """([id, error]) => {
@@ -79,11 +82,14 @@ def check_plot(base: str, snap: dict[str, Any]) -> None:
     status, answer = api(base, snap["experiment"], snap["lastParams"])
     assert status == 200, answer
     assert snap["result"] == answer
-    traces = {t["meta"]: t["y"] for t in snap["traces"] if t["meta"] is not None}
-    expected = EXPECTED[snap["experiment"]](answer)
-    assert set(expected) <= set(traces), f"missing traces {set(expected) - set(traces)}"
-    for meta, ys in expected.items():
-        assert traces[meta] == ys, f"{snap['experiment']}: trace {meta} differs from the API"
+    name = snap["experiment"]
+    checks = [("y", EXPECTED[name]), *([("x", EXPECTED_X[name])] if name in EXPECTED_X else [])]
+    for axis, traces_of in checks:
+        traces = {t["meta"]: t[axis] for t in snap["traces"] if t["meta"] is not None}
+        expected = traces_of(answer)
+        assert set(expected) <= set(traces), f"missing traces {set(expected) - set(traces)}"
+        for meta, values in expected.items():
+            assert traces[meta] == values, f"{name}: trace {meta} {axis} differs from the API"
 
 
 def open_lesson(page: Any, server: str, slug: str, query: str = "") -> list[str]:

@@ -76,6 +76,26 @@ def test_lesson_shows_live_seed_figures(lesson_pages: dict[str, str], slug: str)
     assert not missing, f"{slug} lacks the figures {missing}"
 
 
+def test_bn_from_scratch_tells_the_live_sweep(lesson_pages: dict[str, str], runner: Runner) -> None:
+    """The sweep's numbers in the text are the run's: largest stable rates, counts, their ratio."""
+    text = lesson_pages["bn-from-scratch"]
+    sweep = runner.run("bn-lr-sweep", {})  # what the page rendered (a cache hit)
+    n = len(sweep["lrs"])
+    best = {}
+    for c in sweep["curves"]:
+        stable = [i for i, ok in enumerate(c["stable"]) if ok]
+        best[c["batch_norm"]] = lr = sweep["lrs"][stable[-1]]
+        which = "with" if c["batch_norm"] else "without"
+        printed = f"{which} BN: {len(stable)} of {n} rates stable, the largest {lr:.3g}"
+        assert printed in text  # the listing's output
+    plain, bn = best[False], best[True]
+    assert plain < bn
+    assert f"the stable region ends at a learning rate of {sci(plain)}." in text
+    assert f"{sci(bn)}, the largest tried" in text or f"the largest {sci(bn)}" in text
+    assert f"stable region {num(bn / plain, 1)} times further out" in text
+    assert f"stable up to {sci(bn)} instead of {sci(plain)}" in text  # the key points
+
+
 @pytest.mark.parametrize("slug", [lesson.slug for lesson in LESSONS])
 def test_lesson_links_home_and_neighbours(lesson_pages: dict[str, str], slug: str) -> None:
     text = lesson_pages[slug]

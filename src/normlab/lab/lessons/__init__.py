@@ -61,7 +61,7 @@ _ORDER = (
         "BatchNorm from scratch, and training fast",
         "Write the normalization yourself, check it against PyTorch to float precision, and "
         "train a deep net at a learning rate that breaks it without BatchNorm.",
-        ("bn-from-scratch", "bn-lr"),
+        ("bn-from-scratch", "bn-lr", "bn-lr-sweep"),
     ),
 )
 

@@ -19,6 +19,8 @@
   const LOG_FLOOR = 1e-30; // a collapsed variance (0 in float32) still shows on a log axis
   const INIT_TRAIN_FLOOR = 1e-12;
   const LOSS_CLIP = 5; // bn-lr: a diverging loss is drawn at this ceiling
+  const SWEEP_FLOOR = 1e-6; // bn-lr-sweep: a final loss of 0 still shows on the log axis
+  const LR_TICKS = [0.01, 0.02, 0.03, 0.05, 0.1, 0.2, 0.3, 0.5, 1, 2, 3, 5];
   const MAX_LINES = 8;
   const COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
     "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
@@ -920,6 +922,94 @@
           title: title(`Learning rate ${r.lr}: batch norm ${r.batch_norm ? "on" : "off"} (bold), the other setting thin`),
         },
         tables: [{ caption: `training loss at learning rate ${r.lr}`, columns: ["", "first", "last", "highest"], rows }],
+      };
+    },
+
+    "bn-lr-sweep": (r) => {
+      // non-finite or above the ceiling: drawn on the ceiling line; 0: at the floor of the log axis
+      const shown = (xs) => xs.map((v) => (isNum(v) ? (v > LOSS_CLIP ? LOSS_CLIP : Math.max(v, SWEEP_FLOOR)) : LOSS_CLIP));
+      const clipped = r.curves.some((c) => [...c.final_losses, ...c.peak_losses].some((v) => !isNum(v) || v > LOSS_CLIP));
+      const n = r.lrs.length;
+      const finals = r.curves.flatMap((c) => shown(c.final_losses));
+      const yLo = Math.min(0.1, ...finals) / 1.6;
+      const yHi = LOSS_CLIP * 1.6;
+      const xs = r.lrs.filter((v) => isNum(v) && v > 0);
+      const xLo = xs.length ? Math.min(...xs) / 1.15 : 0.1;
+      const xHi = xs.length ? Math.max(...xs) * 1.15 : 1;
+      const stableLoss = r.params?.stable_loss;
+      const data = [];
+      const best = {};
+      for (const c of r.curves) {
+        const bn = c.batch_norm;
+        const name = bn ? "with BN" : "without BN";
+        const color = bn ? BLUE : RED;
+        const largest = c.stable.lastIndexOf(true);
+        best[bn] = largest;
+        data.push(
+          { type: "scatter", mode: "lines", name, meta: `final:${bn}`, legendgroup: name, x: r.lrs,
+            y: shown(c.final_losses), line: { color, width: 2.5 }, hoverinfo: "skip" },
+          // the dots on top of the line: filled where the run was stable, hollow where not
+          { type: "scatter", mode: "markers", name, meta: `dots:${bn}`, legendgroup: name, x: r.lrs,
+            y: shown(c.final_losses), showlegend: false,
+            marker: { size: 9, color: c.stable.map((ok) => (ok ? color : "#ffffff")), line: { color, width: 2 } },
+            customdata: c.stable.map((ok, i) => [ok ? "stable" : "unstable", sig(c.final_losses[i]), sig(c.peak_losses[i])]),
+            hovertemplate: `${name}, lr %{x:.3g}: final loss %{customdata[1]}, peak %{customdata[2]} (%{customdata[0]})<extra></extra>` },
+          { type: "scatter", mode: "markers", name: `${name}: peak loss`, meta: `peak:${bn}`, legendgroup: name, x: r.lrs,
+            y: shown(c.peak_losses), marker: { symbol: "triangle-up", size: 10, color }, opacity: 0.4, showlegend: false,
+            customdata: c.peak_losses.map((v) => sig(v)),
+            hovertemplate: `${name}, lr %{x:.3g}: peak loss after warm-up %{customdata}<extra></extra>` },
+        );
+        if (largest >= 0 && isNum(r.lrs[largest])) {
+          const lr = r.lrs[largest];
+          data.push({ type: "scatter", mode: "lines", name: `largest stable rate ${name}: ${sig(lr, 3)}`, meta: `largest:${bn}`,
+            x: [lr, lr], y: [yLo, yHi], line: { color, width: 1.5, dash: "dot" }, hoverinfo: "skip" });
+        }
+      }
+      const key = (name, marker) => ({ type: "scatter", mode: "markers", name, x: [null], y: [null], marker, hoverinfo: "skip" });
+      data.push(
+        key("peak loss after warm-up", { symbol: "triangle-up", size: 10, color: GRAY, opacity: 0.5 }),
+        key("filled: stable", { size: 9, color: GRAY }),
+        key("hollow: unstable", { size: 9, color: "#ffffff", line: { color: GRAY, width: 2 } }),
+      );
+      const shapes = [{ type: "line", xref: "x domain", yref: "y", x0: 0, x1: 1, y0: LOSS_CLIP, y1: LOSS_CLIP,
+        line: { color: "#000", width: 1 }, opacity: 0.6 }];
+      if (isNum(stableLoss)) {
+        shapes.push(hline(stableLoss, "x", "y", "dash"));
+        data.push({ type: "scatter", mode: "lines", name: `stable_loss ${stableLoss}`, x: [null], y: [null],
+          line: { color: GRAY, width: 1, dash: "dash" }, hoverinfo: "skip" });
+      }
+      const rateText = (bn) => (best[bn] >= 0 ? sig(r.lrs[best[bn]], 3) : "none");
+      const rows = r.curves.map((c) => {
+        const i = best[c.batch_norm];
+        const count = c.stable.filter(Boolean).length;
+        return [c.batch_norm ? "with BN" : "without BN", rateText(c.batch_norm),
+          i >= 0 ? fixed(c.final_losses[i]) : "–", `${count} of ${n}`];
+      });
+      const [plainBest, bnBest] = [best[false], best[true]];
+      const ratio = plainBest >= 0 && bnBest >= 0 ? r.lrs[bnBest] / r.lrs[plainBest] : null;
+      const tail = r.params?.tail;
+      return {
+        data,
+        layout: {
+          height: 460,
+          margin: { t: 64 },
+          xaxis: { type: "log", title: axisTitle("learning rate (log scale)"), range: [Math.log10(xLo), Math.log10(xHi)],
+            tickvals: LR_TICKS, ticktext: LR_TICKS.map(String) },
+          yaxis: { type: "log", title: axisTitle(`final loss (mean of the last ${tail ?? ""} steps, log)`),
+            range: [Math.log10(yLo), Math.log10(yHi)], dtick: 1, exponentformat: "power" },
+          legend: { orientation: "h", x: 0, y: -0.2 },
+          shapes,
+          annotations: [{ text: `${clipped ? "not finite or " : ""}above ${LOSS_CLIP}: drawn on this line`,
+            xref: "x domain", yref: "y", x: 0.01, y: Math.log10(LOSS_CLIP), xanchor: "left", yanchor: "bottom",
+            showarrow: false, font: { size: 10, color: "#5b6573" } }],
+          title: title(`Final loss against the learning rate: stable up to ${rateText(false)} without BN, ${rateText(true)} with BN`),
+        },
+        tables: [{
+          caption: `largest stable learning rate: ends below stable_loss ${stableLoss ?? ""} and never climbs above its starting loss`
+            + (ratio === null ? "" : ` · with BN it reaches ${fixed(ratio, 1)}× further`),
+          columns: ["", "largest stable lr", "final loss there", "stable rates"],
+          rows,
+        }],
       };
     },
   };
