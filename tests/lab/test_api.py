@@ -66,6 +66,8 @@ SEED_FIGURES = {
         [round(v, 2) for v in d["before_means"]] == [1.71, 5.23, 5.05, 4.97]
     ),
     "bn-lr": lambda d: max(d["losses"]) > 4 and max(d["contrast_losses"][20:]) < 0.5,
+    # beyond the seeds: BN keeps every swept rate stable, the plain net is not
+    "bn-lr-sweep": lambda d: all(d["curves"][1]["stable"]) and not all(d["curves"][0]["stable"]),
 }
 
 
