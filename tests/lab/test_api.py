@@ -244,3 +244,27 @@ def test_warm_start_fills_the_cache_for_every_lesson() -> None:
         for lesson in lessons.LESSONS:
             assert c.get(f"/lessons/{lesson.slug}").status_code == 200
         assert runner.misses == misses  # every live number was already computed
+
+
+def test_concurrent_trainings_leave_the_thread_count_alone() -> None:
+    """The fast trainer drops to one intra-op thread while it runs; a server runs several
+    trainings at once, so the process's setting must come back whatever the interleaving."""
+    import torch
+
+    before = torch.get_num_threads()
+    runner = Runner()
+    jobs = [
+        threading.Thread(target=runner.run, args=("bn-lr", {"seed": s, "steps": 40}))
+        for s in range(4)
+    ]
+    for job in jobs:
+        job.start()
+    for job in jobs:
+        job.join()
+    assert runner.misses == 4
+    assert torch.get_num_threads() == before
+    seen: list[int] = []
+    fresh = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+    fresh.start()
+    fresh.join()
+    assert seen == [before]
