@@ -41,3 +41,4 @@ test: lint typecheck unit
 
 bench: install
 	$(PY) benchmarks/batchnorm.py
+	$(PY) benchmarks/widgets.py
