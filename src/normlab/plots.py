@@ -27,14 +27,14 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from normlab.experiments.base import Result
+from normlab.experiments.base import Histogram, Result
 from normlab.experiments.bn_columns import BnColumnsResult
 from normlab.experiments.bn_from_scratch import BnFromScratchResult
 from normlab.experiments.bn_lr import BnLrResult
 from normlab.experiments.bn_lr_sweep import BnLrSweepResult
 from normlab.experiments.bn_running_stats import RunningStatsResult
 from normlab.experiments.drift import StackResult
-from normlab.experiments.init_compare import Histogram, InitCompareResult
+from normlab.experiments.init_compare import InitCompareResult
 from normlab.experiments.init_train import InitTrainResult
 from normlab.experiments.linear_scale import LinearScaleResult
 from normlab.experiments.symmetry import SymmetryResult, SymmetrySummary

@@ -353,3 +353,19 @@ def fmt(x: float, digits: int = 4) -> str:
 
 def fmt_list(xs: Sequence[float], digits: int) -> str:
     return "[" + ", ".join(fmt(x, digits) for x in xs) + "]"
+
+
+@dataclass
+class Histogram:
+    counts: list[float]  # (bins,)
+    edges: list[float]  # (bins + 1,)
+
+
+def histogram(a: torch.Tensor, bins: int) -> Histogram:
+    """Counts of ``a`` in ``bins`` equal bins spanning its range (a unit-wide bin if constant)."""
+    lo, hi = a.min().item(), a.max().item()
+    if hi <= lo:  # every activation equal (collapsed): one narrow bin around it
+        lo, hi = lo - 0.5, hi + 0.5
+    counts = torch.histc(a, bins=bins, min=lo, max=hi)
+    edges = torch.linspace(lo, hi, bins + 1)
+    return Histogram(counts=counts.tolist(), edges=edges.tolist())

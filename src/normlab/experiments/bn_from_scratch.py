@@ -18,14 +18,15 @@ from normlab import functional
 from normlab import nn as nlnn
 from normlab.experiments.base import (
     Experiment,
+    Histogram,
     Result,
     Table,
     device_param,
     fmt_list,
+    histogram,
     param,
     seed_param,
 )
-from normlab.experiments.init_compare import Histogram, _histogram
 
 
 @dataclass(frozen=True)
@@ -129,9 +130,9 @@ def run(p: Params, progress: object = None) -> BnFromScratchResult:
         before_stds=skewed.std(0).tolist(),
         after_means=x_hat.mean(0).tolist(),
         after_stds=x_hat.std(0).tolist(),
-        before_hist=_histogram(skewed[:, 0].cpu(), p.bins),
-        after_hist=_histogram(x_hat[:, 0].detach().cpu(), p.bins),
-        rescaled_hist=_histogram(rescaled.detach().cpu(), p.bins),
+        before_hist=histogram(skewed[:, 0].cpu(), p.bins),
+        after_hist=histogram(x_hat[:, 0].detach().cpu(), p.bins),
+        rescaled_hist=histogram(rescaled.detach().cpu(), p.bins),
         parity=_parity(p),
     )
 

@@ -19,10 +19,12 @@ import torch
 from normlab import init, theory
 from normlab.experiments.base import (
     Experiment,
+    Histogram,
     ParameterError,
     Result,
     Table,
     device_param,
+    histogram,
     param,
     seed_param,
 )
@@ -72,12 +74,6 @@ class Params:
 
 
 @dataclass
-class Histogram:
-    counts: list[float]  # (bins,)
-    edges: list[float]  # (bins + 1,)
-
-
-@dataclass
 class SchemeCurve:
     scheme: str
     variances: list[float]  # (depth,): biased variance of each ReLU layer's output
@@ -116,15 +112,6 @@ class InitCompareResult(Result):
         ]
 
 
-def _histogram(a: torch.Tensor, bins: int) -> Histogram:
-    lo, hi = a.min().item(), a.max().item()
-    if hi <= lo:  # every activation equal (collapsed): one narrow bin around it
-        lo, hi = lo - 0.5, hi + 0.5
-    counts = torch.histc(a, bins=bins, min=lo, max=hi)
-    edges = torch.linspace(lo, hi, bins + 1)
-    return Histogram(counts=counts.tolist(), edges=edges.tolist())
-
-
 def run(p: Params, progress: object = None) -> InitCompareResult:
     g = torch.Generator().manual_seed(p.seed)
     w = torch.empty(p.fan_out, p.fan_in)
@@ -145,7 +132,7 @@ def run(p: Params, progress: object = None) -> InitCompareResult:
             a = torch.relu(a @ weight.to(p.device).t())  # (N, n) -> (N, n)
             variances[k] = a.var(unbiased=False)
             if k + 1 == p.hist_layer:
-                hist = _histogram(a.flatten().cpu(), p.bins)
+                hist = histogram(a.flatten().cpu(), p.bins)
         assert hist is not None
         gain = math.sqrt(n_var(p.width))
         curves.append(
