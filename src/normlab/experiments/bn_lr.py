@@ -88,15 +88,6 @@ def _net(p: Params, batch_norm: bool) -> nn.Sequential:
     return net.to(p.device)
 
 
-def train_one(p: Params, batch_norm: bool, progress: Progress | None = None) -> list[float]:
-    """The loss curve of one setting (:func:`run` trains both at once)."""
-    x, y = data.two_moons(device=p.device)
-    net = _net(p, batch_norm)
-    return train.train_mlp_fast(
-        net, x, y, lr=p.lr, steps=p.steps, progress=progress
-    ).losses.tolist()
-
-
 def run(p: Params, progress: Progress | None = None) -> BnLrResult:
     # Both settings train side by side (one CPU thread each); progress follows the chosen one.
     x, y = data.two_moons(device=p.device)
