@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -70,6 +71,13 @@ def _build_parser() -> _Parser:
     p_lab = sub.add_parser("lab", help="start the web lab", allow_abbrev=False)
     p_lab.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p_lab.add_argument("--port", type=_port, default=8000, help="port (default 8000)")
+    p_lab.add_argument(
+        "--token",
+        type=_token,
+        default=None,
+        help="require this token on every request (default: none on loopback, a fresh random "
+        "one on any other host; also read from $NORMLAB_TOKEN)",
+    )
     return parser
 
 
@@ -83,12 +91,35 @@ def _port(text: str) -> int:
     return port
 
 
-def _cmd_lab(host: str, port: int) -> None:
+def _token(text: str) -> str:
+    if len(text) < 16 or not text.isascii() or not text.replace("-", "").replace("_", "").isalnum():
+        raise argparse.ArgumentTypeError(
+            "a token needs at least 16 characters, letters, digits, '-' or '_'"
+        )
+    return text
+
+
+def _cmd_lab(args: argparse.Namespace) -> None:
     import uvicorn
 
     from normlab.lab.app import create_app
+    from normlab.lab.security import is_loopback, new_token
 
-    uvicorn.run(create_app(warm=True), host=host, port=port, log_level="warning")
+    token: str | None = args.token
+    if token is None and os.environ.get("NORMLAB_TOKEN"):
+        try:
+            token = _token(os.environ["NORMLAB_TOKEN"])
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError(f"$NORMLAB_TOKEN: {exc}") from None
+    if token is None and not is_loopback(args.host):
+        token = new_token()  # off loopback a token is never optional (Jupyter's rule)
+    app = create_app(warm=True, token=token)
+    shown = f"[{args.host}]" if ":" in args.host else args.host
+    url = f"http://{shown}:{args.port}/" + (f"?token={token}" if token else "")
+    print(f"normlab lab: serving on {url} (Ctrl+C stops)", flush=True)
+    if token:
+        print("normlab lab: every request needs the token in that URL", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 
 def parse_params(experiment: Experiment, tokens: Sequence[str]) -> dict[str, Any]:
@@ -236,11 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "lab":
             if extra:
                 raise UsageError(f"unrecognized arguments: {' '.join(extra)}")
-            print(
-                f"normlab lab: serving on http://{args.host}:{args.port}/ (Ctrl+C stops)",
-                flush=True,
-            )
-            _cmd_lab(args.host, args.port)
+            _cmd_lab(args)
         else:
             _cmd_run(args, extra, console)
     except (UsageError, ParameterError, ParameterTypeError, UnknownExperiment) as exc:

@@ -18,10 +18,13 @@ from normlab.experiments import list_experiments
 from normlab.lab.app import create_app
 from normlab.lab.runner import Runner
 
+# the lab answers loopback Host names only (DNS-rebinding guard); TestClient says "testserver"
+LAB = "http://127.0.0.1"
+
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[TestClient]:
-    with TestClient(create_app()) as c:
+    with TestClient(create_app(), base_url=LAB) as c:
         yield c
 
 
@@ -147,7 +150,7 @@ def test_openapi_documents_each_experiments_parameters(client: TestClient) -> No
 
 def test_results_are_cached_by_their_full_parameter_set() -> None:
     runner = Runner()
-    with TestClient(create_app(runner)) as c:
+    with TestClient(create_app(runner), base_url=LAB) as c:
         a = c.post("/api/experiments/drift", json={}).json()
         b = c.post("/api/experiments/drift", json={"depth": 10, "seed": 0}).json()
         assert a == b and (runner.misses, runner.hits) == (1, 1)
@@ -235,7 +238,7 @@ def test_warm_start_fills_the_cache_for_every_lesson() -> None:
     from normlab.lab import lessons
 
     runner = Runner()
-    with TestClient(create_app(runner, warm=True)) as c:
+    with TestClient(create_app(runner, warm=True), base_url=LAB) as c:
         assert c.get("/api/experiments").status_code == 200  # serving while it warms
         warmer = next(t for t in threading.enumerate() if t.name == "normlab-warm")
         warmer.join(timeout=600)

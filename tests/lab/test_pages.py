@@ -23,6 +23,9 @@ from normlab.lab.lessons import LESSONS, find, neighbours
 from normlab.lab.lessons.markup import MathExtension, code, highlight, num, sci, tex
 from normlab.lab.runner import Runner
 
+# the lab answers loopback Host names only (DNS-rebinding guard); TestClient says "testserver"
+LAB = "http://127.0.0.1"
+
 # Seed figures each lesson must show, computed live (see DESIGN.md).
 FIGURES = {
     "drift": ["0.0322", "1.0280", "0.3545", "0.0993", "0.0535", "0.0768", "0.6876", "6.0035"],
@@ -42,7 +45,7 @@ def runner() -> Runner:
 
 @pytest.fixture(scope="module")
 def client(runner: Runner) -> Iterator[TestClient]:
-    with TestClient(create_app(runner)) as c:
+    with TestClient(create_app(runner), base_url=LAB) as c:
         yield c
 
 

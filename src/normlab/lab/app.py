@@ -29,6 +29,7 @@ from normlab.experiments import (
     list_experiments,
 )
 from normlab.lab.runner import Runner
+from normlab.lab.security import LabGuard
 
 
 def _json_schema(p: Parameter) -> dict[str, Any]:
@@ -94,11 +95,19 @@ async def _read_params(request: Request) -> dict[str, Any] | JSONResponse:
     return body
 
 
-def create_app(runner: Runner | None = None, *, warm: bool = False) -> FastAPI:
+def create_app(
+    runner: Runner | None = None,
+    *,
+    warm: bool = False,
+    token: str | None = None,
+) -> FastAPI:
     """Build the lab application (one :class:`Runner` cache per app).
 
     With ``warm``, a background thread renders every lesson once at startup, so the first
     learner to open a lesson does not wait for its live results (several training runs).
+    ``token``: every request must carry it (see :mod:`normlab.lab.security`); ``None`` serves
+    loopback clients only. Either way, requests that change state must come from the lab's own
+    pages.
     """
 
     @asynccontextmanager
@@ -114,6 +123,7 @@ def create_app(runner: Runner | None = None, *, warm: bool = False) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.runner = runner or Runner()
+    app.add_middleware(LabGuard, token=token)
 
     @app.get(
         "/api/experiments", tags=["experiments"], summary="Every experiment and its parameters"

@@ -1,0 +1,187 @@
+"""Who may talk to the lab: a token off loopback, and same-origin checks for state changes.
+
+The lab runs code a learner types, so a request that reaches it can run code on this machine.
+Three rules keep strangers out, the first two as Jupyter has them:
+
+- **Loopback by default.** Bound to 127.0.0.1 (or ``localhost``/``::1``) the lab trusts local
+  users, as any local process could run code anyway. The ``Host`` header must then name a
+  loopback address, which defeats DNS rebinding (a page on ``evil.example`` whose name is made
+  to resolve to 127.0.0.1 still sends ``Host: evil.example``).
+- **A token off loopback.** With any other ``--host`` every request must carry the token that
+  the lab printed at start: ``?token=...`` in the URL (the lab then sets an ``HttpOnly``,
+  ``SameSite=Strict`` cookie so the page's own requests carry it), an ``Authorization: token
+  ...`` header, or that cookie. Compared in constant time.
+- **Same origin for state changes.** ``POST``/``PUT``/``PATCH``/``DELETE`` whose ``Origin`` is
+  not the lab's own (or whose ``Sec-Fetch-Site`` says ``cross-site``) are refused, so another web
+  page open in the learner's browser cannot make it run code, even with the cookie. Clients
+  that send no ``Origin`` (curl, scripts) are not browsers acting for a page and may proceed.
+
+Refusals answer 403 with ``{"detail": {"parameter", "message"}}`` like the lab's other errors.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import secrets
+from collections.abc import Awaitable, Callable, MutableMapping
+from http.cookies import SimpleCookie
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+COOKIE = "normlab_token"
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or address, brackets allowed) is this machine's loopback.
+
+    >>> is_loopback("127.0.0.1"), is_loopback("[::1]"), is_loopback("0.0.0.0")
+    (True, True, False)
+    """
+    name = host.strip().strip("[]").lower()
+    if name in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def new_token() -> str:
+    """A fresh random token (256 bits, URL-safe)."""
+    return secrets.token_urlsafe(32)
+
+
+def _split_host(value: str) -> tuple[str, str]:
+    """``"host:port"`` -> ``(host, port)``; IPv6 in brackets; port may be empty."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        host, _, rest = value[1:].partition("]")
+        return host, rest.removeprefix(":")
+    host, _, port = value.partition(":")
+    return host, port
+
+
+class LabGuard:
+    """ASGI middleware enforcing the three rules above.
+
+    Args:
+        app: the application to guard.
+        token: the token every request must carry, or ``None`` on loopback.
+    """
+
+    def __init__(self, app: ASGIApp, token: str | None = None) -> None:
+        if token is not None and len(token) < 16:
+            raise ValueError(f"token must have at least 16 characters, got {len(token)}")
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":  # lifespan; the lab has no websockets
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        refusal, set_cookie = self._check(scope, headers)
+        if refusal is not None:
+            await _refuse(send, refusal)
+            return
+        if not set_cookie:
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_cookie(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                cookie = f"{COOKIE}={self.token}; Path=/; HttpOnly; SameSite=Strict"
+                message["headers"] = [*message.get("headers", []), (b"set-cookie", cookie.encode())]
+            await send(message)
+
+        await self.app(scope, receive, send_with_cookie)
+
+    def _check(self, scope: Scope, headers: dict[str, str]) -> tuple[tuple[str, str] | None, bool]:
+        """``(refusal or None, whether to set the token cookie)``."""
+        host_header = headers.get("host", "")
+        if self.token is None and not is_loopback(_split_host(host_header)[0]):
+            return (
+                "host",
+                f"Host {host_header!r} is not a loopback name; open the lab at "
+                "http://127.0.0.1 (start it with --host to serve other machines)",
+            ), False
+        set_cookie = False
+        if self.token is not None:
+            given = self._token_of(scope, headers)
+            if given is None or not secrets.compare_digest(given[0], self.token):
+                return (
+                    "token",
+                    "this lab needs its token: open the URL it printed at start "
+                    "(…/?token=...) or send 'Authorization: token ...'",
+                ), False
+            set_cookie = given[1] == "query"
+        if scope.get("method", "GET") not in SAFE_METHODS:
+            refusal = _cross_origin(headers, host_header)
+            if refusal is not None:
+                return ("origin", refusal), False
+        return None, set_cookie
+
+    @staticmethod
+    def _token_of(scope: Scope, headers: dict[str, str]) -> tuple[str, str] | None:
+        """The token a request carries and where: ``query``, ``header`` or ``cookie``."""
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        if "token" in query:
+            return query["token"][-1], "query"
+        auth = headers.get("authorization", "")
+        scheme, _, value = auth.partition(" ")
+        if scheme.lower() in ("token", "bearer") and value:
+            return value.strip(), "header"
+        cookie = SimpleCookie()
+        try:
+            cookie.load(headers.get("cookie", ""))
+        except Exception:  # a malformed Cookie header is no token, not a crash
+            return None
+        if COOKIE in cookie:
+            return cookie[COOKIE].value, "cookie"
+        return None
+
+
+def _cross_origin(headers: dict[str, str], host_header: str) -> str | None:
+    """Why a state-changing request is cross-origin, or ``None`` when it is not."""
+    if headers.get("sec-fetch-site", "") == "cross-site":
+        return "cross-site requests may not change state or run code in the lab"
+    origin = headers.get("origin")
+    if origin is None:
+        return None
+    parts = urlsplit(origin)
+    if origin == "null" or parts.hostname is None:
+        return f"Origin {origin!r} may not change state or run code in the lab"
+    scheme_port = {"http": "80", "https": "443"}.get(parts.scheme, "")
+    origin_host = (parts.hostname, str(parts.port) if parts.port else scheme_port)
+    own_host, own_port = _split_host(host_header)
+    if origin_host != (own_host, own_port or "80"):
+        return (
+            f"Origin {origin!r} is not this lab ({host_header!r}); "
+            "only the lab's own pages may change state or run code"
+        )
+    return None
+
+
+async def _refuse(send: Send, refusal: tuple[str, str]) -> None:
+    parameter, message = refusal
+    body = json.dumps({"detail": {"parameter": parameter, "message": message}}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 403,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
