@@ -22,10 +22,14 @@ lab: install
 	$(VENV)/bin/normlab lab --host $(HOST) --port $(PORT)
 
 # Browser tests drive Debian's Chromium (never a downloaded browser); install it when missing.
+# The playground's sandbox needs bubblewrap (bwrap); install it too.
 chromium:
 	@command -v chromium >/dev/null 2>&1 || { \
 	  echo "installing Debian's chromium for the browser tests"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  echo "installing bubblewrap for the playground's sandbox"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; }
 
 lint: install
 	$(PY) -m ruff check src tests benchmarks
@@ -42,3 +46,5 @@ test: lint typecheck unit
 bench: install
 	$(PY) benchmarks/batchnorm.py
 	$(PY) benchmarks/widgets.py
+	$(PY) benchmarks/playground.py
+	$(PY) benchmarks/probe.py

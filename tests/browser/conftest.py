@@ -54,13 +54,22 @@ def _start(cmd: list[str], base: str, env: dict[str, str]) -> subprocess.Popen[b
 
 
 @pytest.fixture(scope="session")
-def server() -> Iterator[str]:
-    """Base URL of a real ``normlab lab`` server on a free port."""
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Base URL of a real ``normlab lab`` server on a free port.
+
+    Its progress database lives in a fresh temporary data folder, never the user's.
+    """
     port = _free_port()
     base = f"http://{ALLOWED_HOST}:{port}"
     # One torch thread per run: the runs are tiny, and on a busy 2-core machine two intra-op
     # threads per run make training several times slower.
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    data = tmp_path_factory.mktemp("lab-data")
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONUNBUFFERED": "1",
+        "XDG_DATA_HOME": str(data),
+    }
     cli = [sys.executable, "-m", "normlab", "lab", "--host", ALLOWED_HOST, "--port", str(port)]
     proc = _start(cli, base, env)
     if proc is None:  # a CLI without the lab command: run the app directly

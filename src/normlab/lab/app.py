@@ -10,6 +10,7 @@ same declarations. Pages and static files come from :mod:`normlab.lab.pages`.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 from collections.abc import AsyncIterator
@@ -28,7 +29,9 @@ from normlab.experiments import (
     UnknownExperiment,
     list_experiments,
 )
+from normlab.lab.progress import ProgressStore, default_db_path
 from normlab.lab.runner import Runner
+from normlab.lab.sandbox import Sandbox, SandboxError
 from normlab.lab.security import LabGuard
 
 
@@ -100,6 +103,8 @@ def create_app(
     *,
     warm: bool = False,
     token: str | None = None,
+    sandbox: Sandbox | None = None,
+    db_path: str | os.PathLike[str] | None = None,
 ) -> FastAPI:
     """Build the lab application (one :class:`Runner` cache per app).
 
@@ -108,13 +113,28 @@ def create_app(
     ``token``: every request must carry it (see :mod:`normlab.lab.security`); ``None`` serves
     loopback clients only. Either way, requests that change state must come from the lab's own
     pages.
+    ``sandbox`` runs the playground's code (``POST /api/run``); the app owns it: it starts on
+    the first run (at startup with ``warm``) and is closed when the app shuts down.
+    ``db_path``: the learner's progress database (default :func:`default_db_path`), opened
+    here (a bad path raises :class:`~normlab.lab.progress.ProgressStoreError`) and closed when
+    the app shuts down.
     """
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if warm:
             threading.Thread(target=_warm, args=(app,), name="normlab-warm", daemon=True).start()
-        yield
+            try:
+                app.state.sandbox.start()  # its imports run in its own process meanwhile
+            except SandboxError as exc:  # the playground will answer 503 with the reason
+                print(f"normlab lab: {exc}", file=sys.stderr)
+        if app.state.progress.closed:  # the app is started again after a shutdown
+            app.state.progress = ProgressStore(app.state.progress.path)
+        try:
+            yield
+        finally:
+            app.state.sandbox.close()
+            app.state.progress.close()
 
     app = FastAPI(
         title="normlab lab",
@@ -123,6 +143,8 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.runner = runner or Runner()
+    app.state.sandbox = sandbox if sandbox is not None else Sandbox()
+    app.state.progress = ProgressStore(db_path if db_path is not None else default_db_path())
     app.add_middleware(LabGuard, token=token)
 
     @app.get(
@@ -164,9 +186,11 @@ def create_app(
     async def run_unknown(name: str, request: Request) -> Any:
         return await run(name, request)  # unknown names answer 422 from here
 
-    from normlab.lab import pages
+    from normlab.lab import learn, pages, playground
 
     pages.install(app)
+    playground.install(app)
+    learn.install(app)
     return app
 
 

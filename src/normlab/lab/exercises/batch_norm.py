@@ -1,0 +1,160 @@
+"""Exercises closing lesson 2, ``batch-norm``: what the layer computes in training and in eval.
+
+The number exercises are answered by a live :class:`normlab.nn.BatchNorm1d` (which matches
+``torch.nn.BatchNorm1d``, see ``tests/test_nn.py``) fed the numbers of the prompt.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from normlab import nn as nlnn
+from normlab.lab.exercises.base import Choice, ChoiceExercise, Exercise, NumberExercise, Trap
+
+LESSON = "batch-norm"
+
+# The batch of the running-statistics questions: four rows of one feature.
+_BATCH = (1.0, 3.0, 8.0, 4.0)
+_START_MEAN = 2.0
+_MOMENTUM = 0.1
+
+
+def _one_pass() -> nlnn.BatchNorm1d:
+    """A ``BatchNorm1d(1)`` that starts at running mean 2.0 and then sees ``_BATCH`` once."""
+    layer = nlnn.BatchNorm1d(1, momentum=_MOMENTUM)
+    assert layer.running_mean is not None and layer.running_var is not None
+    layer.running_mean.fill_(_START_MEAN)
+    layer.train()
+    with torch.no_grad():
+        layer(torch.tensor(_BATCH).unsqueeze(1))  # (N,) -> (N, 1)
+    return layer
+
+
+def _running_mean() -> float:
+    layer = _one_pass()
+    assert layer.running_mean is not None
+    return float(layer.running_mean.item())
+
+
+def _running_var() -> float:
+    layer = _one_pass()
+    assert layer.running_var is not None
+    return float(layer.running_var.item())
+
+
+def _running_var_if_biased() -> float:
+    """The trap: feeding the biased batch variance (divide by N) to the running estimate."""
+    batch = torch.tensor(_BATCH, dtype=torch.float64)
+    return float((1 - _MOMENTUM) * 1.0 + _MOMENTUM * batch.var(unbiased=False))
+
+
+def _running_mean_momentum_swapped() -> float:
+    """The trap: weighting the old value by the momentum instead of the new batch."""
+    return _MOMENTUM * _START_MEAN + (1 - _MOMENTUM) * sum(_BATCH) / len(_BATCH)
+
+
+_values = ", ".join(f"{v:g}" for v in _BATCH)
+
+EXERCISES: tuple[Exercise, ...] = (
+    ChoiceExercise(
+        id="bn-eval-statistics",
+        lesson=LESSON,
+        prompt="In eval mode, which statistics does `BatchNorm1d` use to normalize a batch?",
+        choices=(
+            Choice(
+                "The current batch's own mean and (biased) variance, as in training.",
+                "That is training mode. In eval mode the output for a row must not depend on "
+                "the other rows in its batch.",
+            ),
+            Choice(
+                "The running mean and running variance it accumulated during training.",
+                "Right. They are fixed in eval mode, so one row gives the same output whatever "
+                "batch it comes in, even a batch of one.",
+                correct=True,
+            ),
+            Choice(
+                "Mean 0 and variance 1, whatever the data: eval mode switches normalization off.",
+                "Normalization stays on in eval mode; only the source of the statistics changes.",
+            ),
+            Choice(
+                "The mean and variance of the last training batch it saw.",
+                "Close, but one batch would be a noisy estimate. The layer keeps a running "
+                "average over all training batches, weighted by the momentum.",
+            ),
+        ),
+    ),
+    NumberExercise(
+        id="bn-running-mean-update",
+        lesson=LESSON,
+        prompt=(
+            f"A `BatchNorm1d(1, momentum={_MOMENTUM:g})` has running mean {_START_MEAN:g}. In "
+            f"training mode it sees one batch whose single feature holds the values {_values}. "
+            "What is its running mean after that pass?"
+        ),
+        expected=_running_mean,
+        abs_tol=1e-3,
+        solution=(
+            "Right: {expected}. The new batch weighs the momentum, the old value the rest: "
+            "(1 - m) * old + m * batch mean."
+        ),
+        hint="Start from the momentum rule of the lesson: which value does m multiply?",
+        traps=(
+            Trap(
+                _running_mean_momentum_swapped,
+                "That weighs the old value by the momentum. In BatchNorm the momentum is the "
+                "weight of the new batch: (1 - m) * old + m * batch mean.",
+            ),
+        ),
+    ),
+    NumberExercise(
+        id="bn-running-var-update",
+        lesson=LESSON,
+        prompt=(
+            f"Same layer, same batch ({_values}); its running variance starts at 1, as in a "
+            "new layer. What is the running variance after the pass?"
+        ),
+        expected=_running_var,
+        abs_tol=1e-3,
+        solution=(
+            "Right: {expected}. The running estimate takes the unbiased batch variance "
+            "(divide by N - 1), even though normalizing used the biased one."
+        ),
+        hint="Work out the batch variance first, then apply the momentum rule.",
+        traps=(
+            Trap(
+                _running_var_if_biased,
+                "That uses the biased batch variance (divide by N). The running estimate is "
+                "fed the unbiased one (divide by N - 1); only the normalization uses N.",
+            ),
+        ),
+    ),
+    ChoiceExercise(
+        id="bn-batch-of-one",
+        lesson=LESSON,
+        prompt=(
+            "A `BatchNorm1d(8)` in training mode receives a batch of shape (1, 8). What happens?"
+        ),
+        choices=(
+            Choice(
+                "It raises an error: one value per feature has no spread to measure.",
+                "Right. The batch variance of a single value is 0, so the normalization would "
+                "divide 0 by sqrt(eps); PyTorch and normlab refuse it with a ValueError.",
+                correct=True,
+            ),
+            Choice(
+                "It silently uses the running statistics instead.",
+                "Only eval mode uses the running statistics; training mode needs a real batch.",
+            ),
+            Choice(
+                "It returns the input unchanged.",
+                "The layer never skips its work quietly; in training mode it needs at least "
+                "two values per feature and says so.",
+            ),
+            Choice(
+                "It returns all zeros (times gamma, plus beta).",
+                "That is what the arithmetic would give, and exactly why the layer refuses: "
+                "the output would carry no information about the input.",
+            ),
+        ),
+    ),
+)

@@ -1,0 +1,208 @@
+"""The lab's learning routes: exercises, their checking, and the learner's progress.
+
+:func:`install` adds to the app (which holds a :class:`~normlab.lab.progress.ProgressStore` in
+``app.state.progress`` and a :class:`~normlab.lab.sandbox.Sandbox` in ``app.state.sandbox``):
+
+- ``GET /api/exercises``: every exercise, as the learner sees it (no answers);
+- ``POST /api/exercises/{id}/submit`` with ``{"answer": ...}`` (choice: the choice's text or
+  index; number: a number) or ``{"code": "..."}`` (code exercises, run in the sandbox): answers
+  ``{"passed", "feedback"}`` (code also ``"output"``, what the code printed) and stores the
+  attempt;
+- ``GET /api/progress``: per lesson the number of exercises, how many are solved, and per
+  exercise solved/attempts; plus the saved listings;
+- ``PUT /api/listings/{listing_id}`` with ``{"code": "..."}`` keeps the learner's last code of a
+  listing, and ``GET /api/listings/{listing_id}`` answers ``{"id", "code"}`` (404 if none).
+
+Bad input answers 422 with ``{"detail": {"parameter", "message"}}``, like the experiment
+routes. Routes stay thin: checking lives in :mod:`normlab.lab.exercises`, storage in
+:mod:`normlab.lab.progress`; blocking work (the store, a check's own computation) runs in a
+worker thread so the event loop keeps serving.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio.to_thread
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from normlab.lab import exercises
+from normlab.lab.exercises import (
+    BadSubmission,
+    ChoiceExercise,
+    CodeExercise,
+    NumberExercise,
+    UnknownExercise,
+)
+from normlab.lab.lessons import LESSONS
+from normlab.lab.progress import ProgressStore, check_listing_id
+from normlab.lab.sandbox import SandboxError
+
+MAX_BODY_BYTES = 1 << 20
+"""The largest request body the learning routes read (1 MiB)."""
+MAX_LISTING_CHARS = 100_000
+"""The longest code a listing may save."""
+
+
+def _bad_input(parameter: str | None, message: str, status: int = 422) -> JSONResponse:
+    return JSONResponse(
+        status_code=status, content={"detail": {"parameter": parameter, "message": message}}
+    )
+
+
+async def _json_object(request: Request) -> dict[str, Any] | JSONResponse:
+    """The request body as a JSON object, or the 422 that says why it is not one."""
+    size = 0
+    chunks = []
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            return _bad_input(None, f"request body is larger than {MAX_BODY_BYTES} bytes")
+        chunks.append(chunk)
+    try:
+        body = json.loads(b"".join(chunks))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return _bad_input(None, f"request body is not valid JSON: {exc}")
+    if not isinstance(body, dict):
+        return _bad_input(None, f"request body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def _only(body: dict[str, Any], field: str, what: str) -> JSONResponse | None:
+    """422 unless ``body`` holds exactly ``field``."""
+    for key in body:
+        if key != field:
+            return _bad_input(key, f"unknown field {key!r} for {what}, send only {field!r}")
+    if field not in body:
+        return _bad_input(field, f"missing {field!r} for {what}")
+    return None
+
+
+def _store(request: Request) -> ProgressStore:
+    store: ProgressStore = request.app.state.progress
+    return store
+
+
+def progress_report(store: ProgressStore) -> dict[str, Any]:
+    """What ``GET /api/progress`` answers, from the store and the exercise registry."""
+    seen = store.progress()
+    lessons: dict[str, Any] = {}
+    for lesson in LESSONS:
+        mine = exercises.by_lesson(lesson.slug)
+        per = {
+            e.id: {
+                "kind": e.kind,
+                "solved": seen.get(e.id, {}).get("solved", False),
+                "attempts": seen.get(e.id, {}).get("attempts", 0),
+            }
+            for e in mine
+        }
+        lessons[lesson.slug] = {
+            "title": lesson.title,
+            "total": len(mine),
+            "solved": sum(1 for p in per.values() if p["solved"]),
+            "exercises": per,
+        }
+    return {"lessons": lessons, "listings": store.listings()}
+
+
+def install(app: FastAPI) -> None:
+    """Add the exercise, progress and listing routes to ``app``."""
+
+    @app.get("/api/exercises", tags=["exercises"], summary="Every exercise (without answers)")
+    def list_exercises() -> list[dict[str, Any]]:
+        return [e.public() for e in exercises.EXERCISES]
+
+    @app.post(
+        "/api/exercises/{exercise_id}/submit",
+        tags=["exercises"],
+        summary="Check an answer (or code) and record the attempt",
+        responses={422: {"description": "unknown exercise or a malformed submission"}},
+    )
+    async def submit(exercise_id: str, request: Request) -> Any:
+        try:
+            exercise = exercises.get(exercise_id)
+        except UnknownExercise as exc:
+            return _bad_input("id", str(exc))
+        body = await _json_object(request)
+        if isinstance(body, JSONResponse):
+            return body
+        field = "code" if isinstance(exercise, CodeExercise) else "answer"
+        refused = _only(body, field, f"the {exercise.kind} exercise {exercise.id!r}")
+        if refused is not None:
+            return refused
+        submission = body[field]
+        try:
+            if isinstance(exercise, CodeExercise):
+                job = exercise.prepare(submission)
+                run = await request.app.state.sandbox.arun(
+                    job.code, files=job.files, wall_s=job.wall_s
+                )
+                verdict = await anyio.to_thread.run_sync(exercise.verdict, job, run)
+            elif isinstance(exercise, ChoiceExercise | NumberExercise):
+                verdict = await anyio.to_thread.run_sync(exercise.check, submission)
+            else:  # every registered kind is one of the three
+                raise TypeError(f"exercise kind {exercise.kind!r} has no checker")
+        except BadSubmission as exc:
+            return _bad_input(exc.parameter, str(exc))
+        except SandboxError as exc:  # the lab's fault, not the learner's: nothing recorded
+            return _bad_input(None, f"the code could not be run: {exc}", status=503)
+        await anyio.to_thread.run_sync(
+            _store(request).record_attempt,
+            exercise.id,
+            submission,
+            verdict.passed,
+            verdict.feedback,
+        )
+        answer = verdict.to_dict()
+        if isinstance(exercise, CodeExercise):
+            answer["output"] = verdict.output
+        return answer
+
+    @app.get("/api/progress", tags=["exercises"], summary="Solved exercises and saved listings")
+    def progress(request: Request) -> dict[str, Any]:
+        return progress_report(_store(request))
+
+    @app.put(
+        "/api/listings/{listing_id}",
+        tags=["listings"],
+        summary="Save the learner's code of a listing",
+        responses={422: {"description": "a bad listing id or body"}},
+    )
+    async def save_listing(listing_id: str, request: Request) -> Any:
+        try:
+            check_listing_id(listing_id)
+        except ValueError as exc:
+            return _bad_input("listing_id", str(exc))
+        body = await _json_object(request)
+        if isinstance(body, JSONResponse):
+            return body
+        refused = _only(body, "code", f"listing {listing_id!r}")
+        if refused is not None:
+            return refused
+        code = body["code"]
+        if not isinstance(code, str):
+            return _bad_input("code", f"code must be a string, got {type(code).__name__}")
+        if len(code) > MAX_LISTING_CHARS:
+            return _bad_input(
+                "code", f"code is {len(code)} characters long, the limit is {MAX_LISTING_CHARS}"
+            )
+        await anyio.to_thread.run_sync(_store(request).save_listing, listing_id, code)
+        return {"id": listing_id, "saved": True}
+
+    @app.get(
+        "/api/listings/{listing_id}",
+        tags=["listings"],
+        summary="The learner's saved code of a listing",
+        responses={404: {"description": "nothing saved"}, 422: {"description": "a bad id"}},
+    )
+    def get_listing(listing_id: str, request: Request) -> Any:
+        try:
+            code = _store(request).listing(listing_id)
+        except ValueError as exc:
+            return _bad_input("listing_id", str(exc))
+        if code is None:
+            return _bad_input("listing_id", f"no code saved for listing {listing_id!r}", status=404)
+        return {"id": listing_id, "code": code}

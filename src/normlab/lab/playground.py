@@ -1,0 +1,114 @@
+"""The playground's HTTP face: ``POST /api/run`` runs a learner's code in the app's sandbox.
+
+The body is ``{"code": "..."}`` and nothing else; the answer is
+:meth:`normlab.lab.sandbox.RunResult.to_dict` with status 200 whatever the code did (its
+``status`` field says ``ok``, ``error``, ``timeout`` or ``killed``). Bad input answers 422 with
+``{"detail": {"parameter", "message"}}``: ``code`` missing, not a string, longer than
+:data:`MAX_CODE_CHARS`, or a body that is not a JSON object (all name ``code``); an unknown key
+is named itself. A sandbox that cannot start answers 503. The sandbox is ``app.state.sandbox``
+(:func:`normlab.lab.app.create_app` makes it), so its limits are the app's, 10 s of wall clock
+by default.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from normlab.lab.sandbox import SandboxError
+
+MAX_CODE_CHARS = 100_000
+"""The longest code ``POST /api/run`` accepts, in characters (a long lesson listing is ~3 000)."""
+
+_MAX_BODY_BYTES = 6 * MAX_CODE_CHARS + 1024  # room for every character escaped as \\uXXXX
+
+_BODY_SCHEMA = {
+    "type": "object",
+    "required": ["code"],
+    "additionalProperties": False,
+    "properties": {
+        "code": {
+            "type": "string",
+            "maxLength": MAX_CODE_CHARS,
+            "description": "Python source, run as __main__ in a fresh contained process",
+        }
+    },
+}
+
+
+def _bad(parameter: str | None, message: str) -> JSONResponse:
+    return JSONResponse(
+        status_code=422, content={"detail": {"parameter": parameter, "message": message}}
+    )
+
+
+async def _read_code(request: Request) -> str | JSONResponse:
+    """The ``code`` of the request's body, or the 422 that says what is wrong with it."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > _MAX_BODY_BYTES:
+        return _bad("code", f"the body is {int(declared):,} bytes, more than any allowed code")
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > _MAX_BODY_BYTES:
+            return _bad("code", f"the body is longer than {_MAX_BODY_BYTES:,} bytes")
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return _bad("code", f'the body must be JSON like {{"code": "print(1)"}}: {exc}')
+    if not isinstance(body, dict):
+        return _bad(
+            "code", f'the body must be a JSON object {{"code": ...}}, got {type(body).__name__}'
+        )
+    unknown = sorted(set(body) - {"code"})
+    if unknown:
+        return _bad(unknown[0], f"unknown key {unknown[0]!r}: the body takes only 'code'")
+    if "code" not in body:
+        return _bad("code", 'code is missing: send {"code": "..."}')
+    code = body["code"]
+    if not isinstance(code, str):
+        return _bad("code", f"code must be a string, got {type(code).__name__}")
+    if len(code) > MAX_CODE_CHARS:
+        return _bad(
+            "code", f"code is {len(code):,} characters long, the limit is {MAX_CODE_CHARS:,}"
+        )
+    return code
+
+
+def install(app: FastAPI) -> None:
+    """Add ``POST /api/run`` to ``app`` (which must have ``app.state.sandbox``)."""
+
+    @app.post(
+        "/api/run",
+        tags=["playground"],
+        summary="Run Python code in the sandbox",
+        description=(
+            "Runs the code as __main__ in a fresh contained process (no network, no view of the "
+            "lab's files, limits on time, memory, processes and output) and answers its status, "
+            "stdout, stderr (with the traceback), duration and matplotlib figures (base64 PNG)."
+        ),
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _BODY_SCHEMA}},
+            },
+            "responses": {
+                "422": {"description": "no code, code that is not a string or is too long"},
+                "503": {"description": "the sandbox could not start"},
+            },
+        },
+    )
+    async def run_code(request: Request) -> Any:
+        code = await _read_code(request)
+        if isinstance(code, JSONResponse):
+            return code
+        try:
+            result = await request.app.state.sandbox.arun(code)
+        except SandboxError as exc:
+            return JSONResponse(
+                status_code=503, content={"detail": {"parameter": None, "message": str(exc)}}
+            )
+        return result.to_dict()

@@ -1,0 +1,321 @@
+"""The learner's progress: exercise attempts, solved exercises and saved code, in SQLite.
+
+One file holds three tables:
+
+- ``attempts``: every submission to an exercise (its id, the answer or code as JSON, whether
+  it passed, the feedback the lab gave, the time);
+- ``solved``: each exercise solved at least once, with the time of the first pass;
+- ``listings``: the learner's last code for each editable listing of a lesson (id -> code).
+
+Durability. The database runs in WAL mode with ``synchronous=FULL`` and every write is one
+transaction (``BEGIN IMMEDIATE ... COMMIT``), committed before the method returns. A commit
+in WAL mode appends the change to the ``-wal`` file; FULL adds an fsync of that file at every
+commit. Surviving a killed server (SIGKILL) needs only the append, which reaches the kernel
+before ``commit`` returns (NORMAL would do); FULL also keeps an acknowledged write through a
+power cut or an OS crash. The cost is one fsync per learner action (a submitted answer, a saved
+listing), which no learner can click fast enough to notice.
+
+Threads. The lab's routes run in a thread pool, so one store is used from many threads. It
+holds a single connection (opened with ``check_same_thread=False``) and serializes every call
+on a lock: the statements are tiny, and SQLite would serialize the writers anyway. Several
+processes may open the same file (each its own store); WAL lets their readers run beside a
+writer, and ``busy_timeout`` makes a writer wait for another process's transaction instead of
+failing.
+
+Default location: ``$XDG_DATA_HOME/normlab/progress.sqlite3``, else
+``~/.local/share/normlab/progress.sqlite3`` (see :func:`default_db_path`).
+
+>>> import tempfile, pathlib
+>>> with tempfile.TemporaryDirectory() as d:
+...     store = ProgressStore(pathlib.Path(d) / "p.sqlite3")
+...     _ = store.record_attempt("he-factor", "def he_std(n): ...", False, "check 3 failed")
+...     _ = store.record_attempt("he-factor", "def he_std(n): ...", True, "all checks passed")
+...     store.save_listing("drift-stack", "print(1)")
+...     print(store.progress()["he-factor"], store.listing("drift-stack"))
+...     store.close()
+{'attempts': 2, 'solved': True} print(1)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+__all__ = [
+    "LISTING_ID",
+    "Attempt",
+    "ProgressStore",
+    "ProgressStoreError",
+    "check_listing_id",
+    "default_db_path",
+]
+
+LISTING_ID = re.compile(r"[a-z0-9-]{1,64}")
+"""What a listing id may be: lowercase letters, digits and dashes, 1 to 64 of them."""
+
+_SCHEMA_VERSION = 1
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS attempts (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        exercise_id TEXT NOT NULL,
+        submission TEXT NOT NULL,
+        passed INTEGER NOT NULL CHECK (passed IN (0, 1)),
+        feedback TEXT NOT NULL,
+        created REAL NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS attempts_by_exercise ON attempts (exercise_id)",
+    """CREATE TABLE IF NOT EXISTS solved (
+        exercise_id TEXT PRIMARY KEY,
+        first_solved REAL NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS listings (
+        listing_id TEXT PRIMARY KEY,
+        code TEXT NOT NULL,
+        updated REAL NOT NULL
+    )""",
+)
+
+
+class ProgressStoreError(ValueError):
+    """The progress database cannot be opened at the path given (a folder, not SQLite, ...)."""
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One stored submission. ``submission`` is the answer or the code, as it was sent."""
+
+    id: int
+    exercise_id: str
+    submission: Any
+    passed: bool
+    feedback: str
+    created: float  # seconds since the epoch
+
+
+def default_db_path() -> Path:
+    """Where the lab keeps progress unless told otherwise.
+
+    ``$XDG_DATA_HOME/normlab/progress.sqlite3`` when ``XDG_DATA_HOME`` is set to an absolute
+    path (the XDG spec says to ignore a relative one), else
+    ``~/.local/share/normlab/progress.sqlite3``. The folder is created when a store opens it.
+    """
+    base = os.environ.get("XDG_DATA_HOME", "")
+    root = Path(base) if base and os.path.isabs(base) else Path.home() / ".local" / "share"
+    return root / "normlab" / "progress.sqlite3"
+
+
+def check_listing_id(listing_id: object) -> str:
+    """Return ``listing_id`` if it is a valid listing id, else raise naming what is allowed."""
+    if not isinstance(listing_id, str):
+        raise TypeError(f"listing_id must be a str, got {type(listing_id).__name__}")
+    if LISTING_ID.fullmatch(listing_id) is None:
+        raise ValueError(
+            f"listing_id {listing_id!r} is not allowed, use 1 to 64 lowercase letters, digits "
+            "or dashes"
+        )
+    return listing_id
+
+
+class ProgressStore:
+    """A learner's progress in one SQLite file; safe to share between threads.
+
+    Args:
+        path: the database file; its parent folders are created. ``":memory:"`` keeps
+            everything in memory (for tests; nothing survives :meth:`close`).
+
+    Raises:
+        ProgressStoreError: the path is a folder, cannot be created, or is not an SQLite
+            database of this layout.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = str(path) if str(path) == ":memory:" else Path(path)
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        if isinstance(self.path, Path):
+            if self.path.is_dir():
+                raise ProgressStoreError(f"{str(self.path)!r} is a folder, give a file path")
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ProgressStoreError(
+                    f"cannot create the folder {str(self.path.parent)!r}: {exc.strerror or exc}"
+                ) from None
+        try:
+            # isolation_level=None: no implicit transactions; each write opens its own below.
+            conn = sqlite3.connect(
+                self.path, timeout=10.0, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as exc:
+            raise ProgressStoreError(f"cannot open {str(self.path)!r}: {exc}") from None
+        try:
+            conn.execute("PRAGMA busy_timeout = 10000")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if self.path != ":memory:" and mode != "wal":
+                raise ProgressStoreError(f"{str(self.path)!r}: SQLite refused WAL mode ({mode})")
+            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute("PRAGMA foreign_keys = ON")
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version > _SCHEMA_VERSION:
+                raise ProgressStoreError(
+                    f"{str(self.path)!r} was written by a newer normlab (schema {version}, "
+                    f"this one knows {_SCHEMA_VERSION})"
+                )
+            # (not executescript: it would commit before the first statement)
+            conn.execute("BEGIN IMMEDIATE")
+            for statement in _SCHEMA:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            conn.close()
+            raise ProgressStoreError(
+                f"{str(self.path)!r} is not a normlab progress database: {exc}"
+            ) from None
+        except ProgressStoreError:
+            conn.close()
+            raise
+        return conn
+
+    # -- writes: each one transaction, committed (and fsynced) before returning --------------
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """Hold the lock and one write transaction; commit on success, roll back on error."""
+        with self._lock:
+            conn = self._connection()
+            conn.execute("BEGIN IMMEDIATE")  # take the write lock now, not at the first write
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def record_attempt(self, exercise_id: str, submission: Any, passed: bool, feedback: str) -> int:
+        """Store one attempt (and mark the exercise solved if it passed); return its id.
+
+        Args:
+            exercise_id: the exercise's id.
+            submission: the answer or the code, anything ``json.dumps`` accepts.
+            passed: whether the check passed.
+            feedback: what the lab told the learner.
+        """
+        if not isinstance(exercise_id, str) or not exercise_id:
+            raise ValueError(f"exercise_id must be a non-empty str, got {exercise_id!r}")
+        if not isinstance(passed, bool):
+            raise TypeError(f"passed must be a bool, got {type(passed).__name__}")
+        if not isinstance(feedback, str):
+            raise TypeError(f"feedback must be a str, got {type(feedback).__name__}")
+        text = json.dumps(submission)
+        now = time.time()
+        with self._transaction() as conn:
+            cur = conn.execute(
+                "INSERT INTO attempts (exercise_id, submission, passed, feedback, created) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (exercise_id, text, int(passed), feedback, now),
+            )
+            if passed:
+                conn.execute(
+                    "INSERT OR IGNORE INTO solved (exercise_id, first_solved) VALUES (?, ?)",
+                    (exercise_id, now),
+                )
+        return cur.lastrowid or 0
+
+    def save_listing(self, listing_id: str, code: str) -> None:
+        """Keep ``code`` as the learner's last version of listing ``listing_id``."""
+        check_listing_id(listing_id)
+        if not isinstance(code, str):
+            raise TypeError(f"code must be a str, got {type(code).__name__}")
+        with self._transaction() as conn:
+            conn.execute(
+                "INSERT INTO listings (listing_id, code, updated) VALUES (?, ?, ?) "
+                "ON CONFLICT (listing_id) DO UPDATE SET code = excluded.code, "
+                "updated = excluded.updated",
+                (listing_id, code, time.time()),
+            )
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self._connection().execute(sql, args).fetchall()
+
+    def listing(self, listing_id: str) -> str | None:
+        """The saved code of one listing, or ``None`` if the learner never saved it."""
+        check_listing_id(listing_id)
+        rows = self._read("SELECT code FROM listings WHERE listing_id = ?", (listing_id,))
+        return rows[0][0] if rows else None
+
+    def listings(self) -> dict[str, str]:
+        """Every saved listing: ``{listing_id: code}``, sorted by id."""
+        rows = self._read("SELECT listing_id, code FROM listings ORDER BY listing_id")
+        return {listing_id: code for listing_id, code in rows}
+
+    def progress(self) -> dict[str, dict[str, Any]]:
+        """Per exercise with at least one attempt: ``{id: {"attempts": n, "solved": bool}}``."""
+        rows = self._read(
+            "SELECT a.exercise_id, COUNT(*), s.exercise_id IS NOT NULL FROM attempts AS a "
+            "LEFT JOIN solved AS s ON s.exercise_id = a.exercise_id "
+            "GROUP BY a.exercise_id ORDER BY a.exercise_id"
+        )
+        return {ex: {"attempts": n, "solved": bool(solved)} for ex, n, solved in rows}
+
+    def attempts(self, exercise_id: str | None = None) -> list[Attempt]:
+        """Stored attempts, oldest first; only those of ``exercise_id`` if given."""
+        sql = "SELECT id, exercise_id, submission, passed, feedback, created FROM attempts"
+        args: tuple[Any, ...] = ()
+        if exercise_id is not None:
+            sql += " WHERE exercise_id = ?"
+            args = (exercise_id,)
+        rows = self._read(sql + " ORDER BY id", args)
+        return [
+            Attempt(i, ex, json.loads(sub), bool(passed), feedback, created)
+            for i, ex, sub, passed, feedback, created in rows
+        ]
+
+    def journal_mode(self) -> str:
+        """SQLite's journal mode for this file (``"wal"``)."""
+        return str(self._read("PRAGMA journal_mode")[0][0])
+
+    # -- lifetime ------------------------------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise ValueError(f"the progress store {str(self.path)!r} is closed")
+        return self._conn
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._conn is None
+
+    def close(self) -> None:
+        """Close the connection (idempotent). SQLite folds the WAL back into the file."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def __enter__(self) -> ProgressStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,562 @@
+"""Run a learner's Python code for real: contained, limited, and fast to start.
+
+The playground's Run button and the exercise checker send code here. :class:`Sandbox` keeps a
+warm *fork server* (:mod:`normlab.lab._sandbox_child`) that has imported torch, numpy,
+matplotlib and normlab once, and forks one contained process tree per run, so a run answers in
+tens of milliseconds instead of the seconds ``import torch`` takes.
+
+Design, from the outside in:
+
+- **One sandbox for the fork server.** It starts once per :class:`Sandbox`, inside bubblewrap
+  (``bwrap``) when it is installed, else inside ``unshare`` (util-linux) namespaces where it
+  builds the same view itself and enters it with ``chroot``. Either way it has its own PID, network,
+  IPC and UTS namespaces and a file system that shows, read-only: ``/usr`` (and the ``/lib``,
+  ``/bin`` links), a few files of ``/etc`` (the loader cache, the time zone), the Python
+  installation and virtual environment, and the ``normlab`` package with its ``lab/`` folder
+  (the server's code) hidden behind an empty tmpfs. The rest of the repository (tests,
+  ``.git``), the home and data folders (the progress database), ``/etc/shadow``, ``/sys`` and the
+  host's ``/tmp`` are simply not there. The fork server keeps uid 0 but only the capabilities it
+  needs (``CAP_SYS_ADMIN`` to mount, ``CAP_SETUID``/``CAP_SETGID``, ``CAP_KILL``). It stops when
+  the lab closes the control socket or dies (``--die-with-parent``).
+- **One PID namespace per run.** For each run the fork server forks a supervisor, which enters
+  new mount, PID, network, IPC and UTS namespaces and forks the run's init (PID 1 there). The init
+  mounts a fresh ``/proc`` (only the run's processes are visible) and a private tmpfs on ``/tmp``
+  (the working directory, owned by the run's uid, ``disk_bytes`` at most; ``/scratch`` when the
+  Python environment itself lives under ``/tmp``), then forks the
+  learner process. When the init exits, or the supervisor kills it at the wall-clock limit, the
+  kernel kills every process left in the namespace, including ones that called ``setsid``. The
+  run's network namespace has only a loopback device that is down: no connection can be made,
+  not even to the lab's own port.
+- **A non-root uid per concurrent run.** The learner process calls ``setresuid`` to a uid of its
+  own (one per slot of ``max_runs``, from a block chosen at random per :class:`Sandbox`), which
+  drops every capability, so ``RLIMIT_NPROC`` holds (the kernel never applies it to uid 0: a fork
+  bomb or 10 000 threads would otherwise go unbounded), and one run cannot reach another's files.
+  No cgroups are needed.
+- **Limits** (:class:`Limits`): wall clock (supervisor), ``RLIMIT_CPU``, ``RLIMIT_AS``,
+  ``RLIMIT_NOFILE``, ``RLIMIT_NPROC``, tmpfs size, and output truncated with a visible note. The
+  learner has no descriptors but stdin (``/dev/null``), stdout, stderr and its report channel.
+  Without cgroups memory is bounded per process (``RLIMIT_AS``), so a run's total is at most
+  ``processes * memory_bytes``; every run process has ``oom_score_adj`` 1000, so if the machine
+  runs short the kernel's OOM killer takes a run, never the lab first.
+
+Runs are thread-safe and may overlap (up to ``max_runs`` at once, more wait for a slot); the lab
+calls :meth:`Sandbox.arun`, which runs in a worker thread so the event loop keeps serving. This
+needs root (the uid switch and the mounts; the lab and CI run as root): as another user
+:meth:`Sandbox.run` raises :class:`SandboxError` saying so, and ``POST /api/run`` answers 503.
+
+Usage (the first run waits a few seconds for the fork server's imports)::
+
+    with Sandbox(Limits(wall_s=5)) as sandbox:
+        result = sandbox.run("import torch; print(torch.ones(2).sum())")
+        result.status, result.stdout  # ('ok', 'tensor(2.)\\n')
+
+>>> Limits(wall_s=5).wall_s, Limits().memory_bytes == 4 << 30
+(5, True)
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import json
+import os
+import queue
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path, PurePosixPath
+from types import TracebackType
+from typing import Any
+
+import anyio.to_thread
+
+from normlab.lab import _sandbox_child as child
+
+__all__ = ["DEFAULT_LIMITS", "Limits", "RunResult", "Sandbox", "SandboxError"]
+
+RUN_UID_BASE = 3_000_000
+"""Runs use uids in ``[RUN_UID_BASE, RUN_UID_BASE + 64 * 65536)``: no account has them."""
+_UID_BLOCK = 64
+_UID_BLOCKS = 65536
+
+WARM_MODULES = (
+    "numpy",
+    "numpy.random",  # numpy imports it lazily, and every run reseeds it
+    "torch",
+    "matplotlib.pyplot",
+    "normlab",
+    "normlab.init",
+    "normlab.nn",
+    "normlab.functional",
+    "normlab.experiments",
+    "normlab.plots",
+)
+"""What the fork server imports once, so runs find it loaded."""
+
+BACKENDS = ("bwrap", "unshare")
+_CAPABILITIES = ("CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_KILL")
+_ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "fonts", "mime.types")
+_SCRIPT = "/run/normlab/forkserver.py"  # where bubblewrap shows the fork server's script
+_GRACE_S = 30.0  # beyond the wall clock: draining output and answering
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one run may use; the whole run is killed (or cut) at each limit.
+
+    Args:
+        wall_s: wall-clock seconds for the whole run (status ``"timeout"`` beyond).
+        cpu_s: CPU seconds per process (``RLIMIT_CPU``; all threads count). Above ``wall_s`` so
+            that torch's threads can work for the whole wall time; it catches a process that
+            spins while the clock is generous.
+        memory_bytes: address space per process (``RLIMIT_AS``). 4 GiB, generous because
+            address space runs far ahead of resident memory with torch: its libraries map about
+            0.7 GiB at import, and every thread reserves a stack and a malloc arena (64 MiB).
+        output_bytes: stdout and stderr each; the rest is dropped with a note saying how much.
+        open_files: descriptors per process (``RLIMIT_NOFILE``).
+        processes: processes and threads of the run together (``RLIMIT_NPROC`` of its uid).
+        disk_bytes: size of the run's private ``/tmp`` (and ``/dev/shm``), memory-backed.
+    """
+
+    wall_s: float = 10.0
+    cpu_s: float = 30.0
+    memory_bytes: int = 4 << 30
+    output_bytes: int = 1 << 20
+    open_files: int = 256
+    processes: int = 128
+    disk_bytes: int = 256 << 20
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            seconds = f.name.endswith("_s")
+            allowed = (int, float) if seconds else int
+            if isinstance(value, bool) or not isinstance(value, allowed):
+                what = "a number of seconds" if seconds else "an int"
+                raise TypeError(f"{f.name} must be {what}, got {type(value).__name__}")
+            if not 0 < value < float("inf"):
+                raise ValueError(f"{f.name} must be positive and finite, got {value!r}")
+
+
+DEFAULT_LIMITS = Limits()
+
+
+@dataclass
+class RunResult:
+    """How a run went.
+
+    ``status`` is ``"ok"``, ``"error"`` (the code raised; the traceback is in ``stderr``),
+    ``"timeout"`` (the wall-clock limit) or ``"killed"`` (a resource limit or a signal; a note at
+    the end of ``stderr`` says which). ``figures`` holds one base64 PNG per matplotlib figure the
+    code showed (``plt.show()``) or left open, in order. ``duration_s`` is the run's own time,
+    from its first process starting to its last one ending.
+    """
+
+    status: str
+    stdout: str
+    stderr: str
+    duration_s: float
+    figures: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself could not start or stopped (never a failure of the learner's code)."""
+
+
+class Sandbox:
+    """A warm, contained runner of Python code (see the module docstring for the design).
+
+    Args:
+        limits: what each run may use.
+        max_runs: runs at once; later ones wait for a slot.
+        backend: ``"bwrap"`` or ``"unshare"``; ``None`` picks bwrap when installed.
+        start_timeout_s: how long a run waits for the fork server's imports at start.
+    """
+
+    def __init__(
+        self,
+        limits: Limits = DEFAULT_LIMITS,
+        *,
+        max_runs: int = 8,
+        backend: str | None = None,
+        start_timeout_s: float = 300.0,
+    ) -> None:
+        if not isinstance(limits, Limits):
+            raise TypeError(f"limits must be a Limits, got {type(limits).__name__}")
+        if isinstance(max_runs, bool) or not isinstance(max_runs, int):
+            raise TypeError(f"max_runs must be an int, got {type(max_runs).__name__}")
+        if not 1 <= max_runs <= _UID_BLOCK:
+            raise ValueError(f"max_runs must be in [1, {_UID_BLOCK}], got {max_runs}")
+        if backend is not None and backend not in BACKENDS:
+            raise ValueError(f"backend {backend!r} not supported, use one of {BACKENDS}")
+        if not start_timeout_s > 0:
+            raise ValueError(f"start_timeout_s must be positive, got {start_timeout_s!r}")
+        self.limits = limits
+        self.max_runs = max_runs
+        self.backend = backend
+        self.start_timeout_s = start_timeout_s
+        self._uid_base = RUN_UID_BASE + _UID_BLOCK * secrets.randbelow(_UID_BLOCKS)
+        self._slots: queue.SimpleQueue[int] = queue.SimpleQueue()
+        for slot in range(max_runs):
+            self._slots.put(slot)
+        self._lock = threading.Lock()
+        self._worker: _Worker | None = None
+
+    def __enter__(self) -> Sandbox:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def alive(self) -> bool:
+        """Whether the fork server is running."""
+        worker = self._worker
+        return worker is not None and worker.alive()
+
+    @property
+    def uids(self) -> range:
+        """The uids this sandbox's runs use, one per slot."""
+        return range(self._uid_base, self._uid_base + self.max_runs)
+
+    def start(self) -> None:
+        """Start the fork server (idempotent; returns before its imports finish)."""
+        with self._lock:
+            if self._worker is None or not self._worker.alive():
+                self._worker = _Worker(_command(self.backend))
+
+    def close(self) -> None:
+        """Stop the fork server and every run (idempotent; :meth:`start` may follow)."""
+        with self._lock:
+            worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.stop()
+
+    def run(
+        self, code: str, *, files: Mapping[str, str] | None = None, wall_s: float | None = None
+    ) -> RunResult:
+        """Run ``code`` as ``__main__`` in a fresh contained process; never raises for the code.
+
+        Args:
+            code: Python source.
+            files: extra text files (relative path -> content) written into the run's private
+                working directory before the code runs; it is on ``sys.path``.
+            wall_s: this run's wall-clock limit instead of ``limits.wall_s``.
+
+        Raises:
+            SandboxError: the sandbox could not start or stopped during the run.
+        """
+        if not isinstance(code, str):
+            raise TypeError(f"code must be a str, got {type(code).__name__}")
+        wall = self.limits.wall_s if wall_s is None else _positive_seconds(wall_s)
+        request = {
+            "code": code,
+            "files": _checked_files(files),
+            "wall_s": wall,
+            "limits": asdict(self.limits),
+            "uid": None,
+        }
+        slot = self._slots.get()
+        try:
+            request["uid"] = self.uids[slot]
+            reply = self._exchange(json.dumps(request).encode(), wall + _GRACE_S)
+        finally:
+            self._slots.put(slot)
+        return RunResult(
+            status=str(reply["status"]),
+            stdout=str(reply["stdout"]),
+            stderr=str(reply["stderr"]),
+            duration_s=float(reply["duration_s"]),
+            figures=[str(f) for f in reply["figures"]],
+        )
+
+    async def arun(self, code: str, **kw: Any) -> RunResult:
+        """:meth:`run` in a worker thread, so the event loop keeps serving meanwhile."""
+        return await anyio.to_thread.run_sync(functools.partial(self.run, code, **kw))
+
+    def _exchange(self, payload: bytes, timeout: float) -> dict[str, Any]:
+        for attempt in range(2):
+            self.start()
+            worker = self._worker
+            if worker is None:  # closed by another thread in between
+                raise SandboxError("the sandbox was closed")
+            worker.wait_ready(self.start_timeout_s)
+            ours, theirs = socket.socketpair()
+            try:
+                try:
+                    worker.send(theirs)
+                except OSError:
+                    if attempt == 0 and not worker.alive():
+                        continue  # the fork server died since the last run: start a new one
+                    raise SandboxError(f"the sandbox stopped: {worker.diagnostics()}") from None
+                finally:
+                    theirs.close()
+                ours.settimeout(timeout)
+                try:
+                    ours.sendall(payload)
+                    ours.shutdown(socket.SHUT_WR)
+                    data = _read_all(ours)
+                except TimeoutError:
+                    raise SandboxError("the sandbox did not answer in time") from None
+                except OSError as exc:
+                    raise SandboxError(f"the sandbox stopped during the run: {exc}") from None
+            finally:
+                ours.close()
+            if not data:
+                raise SandboxError(f"the sandbox stopped during the run: {worker.diagnostics()}")
+            reply: dict[str, Any] = json.loads(data)
+            return reply
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+
+class _Worker:
+    """One fork-server process: its control socket, start-up state and last output lines."""
+
+    def __init__(self, command: tuple[list[str], dict[str, str], dict[str, Any] | None]) -> None:
+        argv, self.env, view = command
+        self.ctrl, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.ready = threading.Event()
+        self.failed = False
+        self.tail: collections.deque[str] = collections.deque(maxlen=40)
+        self._send_lock = threading.Lock()
+        self._launched = threading.Event()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.error: OSError | None = None
+        argv = [*argv, str(theirs.fileno())]
+        # The process is started and waited for by one long-lived thread: bwrap's
+        # --die-with-parent fires when the *thread* that forked it ends, and the lab's first
+        # run may come from a short-lived worker thread.
+        self._keeper = threading.Thread(
+            target=self._keep, args=(argv, theirs.fileno()), name="normlab-sandbox", daemon=True
+        )
+        self._keeper.start()
+        self._launched.wait()
+        theirs.close()
+        if self.error is not None:
+            self.ctrl.close()
+            raise SandboxError(f"could not start the sandbox ({argv[0]}): {self.error}")
+        config = {"view": view, "warm": list(WARM_MODULES)}
+        self.ctrl.send(json.dumps(config).encode())
+
+    def _keep(self, argv: list[str], fd: int) -> None:
+        try:
+            self.proc = subprocess.Popen(
+                argv,
+                env=self.env,
+                pass_fds=(fd,),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # Ctrl+C in the lab's terminal is the lab's alone
+            )
+        except OSError as exc:
+            self.error = exc
+            self._launched.set()
+            return
+        self._launched.set()
+        assert self.proc.stdout is not None
+        with self.proc.stdout:
+            for raw in self.proc.stdout:
+                line = raw.decode("utf-8", "replace").rstrip("\n")
+                if line == child.READY:
+                    self.ready.set()
+                else:
+                    self.tail.append(line)
+        self.proc.wait()
+        self.failed = True
+        self.ready.set()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None and not self.failed
+
+    def wait_ready(self, timeout: float) -> None:
+        if not self.ready.wait(timeout):
+            raise SandboxError(f"the sandbox did not start within {timeout:g} s")
+        if self.failed:
+            raise SandboxError(f"the sandbox stopped: {self.diagnostics()}")
+
+    def send(self, conn: socket.socket) -> None:
+        with self._send_lock:
+            socket.send_fds(self.ctrl, [b"run"], [conn.fileno()])
+
+    def diagnostics(self) -> str:
+        code = None if self.proc is None else self.proc.poll()
+        lines = " | ".join(self.tail) or "no output"
+        return f"fork server exit status {code}; its last output: {lines}"
+
+    def stop(self) -> None:
+        self.ctrl.close()  # the fork server stops on its own when it reads the hang-up
+        if self.proc is not None:
+            self.proc.kill()  # bubblewrap/unshare then kill everything they started
+            self.proc.wait()
+        # The keeper ends when the last process of the sandbox is gone; one stuck in a disk
+        # read finishes dying on its own, so do not wait for it long.
+        self._keeper.join(timeout=2)
+
+
+def _read_all(conn: socket.socket) -> bytes:
+    chunks = []
+    while chunk := conn.recv(1 << 16):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _positive_seconds(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"wall_s must be a number of seconds, got {type(value).__name__}")
+    if not 0 < value < float("inf"):
+        raise ValueError(f"wall_s must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def _checked_files(files: Mapping[str, str] | None) -> dict[str, str]:
+    """``files`` as a plain dict, refusing names that would leave the working directory."""
+    if files is None:
+        return {}
+    if not isinstance(files, Mapping):
+        raise TypeError(f"files must be a mapping of relative path to text, got {files!r}")
+    checked: dict[str, str] = {}
+    for name, text in files.items():
+        if not isinstance(name, str) or not isinstance(text, str):
+            raise TypeError(f"files must map str paths to str contents, got {name!r}")
+        path = PurePosixPath(name)
+        if not name or "\0" in name or path.is_absolute() or ".." in path.parts:
+            raise ValueError(
+                f"files: {name!r} is not allowed, use a relative path inside the working folder"
+            )
+        checked[str(path)] = text
+    return checked
+
+
+def _environment(scratch: str) -> dict[str, str]:
+    """The fork server's whole environment: nothing of the lab's (tokens, paths) leaks in."""
+    threads = str(min(os.cpu_count() or 1, 8))  # keeps torch's pool well inside `processes`
+    venv_bin = str(Path(sys.executable).parent)
+    return {
+        "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": scratch,
+        "TMPDIR": scratch,  # also tells the fork server where runs get their private tmpfs
+        "USER": "learner",
+        "LOGNAME": "learner",
+        "LANG": "C.UTF-8",
+        "MPLBACKEND": "Agg",
+        "MPLCONFIGDIR": f"{scratch}/matplotlib",
+        "OMP_NUM_THREADS": threads,
+        "MKL_NUM_THREADS": threads,
+        "OPENBLAS_NUM_THREADS": threads,
+    }
+
+
+def _command(backend: str | None) -> tuple[list[str], dict[str, str], dict[str, Any] | None]:
+    """The fork server's command line (without its descriptor), environment, and view (unshare).
+
+    Runs work in ``/tmp``, unless the Python environment itself lives there (a checkout in a
+    temporary folder): then in ``/scratch``, so the run's tmpfs does not hide it.
+    """
+    if os.geteuid() != 0:
+        raise SandboxError(
+            "running code needs root: each run gets an unprivileged uid of its own and its own "
+            "mounts (start the lab as root)"
+        )
+    if backend is None:
+        backend = next((b for b in BACKENDS if shutil.which(b)), None)
+        if backend is None:
+            raise SandboxError("running code needs bubblewrap (bwrap) or unshare (util-linux)")
+    tool = shutil.which(backend)
+    if tool is None:
+        raise SandboxError(f"backend {backend!r} is not installed")
+    binds, symlinks, masks = view()
+    scratch = "/scratch" if any(_under(b, ["/tmp"]) for b in binds) else "/tmp"
+    env = _environment(scratch)
+    python = [sys.executable, "-I", "-B"]
+    script = str(Path(child.__file__).resolve())
+    if backend == "unshare":
+        namespaces = ["--mount", "--pid", "--net", "--ipc", "--uts", "--fork", "--kill-child"]
+        described = {
+            "mountpoint": _mountpoint(binds),
+            "binds": binds,
+            "symlinks": symlinks,
+            "masks": masks,
+        }
+        return [tool, *namespaces, *python, script], env, described
+    argv = [tool, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net"]
+    argv += ["--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--cap-drop", "ALL"]
+    for cap in _CAPABILITIES:
+        argv += ["--cap-add", cap]
+    made: set[str] = set()
+    for path in [*binds, _SCRIPT]:
+        for parent in reversed(PurePosixPath(path).parents[:-1]):  # bwrap would make them 0700
+            p = str(parent)
+            if p not in made and not _under(p, binds):
+                argv += ["--perms", "0755", "--dir", p]
+                made.add(p)
+    for target, link in symlinks:
+        argv += ["--symlink", target, link]
+    for path in binds:
+        argv += ["--ro-bind", path, path]
+    for path in masks:
+        argv += ["--perms", "0755", "--tmpfs", path, "--remount-ro", path]
+    argv += ["--ro-bind", script, _SCRIPT, "--dev", "/dev", "--proc", "/proc", "--tmpfs", scratch]
+    argv += ["--remount-ro", "/", "--chdir", scratch, "--", *python, _SCRIPT]
+    return argv, env, None
+
+
+def view() -> tuple[list[str], list[list[str]], list[str]]:
+    """What the sandbox shows of this machine: ``(binds, symlinks, masks)``.
+
+    ``binds`` are host paths shown read-only at the same place, ``symlinks`` are ``[target,
+    link]`` pairs for merged-/usr links, and ``masks`` are paths inside a bind hidden behind an
+    empty tmpfs: the lab's own code and the learner's data folder, wherever they are installed.
+    """
+    import normlab
+
+    candidates = ["/usr", *(f"/etc/{name}" for name in _ETC)]
+    symlinks: list[list[str]] = []
+    for name in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(name):
+            symlinks.append([os.readlink(name), name])
+        elif os.path.isdir(name):
+            candidates.append(name)
+    for prefix in (sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix):
+        candidates += [prefix, str(Path(prefix).resolve())]
+    package = Path(normlab.__file__).resolve().parent
+    candidates.append(str(package))
+    binds: list[str] = []
+    for path in sorted({os.path.normpath(c) for c in candidates if os.path.exists(c)}, key=len):
+        if not _under(path, binds):
+            binds.append(path)
+    hidden = [Path(__file__).resolve().parent, data_folder()]
+    masks = sorted({str(h) for h in hidden if _under(str(h), binds) and h.is_dir()}, key=len)
+    return binds, symlinks, masks
+
+
+def data_folder() -> Path:
+    """Where the lab keeps the learner's data: ``$XDG_DATA_HOME/normlab`` or ``~/.local/share``."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base).resolve() / "normlab"
+
+
+def _under(path: str, roots: list[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _mountpoint(binds: list[str]) -> str:
+    """A directory the unshare backend may cover with its new root (none of the binds is in it)."""
+    for candidate in ("/mnt", "/media", "/srv", "/opt", "/run"):
+        if os.path.isdir(candidate) and not any(_under(b, [candidate]) for b in binds):
+            return candidate
+    raise SandboxError("the unshare backend needs an empty-able directory such as /mnt")

@@ -1,0 +1,168 @@
+// normlab lab: every code listing of a lesson becomes a playground.
+//
+// The listing's text moves into an editor (editor.js) with Run and Reset. Run posts the code to
+// /api/run, which executes it in a contained process, and shows what came back: stdout, stderr
+// with the traceback, the matplotlib figures, and the run's status and time. The learner's last
+// code per listing is saved to the lab's progress store (PUT /api/listings/{id}) and comes back
+// on the next visit; Reset brings back the lesson's own code.
+"use strict";
+
+(function () {
+  const SAVE_DELAY_MS = 800;
+  const STATUS_TEXT = {
+    ok: "finished",
+    error: "raised an exception",
+    timeout: "stopped: it ran past the time limit",
+    killed: "stopped: it went past a resource limit",
+  };
+
+  function el(tag, attrs = {}, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs)) {
+      if (k === "class") node.className = v;
+      else if (k === "text") node.textContent = v;
+      else node.setAttribute(k, v);
+    }
+    node.append(...children);
+    return node;
+  }
+
+  async function postJson(method, url, body) {
+    const res = await fetch(url, {
+      method,
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    let data = null;
+    try { data = await res.json(); } catch (_) { data = null; }
+    if (!res.ok) {
+      const detail = data && data.detail;
+      const msg = detail && detail.message ? detail.message : `HTTP ${res.status}`;
+      throw new Error(msg);
+    }
+    return data;
+  }
+
+  function showResult(box, r) {
+    box.replaceChildren();
+    box.hidden = false;
+    box.dataset.status = r.status;
+    const head = el("p", { class: `nl-run-head nl-run-${r.status}` });
+    head.append(
+      "your run: ", el("strong", { text: r.status }),
+      ` · ${STATUS_TEXT[r.status] || ""} · ${Number(r.duration_s).toFixed(2)} s`,
+    );
+    box.append(head);
+    if (r.stdout) box.append(el("pre", { class: "nl-run-stdout", "aria-label": "standard output", text: r.stdout }));
+    if (r.stderr) box.append(el("pre", { class: "nl-run-stderr", "aria-label": "standard error", text: r.stderr }));
+    if (!r.stdout && !r.stderr && !(r.figures || []).length) {
+      box.append(el("p", { class: "nl-note", text: "The code printed nothing." }));
+    }
+    (r.figures || []).forEach((png, i) => {
+      box.append(el("img", {
+        class: "nl-run-figure", src: `data:image/png;base64,${png}`,
+        alt: `figure ${i + 1} made by the code`,
+      }));
+    });
+  }
+
+  function makePlayground(listing, id) {
+    const pre = listing.querySelector("pre.nl-src");
+    const original = pre.textContent.replace(/\n$/, "");
+    listing.dataset.listing = id;
+    const host = el("div", { class: "nl-src nl-src-edit" });
+    pre.replaceWith(host);
+    let saveTimer = null;
+    let lastSaved = null;
+    const note = el("span", { class: "nl-saved-note", role: "status" });
+    const save = () => {
+      const code = editor.value;
+      if (code === lastSaved) return;
+      postJson("PUT", `/api/listings/${encodeURIComponent(id)}`, { code })
+        .then(() => { lastSaved = code; note.textContent = code === original ? "" : "your edits are saved"; })
+        .catch((err) => { note.textContent = `not saved: ${err.message}`; });
+    };
+    const scheduleSave = () => {
+      clearTimeout(saveTimer);
+      saveTimer = setTimeout(save, SAVE_DELAY_MS);
+    };
+    const editor = window.NLEditor.create(host, original, {
+      label: `Python code of listing ${id}, editable`,
+      onChange: scheduleSave,
+      onRun: () => run(),
+    });
+    const runBtn = el("button", { type: "button", class: "nl-run-btn", text: "Run" });
+    const resetBtn = el("button", { type: "button", class: "nl-reset-btn", text: "Reset" });
+    const bar = el("div", { class: "nl-run-bar" }, runBtn, resetBtn,
+      el("span", { class: "nl-hint", text: "Ctrl+Enter runs" }), note);
+    const result = el("div", { class: "nl-run-result", "aria-live": "polite" });
+    result.hidden = true;
+    host.after(bar);
+    listing.append(result);
+
+    let seq = 0;
+    async function run() {
+      const mine = ++seq;
+      runBtn.disabled = true;
+      listing.dataset.running = "true";
+      result.hidden = false;
+      result.replaceChildren(el("p", { class: "nl-run-head", text: "Running…" }));
+      clearTimeout(saveTimer);
+      save();
+      try {
+        const r = await postJson("POST", "/api/run", { code: editor.value });
+        if (mine === seq) showResult(result, r);
+      } catch (err) {
+        if (mine === seq) {
+          result.replaceChildren(el("p", { class: "nl-run-head nl-run-error", text: `Could not run: ${err.message}` }));
+          result.dataset.status = "failed";
+        }
+      } finally {
+        if (mine === seq) { runBtn.disabled = false; delete listing.dataset.running; }
+      }
+    }
+    runBtn.addEventListener("click", run);
+    resetBtn.addEventListener("click", () => {
+      editor.value = original;
+      result.hidden = true;
+      result.replaceChildren();
+      delete result.dataset.status;
+      clearTimeout(saveTimer);
+      save();
+    });
+    return {
+      id,
+      restore(code) {
+        if (typeof code !== "string" || code === original) return;
+        editor.value = code;
+        lastSaved = code;
+        note.textContent = "your saved edits (Reset brings back the lesson's code)";
+      },
+    };
+  }
+
+  function savedCode(entry) {
+    if (typeof entry === "string") return entry;
+    return entry && typeof entry.code === "string" ? entry.code : null;
+  }
+
+  function init() {
+    const article = document.querySelector("article.lesson[data-lesson]");
+    if (!article || !window.NLEditor) return;
+    const slug = article.dataset.lesson;
+    const listings = Array.from(article.querySelectorAll(".nl-code"))
+      .filter((l) => l.querySelector("pre.nl-src"));
+    const playgrounds = listings.map((l, i) => makePlayground(l, `${slug}-${i + 1}`));
+    fetch("/api/progress")
+      .then((res) => (res.ok ? res.json() : null))
+      .then((p) => {
+        const saved = (p && p.listings) || {};
+        playgrounds.forEach((pg) => pg.restore(savedCode(saved[pg.id])));
+        article.dataset.playgrounds = "ready";
+      })
+      .catch(() => { article.dataset.playgrounds = "ready"; });
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
+  else init();
+})();

@@ -1,0 +1,158 @@
+"""The playground in a real browser: edit a listing, Run it for real, see what it printed.
+
+The code runs in the lab's sandbox (no simulation): the test writes code whose output it could
+not know without running it, and compares with the same computation done here.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from typing import Any
+
+import pytest
+from labpage import SCREENSHOTS
+
+pytestmark = pytest.mark.browser
+
+READY = "() => document.querySelector('article.lesson')?.dataset.playgrounds === 'ready'"
+RAN = """(i) => {
+  const r = document.querySelectorAll('.nl-code')[i].querySelector('.nl-run-result');
+  return !!r && !!r.dataset.status;
+}"""
+
+
+def listing(page: Any, i: int) -> Any:
+    return page.locator(".nl-code").nth(i)
+
+
+def run_listing(page: Any, i: int, code: str) -> dict[str, Any]:
+    box = listing(page, i)
+    box.locator("textarea.nl-input").fill(code)
+    page.evaluate(
+        "(i) => { const r = document.querySelectorAll('.nl-code')[i]"
+        ".querySelector('.nl-run-result'); delete r.dataset.status; }",
+        i,
+    )
+    box.locator("button.nl-run-btn").click()
+    page.wait_for_function(RAN, arg=i)
+    out: dict[str, Any] = page.evaluate(
+        """(i) => {
+          const r = document.querySelectorAll('.nl-code')[i].querySelector('.nl-run-result');
+          const text = (sel) => r.querySelector(sel)?.textContent ?? '';
+          return {
+            status: r.dataset.status,
+            stdout: text('.nl-run-stdout'),
+            stderr: text('.nl-run-stderr'),
+            figures: [...r.querySelectorAll('img.nl-run-figure')].map(
+              (im) => [im.complete, im.naturalWidth, im.naturalHeight]),
+          };
+        }""",
+        i,
+    )
+    return out
+
+
+def test_every_listing_is_an_editor_with_run_and_reset(page: Any, server: str) -> None:
+    page.goto(f"{server}/lessons/drift")
+    page.wait_for_function(READY)
+    n = page.locator(".nl-code").count()
+    assert n >= 3
+    assert page.locator(".nl-code textarea.nl-input").count() == n
+    assert page.locator(".nl-code button.nl-run-btn").count() == n
+    assert page.locator(".nl-code button.nl-reset-btn").count() == n
+    # line numbers and highlighting
+    gutter = listing(page, 0).locator(".nl-gutter").inner_text().split()
+    code = listing(page, 0).locator("textarea").input_value()
+    assert gutter == [str(k) for k in range(1, code.count("\n") + 2)]
+    assert listing(page, 0).locator(".nl-hl .tok-k").count() >= 1  # import
+
+
+def test_run_shows_output_error_and_figure(page: Any, server: str) -> None:
+    page.goto(f"{server}/lessons/drift")
+    page.wait_for_function(READY)
+    done = run_listing(
+        page,
+        0,
+        "import torch\n"
+        "g = torch.Generator().manual_seed(123)\n"
+        "x = torch.randn(1000, generator=g)\n"
+        'print(f"std {x.std():.6f}")\n',
+    )
+    import torch
+
+    expected = torch.randn(1000, generator=torch.Generator().manual_seed(123)).std().item()
+    assert done["status"] == "ok", done
+    assert done["stdout"].strip() == f"std {expected:.6f}"
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    listing(page, 0).screenshot(path=str(SCREENSHOTS / "playground-run.png"))
+
+    failed = run_listing(page, 0, "def f(n):\n    return 1 / n\n\nf(0)\n")
+    assert failed["status"] == "error"
+    assert "ZeroDivisionError" in failed["stderr"] and "line 2" in failed["stderr"]
+
+    drawn = run_listing(
+        page,
+        1,
+        "import matplotlib.pyplot as plt\nplt.plot([1, 4, 9, 16])\nplt.title('squares')\n"
+        "plt.show()\nprint('drawn')\n",
+    )
+    assert drawn["status"] == "ok" and drawn["stdout"].strip() == "drawn"
+    assert len(drawn["figures"]) == 1
+    complete, width, height = drawn["figures"][0]
+    assert complete and width > 100 and height > 100
+    listing(page, 1).screenshot(path=str(SCREENSHOTS / "playground-figure.png"))
+
+
+def test_editor_keys(page: Any, server: str) -> None:
+    page.goto(f"{server}/lessons/drift")
+    page.wait_for_function(READY)
+    area = listing(page, 2).locator("textarea.nl-input")
+    area.fill("")
+    area.focus()
+    page.keyboard.type("for k in range(3):")
+    page.keyboard.press("Enter")
+    page.keyboard.type("print(k * k)")
+    assert area.input_value() == "for k in range(3):\n    print(k * k)"
+    page.keyboard.press("Shift+Tab")
+    assert area.input_value() == "for k in range(3):\nprint(k * k)"
+    page.keyboard.press("Home")  # Tab inserts 4 spaces at the caret, here the line's start
+    page.keyboard.press("Tab")
+    assert area.input_value() == "for k in range(3):\n    print(k * k)"
+    page.evaluate(
+        "() => delete document.querySelectorAll('.nl-code')[2]"
+        ".querySelector('.nl-run-result').dataset.status"
+    )
+    page.keyboard.press("Control+Enter")
+    page.wait_for_function(RAN, arg=2)
+    stdout = listing(page, 2).locator(".nl-run-stdout").inner_text()
+    assert stdout.split() == ["0", "1", "4"]
+
+
+def _saved(server: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{server}/api/progress", timeout=30) as r:
+        listings: dict[str, Any] = json.loads(r.read())["listings"]
+        return listings
+
+
+def test_edits_are_kept_and_reset_restores(page: Any, server: str) -> None:
+    page.goto(f"{server}/lessons/batch-norm")
+    page.wait_for_function(READY)
+    box = listing(page, 0)
+    original = box.locator("textarea").input_value()
+    mine = "# my own experiment\nprint(sum(range(10)))\n"
+    box.locator("textarea").fill(mine)
+    page.wait_for_function(
+        "() => document.querySelectorAll('.nl-code')[0].querySelector('.nl-saved-note')"
+        ".textContent.includes('saved')"
+    )
+    assert "batch-norm-1" in _saved(server)
+    page.reload()
+    page.wait_for_function(READY)
+    assert listing(page, 0).locator("textarea").input_value() == mine
+    with page.expect_response(lambda r: "/api/listings/" in r.url and r.request.method == "PUT"):
+        listing(page, 0).locator("button.nl-reset-btn").click()
+    assert listing(page, 0).locator("textarea").input_value() == original
+    page.reload()
+    page.wait_for_function(READY)
+    assert listing(page, 0).locator("textarea").input_value() == original

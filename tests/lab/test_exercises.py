@@ -1,0 +1,702 @@
+"""Exercises: every one passes a right answer and fails a wrong one with useful feedback.
+
+Code exercises run through the real sandbox. The answer key is tested against the library too:
+the choice marked right is what normlab's own layers and experiments do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import statistics
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from normlab import nn as nlnn
+from normlab.experiments import run_experiment
+from normlab.lab import exercises
+from normlab.lab.app import create_app
+from normlab.lab.exercises import (
+    BadSubmission,
+    ChoiceExercise,
+    CodeExercise,
+    NumberExercise,
+    Verdict,
+)
+from normlab.lab.exercises.base import CodeJob
+from normlab.lab.exercises.bn_from_scratch import (
+    BACKWARD_STARTER,
+    COMPARE_STARTER,
+    bn_still_helps,
+    judge_compare,
+    reference_curves,
+)
+from normlab.lab.exercises.initialization import HE_STARTER
+from normlab.lab.lessons import LESSONS
+from normlab.lab.sandbox import Sandbox, SandboxError
+
+LAB = "http://127.0.0.1"  # the lab answers loopback Host names only
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    db = tmp_path_factory.mktemp("progress") / "progress.sqlite3"
+    with TestClient(create_app(db_path=db), base_url=LAB) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def sandbox(client: TestClient) -> Sandbox:
+    box: Sandbox = client.app.state.sandbox  # type: ignore[attr-defined]
+    return box
+
+
+def choice(exercise_id: str) -> ChoiceExercise:
+    ex = exercises.get(exercise_id)
+    assert isinstance(ex, ChoiceExercise)
+    return ex
+
+
+def code(exercise_id: str) -> CodeExercise:
+    ex = exercises.get(exercise_id)
+    assert isinstance(ex, CodeExercise)
+    return ex
+
+
+def right_text(exercise_id: str) -> str:
+    return next(c.text for c in choice(exercise_id).choices if c.correct)
+
+
+# -- the registry ------------------------------------------------------------------------------
+
+
+def test_every_lesson_closes_with_two_to_four_checked_questions() -> None:
+    for lesson in LESSONS:
+        mine = exercises.by_lesson(lesson.slug)
+        questions = [e for e in mine if e.kind in ("choice", "number")]
+        assert 2 <= len(questions) <= 4, lesson.slug
+    kinds = {e.kind for e in exercises.EXERCISES}
+    assert kinds == {"choice", "number", "code"}
+    ids = [e.id for e in exercises.EXERCISES]
+    assert len(set(ids)) == len(ids)
+    assert {"he-factor", "bn-backward", "init-vs-bn"} <= set(ids)
+
+
+def test_unknown_ids_and_lessons_are_refused_by_name() -> None:
+    with pytest.raises(exercises.UnknownExercise, match="'nope' not found, use one of: "):
+        exercises.get("nope")
+    with pytest.raises(ValueError, match="lesson 'nope' not found"):
+        exercises.by_lesson("nope")
+
+
+def test_public_view_never_holds_the_answer() -> None:
+    for ex in exercises.EXERCISES:
+        view = ex.public()
+        json.dumps(view)  # JSON-ready
+        common = {"id", "lesson", "kind", "prompt"}
+        extra = {
+            "choice": {"choices"},
+            "number": {"tolerance", "tolerance_text"},
+            "code": {"starter", "checks", "time_limit_s"},
+        }[ex.kind]
+        assert set(view) == common | extra, ex.id
+        if isinstance(ex, ChoiceExercise):
+            assert view["choices"] == [c.text for c in ex.choices]
+        if isinstance(ex, NumberExercise):
+            assert str(ex.expected()) not in json.dumps(view)
+
+
+# -- choice exercises --------------------------------------------------------------------------
+
+CHOICES = [e.id for e in exercises.EXERCISES if isinstance(e, ChoiceExercise)]
+
+
+@pytest.mark.parametrize("exercise_id", CHOICES)
+def test_choice_right_passes_and_each_wrong_one_fails_with_its_own_feedback(
+    exercise_id: str,
+) -> None:
+    ex = choice(exercise_id)
+    feedbacks = set()
+    for i, c in enumerate(ex.choices):
+        by_text, by_index = ex.check(c.text), ex.check(i)
+        assert by_text == by_index
+        assert by_text.passed is c.correct
+        assert len(by_text.feedback) > 20
+        feedbacks.add(by_text.feedback)
+    assert len(feedbacks) == len(ex.choices)
+
+
+@pytest.mark.parametrize(
+    ("answer", "fragment"),
+    [
+        ("not a choice", "is not one of the 4 choices"),
+        (4, "choice index 4 is not in [0, 3]"),
+        (-1, "is not in [0, 3]"),
+        (True, "(bool) is not a choice"),
+        (1.0, "(float) is not a choice"),
+        (None, "(NoneType) is not a choice"),
+    ],
+)
+def test_choice_refuses_what_is_not_a_choice(answer: object, fragment: str) -> None:
+    with pytest.raises(BadSubmission, match=None) as info:
+        choice("bn-eval-statistics").check(answer)
+    assert info.value.parameter == "answer" and fragment in str(info.value)
+
+
+def test_answer_key_plain_stack_shrinks_and_stays_small() -> None:
+    assert right_text("drift-std-through-depth").startswith("It shrinks")
+    d = run_experiment("drift").to_dict()
+    assert d["stds"][2] < 0.15 * d["input_std"]  # "about a tenth by layer 3"
+    assert max(d["stds"][2:]) < 0.15 * d["input_std"]  # never brought back
+
+
+def test_answer_key_linear_passes_scale_tenfold_exactly_without_bias() -> None:
+    assert "tenfold" in right_text("drift-linear-passes-scale")
+    x = torch.randn(64, 8, generator=torch.Generator().manual_seed(1))
+    layer = torch.nn.Linear(8, 8, bias=False)
+    with torch.no_grad():
+        ratio = float(layer(10 * x).std() / layer(x).std())
+    assert math.isclose(ratio, 10.0, rel_tol=1e-5)
+    d = run_experiment("linear-scale").to_dict()
+    assert 5 < d["scaled_output_std"] / d["output_std"] < 10
+
+
+def test_answer_key_eval_mode_uses_running_statistics() -> None:
+    assert "running mean and running variance" in right_text("bn-eval-statistics")
+    layer = nlnn.BatchNorm1d(3)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        layer(torch.randn(16, 3, generator=g) * 4 + 2)  # a training pass moves the running stats
+        layer.eval()
+        x = torch.randn(5, 3, generator=g)
+        assert layer.running_mean is not None and layer.running_var is not None
+        expected = (x - layer.running_mean) / torch.sqrt(layer.running_var + layer.eps)
+        torch.testing.assert_close(layer(x), expected)  # default float32 tolerances
+
+
+def test_answer_key_a_training_batch_of_one_is_refused() -> None:
+    assert right_text("bn-batch-of-one").startswith("It raises an error")
+    with pytest.raises(ValueError, match="more than 1 value per channel"):
+        nlnn.BatchNorm1d(8)(torch.zeros(1, 8))
+
+
+def test_answer_key_constant_init_keeps_units_identical() -> None:
+    assert right_text("init-constant-symmetry").startswith("They are still identical")
+    summary = run_experiment("symmetry").to_dict()["summary"]
+    assert summary["max_weight_diff"] == 0.0 and summary["max_grad_diff"] == 0.0
+
+
+def test_answer_key_biased_to_normalize_unbiased_for_running_var() -> None:
+    assert right_text("bn-variance-conventions").startswith("Biased (divide by N) to normalize")
+    x = torch.randn(6, 2, generator=torch.Generator().manual_seed(3))
+    layer = nlnn.BatchNorm1d(2, momentum=1.0)  # running_var = the last batch's estimate
+    with torch.no_grad():
+        y = layer(x)
+    assert layer.running_var is not None
+    torch.testing.assert_close(layer.running_var, x.var(0, unbiased=True))
+    torch.testing.assert_close(y.var(0, unbiased=False), torch.ones(2), atol=1e-3, rtol=0)
+
+
+def test_answer_key_a_linear_bias_before_batchnorm_changes_nothing() -> None:
+    assert right_text("bn-linear-bias").startswith("Nothing")
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(16, 4, generator=g)
+    linear, norm = torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3)
+    with torch.no_grad():
+        before = norm(linear(x))
+        linear.bias.add_(5.0)
+        torch.testing.assert_close(norm(linear(x)), before, atol=1e-5, rtol=0)
+
+
+# -- number exercises --------------------------------------------------------------------------
+
+# Right answers worked out here, by hand or from the seeds' printed figures, not from the
+# exercise's own expected() function; traps are the wrong turns each exercise names.
+NUMBERS: dict[str, tuple[float, list[float]]] = {
+    "drift-shrink-factor": (1.0280 / 0.0993, []),  # the seed table: input std / layer-3 std
+    "bn-running-mean-update": (0.9 * 2.0 + 0.1 * statistics.mean([1, 3, 8, 4]), [3.8]),
+    "bn-running-var-update": (
+        0.9 * 1.0 + 0.1 * statistics.variance([1, 3, 8, 4]),
+        [0.9 * 1.0 + 0.1 * statistics.pvariance([1, 3, 8, 4])],
+    ),
+    "init-variance-after-depth": (1.1 ** (2 * 20), [1.1**20]),
+    "init-xavier-bound": (math.sqrt(6 / (256 + 128)), [math.sqrt(2 / (256 + 128))]),
+}
+
+
+def test_every_number_exercise_is_covered() -> None:
+    assert set(NUMBERS) == {e.id for e in exercises.EXERCISES if isinstance(e, NumberExercise)}
+
+
+@pytest.mark.parametrize("exercise_id", sorted(NUMBERS))
+def test_number_right_within_tolerance_wrong_outside_traps_named(exercise_id: str) -> None:
+    ex = exercises.get(exercise_id)
+    assert isinstance(ex, NumberExercise)
+    right, traps = NUMBERS[exercise_id]
+    ok = ex.check(right)
+    assert ok.passed and ok.feedback.startswith("Right")
+    tol = max(ex.rel_tol * abs(right), ex.abs_tol)
+    assert ex.check(right + 0.5 * tol).passed
+    for off in (right + 3 * tol, right - 3 * tol, -right):
+        wrong = ex.check(off)
+        assert not wrong.passed
+        assert ("too large" if off > right else "too small") in wrong.feedback
+    for trap in traps:
+        verdict = ex.check(trap)
+        assert not verdict.passed and "That" in verdict.feedback and "too" not in verdict.feedback
+    assert "%" in ex.public()["tolerance_text"] or "within" in ex.public()["tolerance_text"]
+
+
+@pytest.mark.parametrize(
+    ("answer", "fragment"),
+    [("2.2", "(str) is not a number"), (True, "(bool) is not a number"), (None, "(NoneType)")],
+)
+def test_number_refuses_what_is_not_a_number(answer: object, fragment: str) -> None:
+    with pytest.raises(BadSubmission) as info:
+        exercises.get("bn-running-mean-update").check(answer)  # type: ignore[attr-defined]
+    assert info.value.parameter == "answer" and fragment in str(info.value)
+
+
+# -- code exercises, judged from fake runs (no sandbox) ----------------------------------------
+
+
+@dataclasses.dataclass
+class FakeRun:
+    status: str
+    stdout: str
+    stderr: str = ""
+
+
+def _job() -> CodeJob:
+    return code("he-factor").prepare("def he_std(n): return (2 / n) ** 0.5")
+
+
+def test_a_run_without_the_report_line_fails_and_says_why() -> None:
+    ex, job = code("he-factor"), _job()
+    timeout = ex.verdict(job, FakeRun("timeout", "partial output\n"))
+    assert not timeout.passed and "longer than the 30 s limit" in timeout.feedback
+    killed = ex.verdict(job, FakeRun("killed", "", "[normlab sandbox: out of memory]"))
+    assert (
+        not killed.passed and "was stopped" in killed.feedback and "out of memory" in killed.output
+    )
+    flood = ex.verdict(job, FakeRun("ok", "x\n[normlab sandbox: stdout truncated: ...]\n"))
+    assert not flood.passed and "printed more than the sandbox keeps" in flood.feedback
+
+
+def test_a_report_line_with_a_guessed_nonce_is_ignored_and_two_lines_fail() -> None:
+    ex, job = code("he-factor"), _job()
+    good = {str(n): math.sqrt(2 / n) for n in job.args["fan_ins"]}
+    report = json.dumps({"report": {"defined": True, "callable": True, "values": good}})
+    guessed = ex.verdict(job, FakeRun("ok", f"normlab-check-{'0' * 32} {report}\n"))
+    assert not guessed.passed and "ended before the checks could run" in guessed.feedback
+    real = f"normlab-check-{job.nonce} {report}\n"
+    assert ex.verdict(job, FakeRun("ok", "hello\n" + real)).passed
+    twice = ex.verdict(job, FakeRun("ok", real + real))
+    assert not twice.passed and "more than once" in twice.feedback
+
+
+def test_code_submissions_are_validated() -> None:
+    ex = code("he-factor")
+    with pytest.raises(BadSubmission, match="code must be a string, got int") as info:
+        ex.prepare(3)
+    assert info.value.parameter == "code"
+    with pytest.raises(BadSubmission, match="the limit is 20000"):
+        ex.prepare("#" * 20_001)
+    a, b = ex.prepare("pass"), ex.prepare("pass")
+    assert a.nonce != b.nonce and a.args != b.args  # fresh inputs for every submission
+
+
+# -- code exercises through the real sandbox ---------------------------------------------------
+
+HE_RIGHT = """
+import math
+
+def he_std(fan_in):
+    # ReLU keeps half of E[z^2]; the weights double it back: fan_in * Var(w) = 2
+    return math.sqrt(2.0 / fan_in)
+"""
+
+
+def check(sandbox: Sandbox, exercise_id: str, source: str) -> Verdict:
+    return code(exercise_id).check(source, sandbox)
+
+
+def test_he_factor_right_answer_passes(sandbox: Sandbox) -> None:
+    v = check(sandbox, "he-factor", HE_RIGHT)
+    assert v.passed, v.feedback
+    assert v.feedback.startswith("all 5 checks passed")
+
+
+@pytest.mark.parametrize(
+    ("source", "fragment"),
+    [
+        (HE_STARTER, "check 4 of 5 (it holds the variance of a 40-layer ReLU stack) failed"),
+        (HE_RIGHT.replace("2.0 /", "3.0 /"), "each ReLU layer multiplies it by about 1.5"),
+        (HE_RIGHT.replace("2.0 /", "1.9 /"), "outside [1/3, 3] x layer 1's"),
+        (HE_RIGHT.replace("2.0 /", "1.97 /"), "check 5 of 5 (it is He's factor) failed"),
+        (HE_RIGHT.replace("2.0 /", "2.05 /"), "fan_in * he_std(fan_in)**2 = 2.05 at fan_in 512"),
+        ("he_std = 0.1", "check 1 of 5 (he_std is a function) failed"),
+        ("x = 1", "your code defines no `he_std`"),
+        ("def he_std(n):\n    return 1 / (n - 1)", "ZeroDivisionError"),
+        ("def he_std(n):\n    return 'small'", "he_std(1) gave str 'small'"),
+        ("def he_std(n):\n    return -(2 / n) ** 0.5", "a std must be a positive"),
+        ("def he_std(n):\n    return (2 / 512) ** 0.5", "should halve the std"),
+        ("import math\nraise RuntimeError('oops')", "RuntimeError: oops (line 2 of your code)"),
+        ("def he_std(n):\n    return (2 / n) ** 0.5\nraise SystemExit(0)", "leave out exit()"),
+    ],
+)
+def test_he_factor_wrong_answers_fail_naming_the_check(
+    sandbox: Sandbox, source: str, fragment: str
+) -> None:
+    v = check(sandbox, "he-factor", source)
+    assert not v.passed and fragment in v.feedback, v.feedback
+
+
+def test_he_factor_output_is_shown_and_starter_prints_its_trial(sandbox: Sandbox) -> None:
+    v = check(sandbox, "he-factor", HE_STARTER)
+    assert "layer 20: Var(z)" in v.output and "normlab-check" not in v.output
+
+
+def test_a_learner_who_finds_the_nonce_cannot_forge_a_pass(sandbox: Sandbox) -> None:
+    # Wrong he_std, plus a forged report (nonce read off the harness's frame) claiming 2/n.
+    forge = """
+import json, sys
+
+def he_std(n):
+    return (1 / n) ** 0.5
+
+frame = sys._getframe()
+while frame is not None and "mark" not in frame.f_locals:
+    frame = frame.f_back
+mark, job = frame.f_locals["mark"], frame.f_locals["job"]
+values = {str(n): (2 / n) ** 0.5 for n in job["args"]["fan_ins"]}
+print(mark + json.dumps({"report": {"defined": True, "callable": True, "values": values}}))
+"""
+    v = check(sandbox, "he-factor", forge)
+    assert not v.passed and "more than once" in v.feedback
+
+
+def test_a_run_past_its_time_limit_fails(sandbox: Sandbox) -> None:
+    quick = dataclasses.replace(code("he-factor"), wall_s=1.5)
+    v = quick.check("while True:\n    pass", sandbox)
+    assert not v.passed and "longer than the 1.5 s limit" in v.feedback
+
+
+BACKWARD_RIGHT = """
+import torch
+
+def batchnorm_backward(dy, x, gamma, eps=1e-5):
+    n = x.shape[0]
+    x_hat = (x - x.mean(0)) / torch.sqrt(x.var(0, unbiased=False) + eps)   # (N, D)
+    inv_std = 1 / torch.sqrt(x.var(0, unbiased=False) + eps)               # (D,)
+    dbeta = dy.sum(0)
+    dgamma = (dy * x_hat).sum(0)
+    dxhat = dy * gamma
+    dx = inv_std / n * (n * dxhat - dxhat.sum(0) - x_hat * (dxhat * x_hat).sum(0))
+    return dx, dgamma, dbeta
+"""
+
+
+def test_bn_backward_right_answer_passes(sandbox: Sandbox) -> None:
+    v = check(sandbox, "bn-backward", BACKWARD_RIGHT)
+    assert v.passed, v.feedback
+    assert v.feedback.startswith("all 6 checks passed")
+
+
+AUTOGRAD_INSIDE = """
+import torch
+
+def batchnorm_backward(dy, x, gamma, eps=1e-5):
+    with torch.enable_grad():
+        x = x.detach().requires_grad_()
+        gamma = gamma.detach().requires_grad_()
+        beta = torch.zeros_like(gamma, requires_grad=True)
+        y = torch.nn.functional.batch_norm(x, None, None, gamma, beta, training=True, eps=eps)
+        y.backward(dy)
+    return x.grad, gamma.grad, beta.grad
+"""
+
+
+@pytest.mark.parametrize(
+    ("source", "fragment"),
+    [
+        (BACKWARD_STARTER, "check 4 of 6 (grad of beta matches autograd) failed"),
+        # dx as if mean and variance did not depend on x: the classic slip
+        (
+            BACKWARD_RIGHT.replace(
+                "dx = inv_std / n * (n * dxhat - dxhat.sum(0) - x_hat * (dxhat * x_hat).sum(0))",
+                "dx = dxhat * inv_std",
+            ),
+            "check 6 of 6 (grad of x matches autograd) failed",
+        ),
+        (BACKWARD_RIGHT.replace(" + eps", ""), "grad of gamma differs from autograd by"),
+        (AUTOGRAD_INSIDE, "check 3 of 6 (it computes the gradients without autograd) failed"),
+        (
+            BACKWARD_RIGHT.replace("return dx, dgamma, dbeta", "return dx, dgamma"),
+            "it returned 2 values, not (dx, dgamma, dbeta)",
+        ),
+        (
+            BACKWARD_RIGHT.replace("dbeta = dy.sum(0)", "dbeta = dy.sum(0, keepdim=True)"),
+            "dbeta has shape (1, 3), expected (3,)",
+        ),
+    ],
+)
+def test_bn_backward_wrong_answers_fail_naming_the_check(
+    sandbox: Sandbox, source: str, fragment: str
+) -> None:
+    v = check(sandbox, "bn-backward", source)
+    assert not v.passed and fragment in v.feedback, v.feedback
+    if "differs from autograd" in v.feedback:
+        assert "(max abs), tolerance 1e-06 + 1e-05 x |autograd|" in v.feedback
+
+
+COMPARE_RIGHT = """
+import math
+from normlab.experiments import run_experiment
+
+common = dict(hidden_layers=4, width=64, lr=2.0, steps=150, seed=0)
+he_losses = run_experiment("init-train", method="he", **common).losses
+bn_losses = run_experiment("bn-lr", batch_norm=True, **common).losses
+
+def trains(curve):
+    return all(math.isfinite(v) for v in curve) and curve[-1] < curve[0]
+
+bn_still_helps = trains(bn_losses) and not trains(he_losses)
+print("He ends at", he_losses[-1], "BN ends at", bn_losses[-1])
+"""
+
+
+def test_init_vs_bn_right_answer_passes(sandbox: Sandbox) -> None:
+    v = check(sandbox, "init-vs-bn", COMPARE_RIGHT)
+    assert v.passed, v.feedback
+    assert "non-finite from step" in v.feedback and "BN ends at" in v.output
+
+
+@pytest.mark.parametrize(
+    ("source", "fragment"),
+    [
+        (COMPARE_STARTER, "check 2 of 5 (he_losses is the He-initialized run"),
+        (
+            COMPARE_RIGHT.replace("bn_still_helps = ", "bn_still_helps = not "),
+            "bn_still_helps = False does not follow from that",
+        ),
+        ("he_losses = []", "your code does not set bn_losses, bn_still_helps"),
+    ],
+)
+def test_init_vs_bn_wrong_answers_fail_naming_the_check(
+    sandbox: Sandbox, source: str, fragment: str
+) -> None:
+    v = check(sandbox, "init-vs-bn", source)
+    assert not v.passed and fragment in v.feedback, v.feedback
+
+
+def compare_report(**changes: object) -> dict[str, object]:
+    """What the probe reports for a right submission (the recomputed curves), then changed."""
+    he, bn = reference_curves()
+    report: dict[str, object] = {
+        "missing": [],
+        "he_losses": list(he),
+        "bn_losses": list(bn),
+        "bn_still_helps": True,
+    }
+    return {**report, **changes}
+
+
+def test_init_vs_bn_judge_from_reports() -> None:
+    args: dict[str, object] = {}
+    assert judge_compare(args, compare_report()).passed
+    plain = run_experiment("bn-lr", batch_norm=False).to_dict()["losses"]
+    cases = [
+        (compare_report(bn_losses=plain), "check 3 of 5 (bn_losses is the run with BatchNorm)"),
+        (compare_report(he_losses=list(reference_curves()[0])[:100]), "has 100 losses"),
+        (compare_report(he_losses="a str ('x'), not a list"), "he_losses is a str ('x')"),
+        (compare_report(bn_still_helps="'yes'"), "bn_still_helps is 'yes'"),
+        (compare_report(missing=["he_losses"]), "your code does not set he_losses"),
+    ]
+    for report, fragment in cases:
+        v = judge_compare(args, report)
+        assert not v.passed and fragment in v.feedback, v.feedback
+
+
+def test_init_vs_bn_conclusion_comes_from_the_curves() -> None:
+    falling = tuple(1.0 / (1 + t) for t in range(150))
+    diverging = (0.7, 40.0, 1e30, *([math.nan] * 147))
+    assert bn_still_helps(diverging, falling) is True
+    assert bn_still_helps(falling, falling) is False  # both train alike: BN adds nothing here
+    assert bn_still_helps(tuple(3 * v for v in falling), falling) is True  # He ends 3x higher
+    assert bn_still_helps(falling, diverging) is False
+    he, bn = reference_curves()  # the lesson's runs: He alone blows up at lr 2.0, BN does not
+    assert not all(math.isfinite(v) for v in he) and all(math.isfinite(v) for v in bn)
+
+
+COMPARE_EAGER = """
+# The seed notebook's way: torch layers, torch's optimizer, a loop of our own.
+import math
+import torch
+import torch.nn.functional as F
+from normlab import data
+
+x, y = data.two_moons()
+
+def net(batch_norm, he):
+    torch.manual_seed(0)
+    layers, d = [], 2
+    for _ in range(4):
+        layers.append(torch.nn.Linear(d, 64))
+        if batch_norm:
+            layers.append(torch.nn.BatchNorm1d(64))
+        layers.append(torch.nn.ReLU())
+        d = 64
+    layers.append(torch.nn.Linear(d, 1))
+    model = torch.nn.Sequential(*layers)
+    if he:
+        for m in model:
+            if isinstance(m, torch.nn.Linear):  # the head too, as the lesson's widget does
+                torch.nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
+                torch.nn.init.zeros_(m.bias)
+    return model
+
+def train(model):
+    opt = torch.optim.SGD(model.parameters(), lr=2.0)
+    losses = []
+    for _ in range(150):
+        opt.zero_grad()
+        loss = F.binary_cross_entropy_with_logits(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+he_losses = train(net(batch_norm=False, he=True))
+bn_losses = train(net(batch_norm=True, he=False))
+bn_still_helps = not all(math.isfinite(v) for v in he_losses) and bn_losses[-1] < bn_losses[0]
+"""
+
+
+@pytest.mark.slow
+def test_init_vs_bn_an_independent_eager_loop_passes_too(sandbox: Sandbox) -> None:
+    v = check(sandbox, "init-vs-bn", COMPARE_EAGER)
+    assert v.passed, v.feedback
+
+
+# -- the HTTP routes ---------------------------------------------------------------------------
+
+
+def still_serving(client: TestClient) -> None:
+    r = client.get("/api/exercises")
+    assert r.status_code == 200 and len(r.json()) == len(exercises.EXERCISES)
+
+
+def test_get_exercises_lists_every_exercise_without_answers(client: TestClient) -> None:
+    body = client.get("/api/exercises").json()
+    assert [e["id"] for e in body] == [e.id for e in exercises.EXERCISES]
+    for e in body:
+        assert e["kind"] in ("choice", "number", "code") and e["prompt"]
+        assert "correct" not in json.dumps(e) and "expected" not in e
+    he = next(e for e in body if e["id"] == "he-factor")
+    assert he["starter"] == HE_STARTER and len(he["checks"]) == 5
+    bn_mean = next(e for e in body if e["id"] == "bn-running-mean-update")
+    assert bn_mean["tolerance"] == {"relative": 0.0, "absolute": 0.001}
+
+
+def test_submit_choice_and_number_through_http(client: TestClient) -> None:
+    wrong = client.post("/api/exercises/bn-eval-statistics/submit", json={"answer": 0})
+    assert wrong.status_code == 200
+    assert wrong.json()["passed"] is False and "training mode" in wrong.json()["feedback"]
+    right = client.post(
+        "/api/exercises/bn-eval-statistics/submit",
+        json={"answer": right_text("bn-eval-statistics")},
+    )
+    assert right.json() == {"passed": True, "feedback": right.json()["feedback"]}
+    n = client.post("/api/exercises/init-xavier-bound/submit", json={"answer": 0.125})
+    assert n.json()["passed"] is True
+    progress = client.get("/api/progress").json()["lessons"]
+    assert progress["batch-norm"]["exercises"]["bn-eval-statistics"] == {
+        "kind": "choice",
+        "solved": True,
+        "attempts": 2,
+    }
+    assert progress["initialization"]["solved"] >= 1
+
+
+def test_submit_code_through_http(client: TestClient) -> None:
+    r = client.post("/api/exercises/bn-backward/submit", json={"code": BACKWARD_RIGHT})
+    assert r.status_code == 200 and r.json()["passed"] is True, r.json()
+    r = client.post("/api/exercises/he-factor/submit", json={"code": HE_STARTER})
+    d = r.json()
+    assert d["passed"] is False and "check 4 of 5" in d["feedback"] and "layer 5" in d["output"]
+    lesson = client.get("/api/progress").json()["lessons"]["initialization"]
+    assert lesson["exercises"]["he-factor"]["attempts"] >= 1
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "parameter", "fragment"),
+    [
+        ("/api/exercises/nope/submit", {"answer": 1}, "id", "exercise 'nope' not found"),
+        ("/api/exercises/bn-eval-statistics/submit", {}, "answer", "missing 'answer'"),
+        ("/api/exercises/bn-eval-statistics/submit", {"answer": 1, "x": 2}, "x", "unknown field"),
+        ("/api/exercises/bn-eval-statistics/submit", {"code": "1"}, "code", "send only 'answer'"),
+        ("/api/exercises/bn-eval-statistics/submit", {"answer": 9}, "answer", "not in [0, 3]"),
+        ("/api/exercises/init-xavier-bound/submit", {"answer": "0.1"}, "answer", "not a number"),
+        ("/api/exercises/init-xavier-bound/submit", {"answer": None}, "answer", "not a number"),
+        ("/api/exercises/he-factor/submit", {"answer": 2}, "answer", "send only 'code'"),
+        ("/api/exercises/he-factor/submit", {"code": 5}, "code", "code must be a string"),
+        ("/api/exercises/he-factor/submit", {"code": "#" * 20_001}, "code", "the limit is"),
+        ("/api/exercises/he-factor/submit", [1], None, "must be a JSON object"),
+    ],
+)
+def test_bad_submissions_are_422_naming_the_parameter(
+    client: TestClient, path: str, body: object, parameter: str | None, fragment: str
+) -> None:
+    before = client.get("/api/progress").json()
+    r = client.post(path, json=body)
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"]["parameter"] == parameter
+    assert fragment in r.json()["detail"]["message"]
+    assert client.get("/api/progress").json() == before  # nothing recorded
+    still_serving(client)
+
+
+def test_broken_and_oversized_bodies_are_422(client: TestClient) -> None:
+    url = "/api/exercises/bn-eval-statistics/submit"
+    headers = {"content-type": "application/json"}
+    r = client.post(url, content=b"{not json", headers=headers)
+    assert r.status_code == 422 and "not valid JSON" in r.json()["detail"]["message"]
+    r = client.post(url, content=b'"' + b"a" * (2 << 20) + b'"', headers=headers)
+    assert r.status_code == 422 and "larger than" in r.json()["detail"]["message"]
+    still_serving(client)
+
+
+class BrokenSandbox:
+    async def arun(self, code: str, **kw: object) -> object:
+        raise SandboxError("could not start the sandbox (bwrap): not installed")
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_broken_sandbox_answers_503_and_records_nothing(tmp_path: Path) -> None:
+    app = create_app(db_path=tmp_path / "p.sqlite3")
+    app.state.sandbox = BrokenSandbox()
+    with TestClient(app, base_url=LAB) as c:
+        r = c.post("/api/exercises/he-factor/submit", json={"code": HE_RIGHT})
+        assert r.status_code == 503
+        assert "could not start the sandbox" in r.json()["detail"]["message"]
+        he = c.get("/api/progress").json()["lessons"]["initialization"]["exercises"]["he-factor"]
+        assert he["attempts"] == 0
+        still_serving(c)
+
+
+def test_openapi_lists_the_learning_routes(client: TestClient) -> None:
+    paths = client.get("/openapi.json").json()["paths"]
+    assert "/api/exercises/{exercise_id}/submit" in paths and "/api/progress" in paths
+
+
+def test_progress_db_is_the_one_given(client: TestClient, tmp_path: Path) -> None:
+    store = client.app.state.progress  # type: ignore[attr-defined]
+    assert Path(store.path).name == "progress.sqlite3" and store.journal_mode() == "wal"

@@ -1,0 +1,339 @@
+"""The progress store: WAL, transactions, threads, reopening; the listing and progress routes;
+and a real lab server SIGKILLed after acknowledging a write, then started again."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from normlab.lab import exercises
+from normlab.lab.app import create_app
+from normlab.lab.lessons import LESSONS
+from normlab.lab.progress import ProgressStore, ProgressStoreError, default_db_path
+
+LAB = "http://127.0.0.1"  # the lab answers loopback Host names only
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[ProgressStore]:
+    with ProgressStore(tmp_path / "deep" / "folder" / "progress.sqlite3") as s:
+        yield s
+
+
+# -- the store ---------------------------------------------------------------------------------
+
+
+def test_new_store_creates_its_folder_and_runs_in_wal_mode(store: ProgressStore) -> None:
+    assert Path(store.path).is_file()
+    assert store.journal_mode() == "wal"
+    other = sqlite3.connect(store.path)  # a second connection sees the same settings on disk
+    assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    other.close()
+    assert store.progress() == {} and store.listings() == {}
+
+
+def test_attempts_and_solved(store: ProgressStore) -> None:
+    store.record_attempt("he-factor", "def he_std(n): ...", False, "check 4 of 5 failed")
+    assert store.progress() == {"he-factor": {"attempts": 1, "solved": False}}
+    store.record_attempt("he-factor", "import math", True, "all 5 checks passed")
+    store.record_attempt("he-factor", "oops", False, "check 1 of 5 failed")  # stays solved
+    store.record_attempt("bn-eval-statistics", 1, True, "Right.")
+    assert store.progress() == {
+        "bn-eval-statistics": {"attempts": 1, "solved": True},
+        "he-factor": {"attempts": 3, "solved": True},
+    }
+    attempts = store.attempts("he-factor")
+    assert [a.submission for a in attempts] == ["def he_std(n): ...", "import math", "oops"]
+    assert [a.passed for a in attempts] == [False, True, False]
+    assert attempts[0].feedback == "check 4 of 5 failed" and attempts[0].created <= time.time()
+    assert store.attempts("bn-eval-statistics")[0].submission == 1  # JSON keeps the type
+
+
+def test_listings_save_overwrite_and_read(store: ProgressStore) -> None:
+    assert store.listing("drift-stack") is None
+    store.save_listing("drift-stack", "print(1)")
+    store.save_listing("drift-stack", "print(2)")
+    store.save_listing("a-1", "")
+    assert store.listing("drift-stack") == "print(2)"
+    assert store.listings() == {"a-1": "", "drift-stack": "print(2)"}
+
+
+@pytest.mark.parametrize("bad", ["Drift", "a_b", "", "x" * 65, "a b", "é"])
+def test_bad_listing_ids_are_refused(store: ProgressStore, bad: str) -> None:
+    with pytest.raises(ValueError, match="lowercase letters, digits or dashes"):
+        store.save_listing(bad, "x")
+    with pytest.raises(ValueError, match=f"listing_id {bad!r} is not allowed"):
+        store.listing(bad)
+
+
+def test_bad_arguments_are_refused_by_name(store: ProgressStore) -> None:
+    with pytest.raises(ValueError, match="exercise_id must be a non-empty str"):
+        store.record_attempt("", "x", True, "f")
+    with pytest.raises(TypeError, match="passed must be a bool, got int"):
+        store.record_attempt("a", "x", 1, "f")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="code must be a str, got bytes"):
+        store.save_listing("a", b"x")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="Object of type set is not JSON serializable"):
+        store.record_attempt("a", {1}, True, "f")
+    assert store.progress() == {}  # a refused write leaves nothing behind
+
+
+def test_reopen_keeps_everything(tmp_path: Path) -> None:
+    path = tmp_path / "p.sqlite3"
+    with ProgressStore(path) as s:
+        s.record_attempt("x", 0.125, True, "Right")
+        s.save_listing("l", "code")
+    assert s.closed
+    with pytest.raises(ValueError, match="is closed"):
+        s.listings()
+    with ProgressStore(path) as again:
+        assert again.progress() == {"x": {"attempts": 1, "solved": True}}
+        assert again.listing("l") == "code"
+
+
+def test_concurrent_writes_from_threads_and_a_second_connection(tmp_path: Path) -> None:
+    path = tmp_path / "p.sqlite3"
+    shared, other = ProgressStore(path), ProgressStore(path)  # other: like a second process
+    errors: list[BaseException] = []
+    threads_n, writes = 8, 25
+
+    def work(i: int) -> None:
+        try:
+            for k in range(writes):
+                target = other if i % 2 else shared
+                target.record_attempt(f"ex-{i % 4}", k, k == writes - 1, f"t{i}")
+                target.save_listing(f"thread-{i}", f"print({k})")
+                shared.progress()  # reads interleave with the writes
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(threads_n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    progress = shared.progress()
+    assert sum(p["attempts"] for p in progress.values()) == threads_n * writes
+    assert all(p == {"attempts": 2 * writes, "solved": True} for p in progress.values())
+    assert shared.listings() == {f"thread-{i}": f"print({writes - 1})" for i in range(threads_n)}
+    shared.close()
+    other.close()
+
+
+def test_bad_paths_raise_a_store_error(tmp_path: Path) -> None:
+    with pytest.raises(ProgressStoreError, match="is a folder, give a file path"):
+        ProgressStore(tmp_path)
+    junk = tmp_path / "junk.sqlite3"
+    junk.write_bytes(b"this is not a database, just some bytes " * 50)
+    with pytest.raises(ProgressStoreError, match="is not a normlab progress database"):
+        ProgressStore(junk)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ProgressStoreError, match="cannot create the folder"):
+        ProgressStore(blocker / "sub" / "p.sqlite3")
+    newer = tmp_path / "newer.sqlite3"
+    conn = sqlite3.connect(newer)
+    conn.execute("PRAGMA user_version = 99")
+    conn.close()
+    with pytest.raises(ProgressStoreError, match="written by a newer normlab"):
+        ProgressStore(newer)
+
+
+def test_default_db_path_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert default_db_path() == tmp_path / "xdg" / "normlab" / "progress.sqlite3"
+    monkeypatch.setenv("XDG_DATA_HOME", "relative/path")  # the spec says: ignore it
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    home_path = tmp_path / "home" / ".local" / "share" / "normlab" / "progress.sqlite3"
+    assert default_db_path() == home_path
+    monkeypatch.delenv("XDG_DATA_HOME")
+    assert default_db_path() == home_path
+
+
+# -- the routes --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    db = tmp_path_factory.mktemp("progress") / "progress.sqlite3"
+    with TestClient(create_app(db_path=db), base_url=LAB) as c:
+        yield c
+
+
+def test_listing_routes_save_and_read(client: TestClient) -> None:
+    assert client.get("/api/listings/bn-columns").status_code == 404
+    r = client.put("/api/listings/bn-columns", json={"code": "print('mine')"})
+    assert r.status_code == 200 and r.json() == {"id": "bn-columns", "saved": True}
+    assert client.get("/api/listings/bn-columns").json() == {
+        "id": "bn-columns",
+        "code": "print('mine')",
+    }
+    assert client.get("/api/progress").json()["listings"]["bn-columns"] == "print('mine')"
+
+
+def test_unsaved_listing_is_404_json(client: TestClient) -> None:
+    r = client.get("/api/listings/never-saved")
+    assert r.status_code == 404
+    assert r.json()["detail"] == {
+        "parameter": "listing_id",
+        "message": "no code saved for listing 'never-saved'",
+    }
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "parameter", "fragment"),
+    [
+        ("put", "/api/listings/Bad_Id", {"code": "x"}, "listing_id", "lowercase letters"),
+        ("get", "/api/listings/Bad_Id", None, "listing_id", "lowercase letters"),
+        ("put", "/api/listings/" + "a" * 65, {"code": "x"}, "listing_id", "1 to 64"),
+        ("put", "/api/listings/ok", {}, "code", "missing 'code'"),
+        ("put", "/api/listings/ok", {"code": "x", "lang": "py"}, "lang", "unknown field"),
+        ("put", "/api/listings/ok", {"code": 3}, "code", "code must be a string, got int"),
+        ("put", "/api/listings/ok", {"code": "x" * 100_001}, "code", "the limit is 100000"),
+        ("put", "/api/listings/ok", ["x"], None, "must be a JSON object"),
+    ],
+)
+def test_bad_listing_requests_are_422_naming_the_parameter(
+    client: TestClient,
+    method: str,
+    path: str,
+    body: Any,
+    parameter: str | None,
+    fragment: str,
+) -> None:
+    r = client.request(method.upper(), path, json=body)
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"]["parameter"] == parameter
+    assert fragment in r.json()["detail"]["message"]
+    assert "ok" not in client.get("/api/progress").json()["listings"]
+    assert client.get("/api/progress").status_code == 200  # still serving
+
+
+def test_progress_has_every_lesson_and_exercise(client: TestClient) -> None:
+    body = client.get("/api/progress").json()
+    lessons = body["lessons"]
+    assert list(lessons) == [lesson.slug for lesson in LESSONS]
+    for slug, lesson in lessons.items():
+        ids = [e.id for e in exercises.by_lesson(slug)]
+        assert list(lesson["exercises"]) == ids and lesson["total"] == len(ids)
+    client.post("/api/exercises/bn-batch-of-one/submit", json={"answer": 1})  # wrong
+    client.post("/api/exercises/bn-batch-of-one/submit", json={"answer": 0})  # right
+    bn = client.get("/api/progress").json()["lessons"]["batch-norm"]
+    assert bn["solved"] == 1 and bn["exercises"]["bn-batch-of-one"] == {
+        "kind": "choice",
+        "solved": True,
+        "attempts": 2,
+    }
+
+
+# -- a real server, killed --------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _call(base: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(
+        base + path, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def _lab(db: Path, port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "normlab", "lab", "--port", str(port), "--db", str(db)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the lab exited with status {proc.returncode}")
+        try:
+            if _call(f"http://127.0.0.1:{port}", "GET", "/api/progress")[0] == 200:
+                return proc
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("the lab did not answer within 120 s")
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"), "NORMLAB_TOKEN": ""}
+
+
+@pytest.mark.slow
+def test_acknowledged_progress_survives_sigkill(tmp_path: Path) -> None:
+    db, port = tmp_path / "kill" / "progress.sqlite3", _free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = _env(tmp_path)
+    proc = _lab(db, port, env)
+    try:
+        status, verdict = _call(
+            base, "POST", "/api/exercises/init-xavier-bound/submit", {"answer": 0.125}
+        )
+        assert status == 200 and verdict["passed"] is True
+        status, _ = _call(base, "POST", "/api/exercises/bn-eval-statistics/submit", {"answer": 0})
+        assert status == 200
+        status, _ = _call(base, "PUT", "/api/listings/drift-stack", {"code": "print('kept')"})
+        assert status == 200
+    finally:
+        proc.send_signal(signal.SIGKILL)  # no shutdown, no checkpoint: only what was committed
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    assert Path(str(db) + "-wal").exists()  # the writes sit in the WAL, not yet folded back
+    proc = _lab(db, port, env)
+    try:
+        status, progress = _call(base, "GET", "/api/progress")
+        assert status == 200
+        init = progress["lessons"]["initialization"]["exercises"]["init-xavier-bound"]
+        bn = progress["lessons"]["batch-norm"]["exercises"]["bn-eval-statistics"]
+        assert init == {"kind": "number", "solved": True, "attempts": 1}
+        assert bn == {"kind": "choice", "solved": False, "attempts": 1}
+        assert _call(base, "GET", "/api/listings/drift-stack") == (
+            200,
+            {"id": "drift-stack", "code": "print('kept')"},
+        )
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_cli_lab_refuses_a_bad_db_path_with_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.sqlite3"
+    bad.write_bytes(b"not sqlite at all " * 100)
+    out = subprocess.run(
+        [sys.executable, "-m", "normlab", "lab", "--port", "0", "--db", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(tmp_path),
+    )
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"normlab: error: --db '{bad}'")
+    assert "is not a normlab progress database" in lines[0]

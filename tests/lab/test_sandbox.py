@@ -1,0 +1,366 @@
+"""The playground's runner: statuses, output, figures, files, limits, concurrency, POST /api/run.
+
+One warm :class:`Sandbox` serves the module (its fork server imports torch once). Tests that
+need other limits swap ``sandbox.limits`` (read afresh by every run) for their duration.
+The hostile-code suite is ``test_hostile.py``.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import matplotlib.image
+import pytest
+from fastapi.testclient import TestClient
+
+from normlab.lab.app import create_app
+from normlab.lab.playground import MAX_CODE_CHARS
+from normlab.lab.sandbox import DEFAULT_LIMITS, Limits, RunResult, Sandbox, SandboxError
+
+LAB = "http://127.0.0.1"  # the lab answers loopback Host names only
+
+
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[Sandbox]:
+    with Sandbox() as s:
+        assert s.run("pass").status == "ok"  # waits for the fork server's imports
+        yield s
+
+
+@pytest.fixture(scope="module")
+def client(sandbox: Sandbox) -> TestClient:
+    # no `with`: the lifespan would close the shared sandbox (tested on its own below)
+    return TestClient(create_app(sandbox=sandbox), base_url=LAB)
+
+
+def lines(result: RunResult) -> list[str]:
+    return result.stdout.splitlines()
+
+
+# -- limits and arguments ----------------------------------------------------------------------
+
+
+def test_default_limits() -> None:
+    assert Limits() == DEFAULT_LIMITS
+    assert DEFAULT_LIMITS.wall_s == 10.0
+    assert DEFAULT_LIMITS.memory_bytes == 4 << 30
+    assert Sandbox().limits == DEFAULT_LIMITS  # nothing starts until start() or a run
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "name"),
+    [
+        ({"wall_s": 0}, ValueError, "wall_s"),
+        ({"cpu_s": float("inf")}, ValueError, "cpu_s"),
+        ({"memory_bytes": -1}, ValueError, "memory_bytes"),
+        ({"processes": 1.5}, TypeError, "processes"),
+        ({"open_files": True}, TypeError, "open_files"),
+        ({"output_bytes": "1M"}, TypeError, "output_bytes"),
+    ],
+)
+def test_limits_refuse_bad_values(kwargs: dict[str, object], error: type, name: str) -> None:
+    with pytest.raises(error, match=name):
+        Limits(**kwargs)  # type: ignore[arg-type]
+
+
+def test_sandbox_refuses_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="backend 'docker' not supported"):
+        Sandbox(backend="docker")
+    with pytest.raises(ValueError, match="max_runs"):
+        Sandbox(max_runs=0)
+    with pytest.raises(TypeError, match="limits"):
+        Sandbox(limits={"wall_s": 1})  # type: ignore[arg-type]
+
+
+def test_run_refuses_bad_arguments(sandbox: Sandbox) -> None:
+    with pytest.raises(TypeError, match="code must be a str"):
+        sandbox.run(b"print(1)")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="wall_s"):
+        sandbox.run("pass", wall_s=-1)
+    for name in ("/etc/passwd", "../up.py", "a/../../b.py", ""):
+        with pytest.raises(ValueError, match="files"):
+            sandbox.run("pass", files={name: "x"})
+    with pytest.raises(TypeError, match="files"):
+        sandbox.run("pass", files={"a.py": 1})  # type: ignore[dict-item]
+
+
+# -- statuses and output -----------------------------------------------------------------------
+
+
+def test_ok_returns_stdout_and_stderr(sandbox: Sandbox) -> None:
+    r = sandbox.run("import sys\nprint('to out')\nprint('to err', file=sys.stderr)\n")
+    assert (r.status, r.stdout, r.stderr, r.figures) == ("ok", "to out\n", "to err\n", [])
+    assert 0 < r.duration_s < 5
+    assert set(r.to_dict()) == {"status", "stdout", "stderr", "duration_s", "figures"}
+    json.dumps(r.to_dict())
+
+
+def test_error_returns_the_learners_traceback(sandbox: Sandbox) -> None:
+    r = sandbox.run("print('before')\ndef f(x):\n    return x / 0\nf(1)\n")
+    assert r.status == "error" and r.stdout == "before\n"
+    assert r.stderr.startswith("Traceback (most recent call last):")
+    assert 'File "<playground>", line 4, in <module>' in r.stderr
+    assert 'File "<playground>", line 3, in f' in r.stderr
+    assert "    return x / 0" in r.stderr  # the source line, as for a script
+    assert r.stderr.rstrip().endswith("ZeroDivisionError: division by zero")
+    assert "_sandbox_child" not in r.stderr  # the runner's own frames are left out
+
+
+def test_syntax_error_and_exit_codes(sandbox: Sandbox) -> None:
+    r = sandbox.run("print(1\n")
+    assert r.status == "error" and "SyntaxError" in r.stderr and "<playground>" in r.stderr
+    assert sandbox.run("import sys; sys.exit(0)").status == "ok"
+    r = sandbox.run("import sys; sys.exit('bye')")
+    assert (r.status, r.stderr) == ("error", "bye\n")
+    r = sandbox.run("raise SystemExit(3)")
+    assert r.status == "error" and "exited with status 3" in r.stderr
+
+
+def test_timeout_keeps_what_was_printed(sandbox: Sandbox) -> None:
+    r = sandbox.run("import time\nprint('started', flush=True)\ntime.sleep(60)\n", wall_s=1.0)
+    assert r.status == "timeout" and r.stdout == "started\n"
+    assert "wall-clock limit of 1 s" in r.stderr
+    assert 1.0 <= r.duration_s < 3.0
+
+
+def test_killed_by_a_signal_or_the_memory_limit(sandbox: Sandbox) -> None:
+    r = sandbox.run("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    assert r.status == "killed" and "killed by SIGKILL" in r.stderr
+    r = sandbox.run("x = bytearray(64 << 30)")
+    assert r.status == "killed" and "MemoryError" in r.stderr
+    assert "out of memory: the limit is 4,096 MiB" in r.stderr
+
+
+def test_killed_at_the_cpu_limit(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sandbox, "limits", Limits(cpu_s=1.0))
+    r = sandbox.run("while True:\n    pass\n")
+    assert r.status == "killed" and "CPU-time limit of 1 s" in r.stderr
+    assert 0.9 < r.duration_s < 5.0  # the CPU limit, not the 10 s wall clock
+
+
+def test_output_is_truncated_with_a_note(sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sandbox, "limits", Limits(output_bytes=1000))
+    r = sandbox.run("import sys\nprint('x' * 5000)\nsys.stderr.write('e' * 3000)\n")
+    assert r.status == "ok"
+    assert r.stdout.startswith("x" * 1000 + "\n[normlab sandbox: stdout truncated")
+    assert "showing the first 1,000 of 5,001 bytes" in r.stdout
+    assert r.stderr.startswith("e" * 1000) and "first 1,000 of 3,000 bytes" in r.stderr
+
+
+# -- figures, files, imports -------------------------------------------------------------------
+
+
+def test_figures_come_back_as_png(sandbox: Sandbox) -> None:
+    code = (
+        "import matplotlib.pyplot as plt\n"
+        "plt.plot([1, 3, 2])\n"
+        "plt.show()\n"  # hands the figure over; must neither block nor warn
+        "fig, ax = plt.subplots(figsize=(3, 2), dpi=100)\n"
+        "ax.bar([0, 1], [2, 1])\n"  # left open: returned too
+    )
+    r = sandbox.run(code)
+    assert (r.status, r.stderr) == ("ok", "")
+    assert len(r.figures) == 2
+    shapes = []
+    for encoded in r.figures:
+        png = base64.b64decode(encoded, validate=True)
+        assert png.startswith(b"\x89PNG\r\n\x1a\n")
+        shapes.append(matplotlib.image.imread(io.BytesIO(png), format="png").shape)
+    assert shapes == [(480, 640, 4), (200, 300, 4)]  # figsize * dpi, in order
+
+
+def test_files_are_written_into_the_working_folder(sandbox: Sandbox) -> None:
+    files = {"helper.py": "VALUE = 41\n", "data/note.txt": "hello\n"}
+    code = (
+        "import os, tempfile, helper\n"
+        "here, note = os.getcwd(), open('data/note.txt').read().strip()\n"
+        "print(here == tempfile.gettempdir(), helper.VALUE + 1, note)\n"
+        "print(sorted(os.listdir(here)), oct(os.stat(here).st_mode), os.stat(here).st_uid)\n"
+    )
+    r = sandbox.run(code, files=files)
+    assert r.status == "ok", r.stderr
+    listing, mode, owner = lines(r)[1].rsplit(" ", 2)
+    assert lines(r)[0] == "True 42 hello"  # the working folder is the run's temp folder
+    assert (listing, mode, int(owner) in sandbox.uids) == ("['data', 'helper.py']", "0o40700", True)
+
+
+def test_torch_numpy_and_normlab_import_and_the_lab_does_not(sandbox: Sandbox) -> None:
+    code = (
+        "import torch, numpy, normlab, normlab.nn\n"
+        "print(torch.ones(2, 2).sum().item(), numpy.arange(3).sum(), normlab.__version__)\n"
+        "import normlab.lab.app\n"
+    )
+    r = sandbox.run(code)
+    assert r.status == "error" and lines(r) == ["4.0 3 " + __import__("normlab").__version__]
+    assert "ModuleNotFoundError: No module named 'normlab.lab.app'" in r.stderr
+
+
+def test_the_code_is_a_real_main_module(sandbox: Sandbox) -> None:
+    code = (
+        "import multiprocessing, pickle, sys, __main__\n"
+        "def square(x):\n"
+        "    return x * x\n"
+        "print(__main__.square(3), pickle.loads(pickle.dumps(square))(4), sys.argv)\n"
+        "with multiprocessing.get_context('fork').Pool(2) as pool:\n"
+        "    print(pool.map(square, range(5)))\n"
+    )
+    r = sandbox.run(code)
+    assert r.status == "ok", r.stderr
+    assert lines(r) == ["9 16 ['<playground>']", "[0, 1, 4, 9, 16]"]
+
+
+def test_each_run_is_a_fresh_unprivileged_process(sandbox: Sandbox) -> None:
+    code = (
+        "import json, os, random, torch\n"
+        "caps = [l.split()[1] for l in open('/proc/self/status') if l.startswith('CapEff')]\n"
+        "print(json.dumps({\n"
+        "    'uid': os.getuid(), 'caps': int(caps[0], 16), 'ppid': os.getppid(),\n"
+        "    'pids': sorted(int(p) for p in os.listdir('/proc') if p.isdigit()),\n"
+        "    'fds': sorted(int(f) for f in os.listdir('/proc/self/fd'))[:-1],\n"
+        "    'random': [random.random(), torch.rand(1).item()],\n"
+        "}))\n"
+    )
+    a, b = (sandbox.run(code) for _ in range(2))
+    assert a.status == b.status == "ok", a.stderr + b.stderr
+    first, second = json.loads(a.stdout), json.loads(b.stdout)
+    assert first["uid"] in sandbox.uids and first["caps"] == 0  # not root, no capabilities
+    assert first["pids"] == [1, 2] and first["ppid"] == 1  # its init and itself, nothing else
+    assert first["fds"] == [0, 1, 2, 3]  # stdin, stdout, stderr, its report channel
+    assert first["random"] != second["random"]  # random state is not the fork server's
+
+
+def test_concurrent_runs_overlap_and_are_isolated(sandbox: Sandbox) -> None:
+    code = (
+        "import os, tempfile, time\n"
+        "open('mine-{i}.txt', 'w').write('x')\n"
+        "time.sleep(1.0)\n"
+        "print({i}, os.getuid(), sorted(os.listdir(tempfile.gettempdir())))\n"
+    )
+    results: dict[int, RunResult] = {}
+
+    def one(i: int) -> None:
+        results[i] = sandbox.run(code.format(i=i))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    start = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - start
+    assert elapsed < 3.0  # four 1 s runs, overlapping
+    uids = set()
+    for i, r in results.items():
+        assert r.status == "ok", r.stderr
+        n, uid, listing = r.stdout.strip().split(" ", 2)
+        assert int(n) == i and listing == f"['mine-{i}.txt']"  # no other run's files
+        uids.add(uid)
+    assert len(uids) == 4  # one uid per concurrent run
+    assert all(int(u) in sandbox.uids for u in uids)
+
+
+# -- life cycle --------------------------------------------------------------------------------
+
+
+def test_app_owns_its_sandbox_and_closes_it() -> None:
+    assert create_app().state.sandbox.limits == DEFAULT_LIMITS  # the API's limits: 10 s
+    own = Sandbox()
+    with TestClient(create_app(sandbox=own), base_url=LAB):
+        assert not own.alive  # nothing starts until the first run (or start())
+        own.start()
+        own.start()  # idempotent
+        assert own.alive
+    assert not own.alive  # the lifespan's exit closed it (and killed the fork server)
+    own.close()  # idempotent
+    assert not own.alive
+
+
+def test_without_root_a_run_is_refused_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    box = Sandbox()
+    with pytest.raises(SandboxError, match="running code needs root"):
+        box.run("print(1)")
+    r = TestClient(create_app(sandbox=box), base_url=LAB).post("/api/run", json={"code": "1"})
+    assert r.status_code == 503 and "needs root" in r.json()["detail"]["message"]
+    assert not box.alive
+
+
+@pytest.mark.slow
+def test_the_api_stops_a_run_at_ten_seconds(client: TestClient) -> None:
+    r = client.post("/api/run", json={"code": "import time\ntime.sleep(600)\n"})
+    body = r.json()
+    assert r.status_code == 200 and body["status"] == "timeout"
+    assert 10.0 <= body["duration_s"] < 12.0
+
+
+def test_the_unshare_backend_gives_the_same_view() -> None:
+    import normlab.lab.app
+
+    lab_source = Path(normlab.lab.app.__file__).resolve()
+    code = (
+        "import os, socket, normlab, torch\n"
+        f"print(os.path.exists({str(lab_source)!r}), os.path.exists('/etc/shadow'))\n"
+        f"print(sorted(os.listdir({str(lab_source.parents[3])!r})))\n"
+        "print(os.getuid() != 0, sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\n"
+        "try:\n    open('/usr/pwned', 'w')\nexcept OSError as e:\n    print(type(e).__name__)\n"
+        "try:\n    socket.create_connection(('127.0.0.1', 22), timeout=2)\n"
+        "except OSError as e:\n    print(e.errno)\n"
+    )
+    s = Sandbox(backend="unshare")
+    try:
+        r = s.run(code)  # starts the fork server, as the first run does
+    finally:
+        s.close()
+    assert r.status == "ok", r.stderr
+    assert lines(r)[1] in ("['.venv', 'src']", "['src']")  # not tests/, .git, ...
+    assert lines(r)[::2] == ["False False", "True [1, 2]", "101"]
+    assert lines(r)[3] == "OSError"
+
+
+# -- POST /api/run -----------------------------------------------------------------------------
+
+
+def test_api_runs_code(client: TestClient) -> None:
+    r = client.post("/api/run", json={"code": "print('hi')\n1 / 0\n"})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["status"] == "error" and body["stdout"] == "hi\n"
+    assert "ZeroDivisionError" in body["stderr"] and body["figures"] == []
+    spec = client.get("/openapi.json").json()["paths"]["/api/run"]["post"]
+    schema = spec["requestBody"]["content"]["application/json"]["schema"]
+    assert schema["properties"]["code"]["maxLength"] == MAX_CODE_CHARS
+
+
+@pytest.mark.parametrize(
+    ("body", "parameter", "message"),
+    [
+        ({}, "code", "code is missing"),
+        ({"code": 3}, "code", "code must be a string, got int"),
+        ({"code": None}, "code", "code must be a string, got NoneType"),
+        ({"code": "x" * (MAX_CODE_CHARS + 1)}, "code", "the limit is 100,000"),
+        ({"code": "print(1)", "wall_s": 60}, "wall_s", "unknown key 'wall_s'"),
+        ([1, 2], "code", "must be a JSON object"),
+        (b"{not json", "code", "must be JSON"),
+        (b"", "code", "must be JSON"),
+        (b"x" * (7 * MAX_CODE_CHARS), "code", "bytes"),
+    ],
+)
+def test_api_refuses_bad_input(
+    client: TestClient, body: object, parameter: str, message: str
+) -> None:
+    if isinstance(body, bytes):
+        r = client.post("/api/run", content=body, headers={"content-type": "application/json"})
+    else:
+        r = client.post("/api/run", json=body)
+    assert r.status_code == 422
+    detail = r.json()["detail"]
+    assert detail["parameter"] == parameter and message in detail["message"]
+    ok = client.post("/api/run", json={"code": "print(6 * 7)"})  # still serving
+    assert ok.status_code == 200 and ok.json()["stdout"] == "42\n"
