@@ -21,7 +21,9 @@ from typing import Any, cast
 
 import numpy as np
 import pytest
+import torch
 from matplotlib.axes import Axes
+from matplotlib.collections import QuadMesh
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle, StepPatch
@@ -35,6 +37,7 @@ from normlab.experiments.init_compare import Histogram, InitCompareResult, Schem
 from normlab.experiments.init_train import InitTrainResult
 from normlab.experiments.linear_scale import LinearScaleResult
 from normlab.experiments.variance import VarianceCurve, VarianceResult
+from normlab.probe import ActivationProbe, ActivationStats, GradientProbe, GradientStats
 
 # Small, fast parameters per experiment (a new experiment without an entry fails the tests).
 SMALL: dict[str, dict[str, Any]] = {
@@ -50,6 +53,7 @@ SMALL: dict[str, dict[str, Any]] = {
     "bn-from-scratch": {"batch": 128, "parity_batches": 2},
     "bn-lr": {"steps": 10, "hidden_layers": 2, "width": 16},
     "bn-lr-sweep": {"points": 3, "steps": 12, "tail": 2, "width": 8, "hidden_layers": 2},
+    "doctor": {"model": "dead-relu", "steps": 1},
 }
 
 N_AXES = {
@@ -65,6 +69,7 @@ N_AXES = {
     "bn-from-scratch": 3,
     "bn-lr": 1,
     "bn-lr-sweep": 1,
+    "doctor": 3,
 }
 
 NAMES = [e.name for e in list_experiments()]
@@ -120,7 +125,10 @@ def test_figure_has_axes_with_content(name: str) -> None:
     for ax in fig.axes:
         if ax.axison:
             assert ax.lines or ax.patches, f"{name}: empty axes {ax.get_title()!r}"
-            assert ax.get_xlabel() or ax.get_xticklabels(), f"{name}: unlabelled x axis"
+            # a panel sharing its x axis is labelled by the sibling that shows the ticks
+            siblings = ax.get_shared_x_axes().get_siblings(ax)
+            labelled = any(a.get_xlabel() or a.get_xticklabels() for a in siblings)
+            assert labelled, f"{name}: unlabelled x axis"
     titles = [fig.get_suptitle(), *(ax.get_title() for ax in fig.axes)]
     assert any(titles), f"{name}: no title"
 
@@ -449,3 +457,117 @@ def test_non_finite_values_anywhere_still_draw(name: str, mix: str) -> None:
         else itertools.cycle([0.5, NAN, INF, -INF, None])
     )
     plots.figure(_spoil(result(name), bad)).canvas.draw()
+
+
+# -- probe statistics (normlab.probe) --------------------------------------------------------------
+
+
+@cache
+def probed() -> tuple[ActivationStats, GradientStats]:
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16), torch.nn.Tanh()
+    )
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(1)
+    with ActivationProbe(net) as act, GradientProbe(net, optimizer=opt) as grad:
+        for _ in range(4):
+            opt.zero_grad()
+            net(torch.randn(32, 6, generator=g)).pow(2).mean().backward()
+            opt.step()
+            act.step()
+            grad.step()
+    return act.result(), grad.result()
+
+
+def column(rows: list[list[float]], j: int, floor: float | None = None) -> list[float]:
+    return [r[j] if floor is None else max(r[j], floor) for r in rows]
+
+
+def test_probe_curves_draw_each_layer_over_the_steps() -> None:
+    stats, _ = probed()
+    fig = plots.probe_curves(stats, ["std", "zero_frac", "saturated_frac"])
+    ax_std, ax_zero, ax_sat = fig.axes
+    assert ax_std.get_yscale() == "log" and ax_zero.get_yscale() == "linear"
+    for j, name in enumerate(stats.layers):
+        assert ydata(line(ax_std, name)) == column(stats.std, j, 1e-30)
+        assert ydata(line(ax_zero, name)) == column(stats.zero_frac, j)
+        assert ydata(line(ax_sat, name)) == column(stats.saturated_frac, j)
+        assert xdata(line(ax_std, name)) == [0.0, 1.0, 2.0, 3.0]
+    assert "|x| ≥ 0.99" in ax_sat.get_ylabel()
+    default = plots.probe_curves(stats)
+    assert [ax.get_title() for ax in default.axes] == ["std", "zero_frac"]
+    default.canvas.draw()
+
+
+def test_probe_curves_of_gradients() -> None:
+    _, grads = probed()
+    fig = plots.probe_curves(grads)
+    ax_std, ax_ratio = fig.axes
+    assert ax_ratio.get_title() == "update_ratio" and ax_ratio.get_yscale() == "log"
+    assert grads.update_ratio is not None
+    for j, name in enumerate(grads.layers):
+        assert ydata(line(ax_std, name)) == column(grads.grad_std, j, 1e-30)
+        drawn_ratio = ydata(line(ax_ratio, name))
+        want = column(grads.update_ratio, j)
+        assert np.array_equal(drawn_ratio, want, equal_nan=True)  # nan for ReLU and Tanh
+    fig.canvas.draw()
+
+
+def test_probe_curves_with_many_layers_use_a_color_bar() -> None:
+    net = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(12)])
+    with ActivationProbe(net) as probe:
+        net(torch.randn(3, 4))
+    fig = plots.probe_curves(probe.result(), ["mean"])
+    ax = fig.axes[0]
+    assert ax.get_legend() is None and len(ax.lines) == 12
+    assert len(fig.axes) == 2 and "forward order" in fig.axes[1].get_ylabel()
+
+
+def test_probe_heatmap_of_layers_and_of_steps() -> None:
+    stats, _ = probed()
+    fig = plots.probe_heatmap(stats)
+    (ax, _bar) = fig.axes
+    (mesh,) = [c for c in ax.collections if isinstance(c, QuadMesh)]
+    drawn_counts = np.ma.getdata(mesh.get_array())
+    assert drawn_counts.shape == (len(stats.bin_edges) - 1, len(stats.layers))
+    assert drawn_counts.T.tolist() == stats.hist[-1]
+    assert "step 3" in ax.get_title()
+    assert [t.get_text() for t in ax.get_xticklabels()] == stats.layers
+
+    fig = plots.probe_heatmap(stats, layer="1", step=0)
+    (mesh,) = [c for c in fig.axes[0].collections if isinstance(c, QuadMesh)]
+    assert np.ma.getdata(mesh.get_array()).T.tolist() == [h[1] for h in stats.hist]
+    fig.canvas.draw()
+
+
+def test_probe_figures_refuse_bad_arguments() -> None:
+    stats, grads = probed()
+    with pytest.raises(ValueError, match=r"statistics \['grad_std'\] not supported"):
+        plots.probe_curves(stats, ["grad_std"])
+    with pytest.raises(ValueError, match="statistics"):
+        plots.probe_curves(grads, [])
+    with pytest.raises(ValueError, match="step 4 out of range, use -4 to 3"):
+        plots.probe_heatmap(stats, step=4)
+    with pytest.raises(ValueError, match="layer 'nope' not probed"):
+        plots.probe_heatmap(stats, layer="nope")
+    empty = ActivationStats(
+        layers=[], kinds=[], mean=[], std=[], min=[], max=[], zero_frac=[],
+        saturated_frac=[], hist=[], bin_edges=[-1.0, 0.0, 1.0],
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="no step recorded"):
+        plots.probe_heatmap(empty)
+    plots.probe_curves(empty).canvas.draw()  # no step: empty axes, no warning
+
+
+def test_probe_figures_from_json_with_nulls() -> None:
+    stats, grads = probed()
+    data = stats.to_dict()
+    data["std"] = [[None, 0.0, math.inf, 1.0] for _ in data["std"]]  # a rebuilt blown-up run
+    data["hist"] = [[[0] * 40 for _ in stats.layers] for _ in stats.hist]  # nothing counted
+    again = ActivationStats(**data)
+    ax = plots.probe_curves(again).axes[0]
+    assert ydata(line(ax, "1")) == [1e-30] * 4  # a dead layer's std 0 sits on the floor
+    plots.probe_heatmap(again).canvas.draw()
+    rebuilt = GradientStats(**grads.to_dict())
+    plots.probe_curves(rebuilt).canvas.draw()

@@ -30,6 +30,7 @@ NAMES = [
     "bn-from-scratch",
     "bn-lr",
     "bn-lr-sweep",
+    "doctor",
 ]
 
 

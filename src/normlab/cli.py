@@ -4,7 +4,9 @@ Commands::
 
     normlab list [--json]
     normlab run NAME [--param value ...] [--json] [--plot FILE]
-    normlab lab [--host HOST] [--port PORT]
+    normlab lab [--host HOST] [--port PORT] [--db PATH]
+    normlab doctor FILE.py:FACTORY --input-shape N,D[,...] [--steps K] [--data FILE.pt]
+                   [--seed S] [--json] [--html FILE] [--fix METHOD --out FILE.pt]
 
 Experiment flags are generated from each experiment's declared parameters (``--depth 20``,
 ``--gains 0.9,1,1.1``, ``--batch-norm`` / ``--no-batch-norm``). Bad input exits with status 2
@@ -14,7 +16,9 @@ and one line naming the parameter and what it allows.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -68,6 +72,7 @@ def _build_parser() -> _Parser:
     p_run.add_argument("name", help="experiment name (see `normlab list`)")
     p_run.add_argument("--json", action="store_true", help="print the result as JSON")
     p_run.add_argument("--plot", metavar="FILE", help="also save a figure (.png or .svg)")
+    _add_doctor_parser(sub)
     p_lab = sub.add_parser("lab", help="start the web lab", allow_abbrev=False)
     p_lab.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p_lab.add_argument("--port", type=_port, default=8000, help="port (default 8000)")
@@ -77,6 +82,13 @@ def _build_parser() -> _Parser:
         default=None,
         help="require this token on every request (default: none on loopback, a fresh random "
         "one on any other host; also read from $NORMLAB_TOKEN)",
+    )
+    p_lab.add_argument(
+        "--db",
+        metavar="PATH",
+        default=None,
+        help="the SQLite file keeping your exercise progress and saved code (default "
+        "$XDG_DATA_HOME/normlab/progress.sqlite3, else ~/.local/share/normlab/...)",
     )
     return parser
 
@@ -103,6 +115,7 @@ def _cmd_lab(args: argparse.Namespace) -> None:
     import uvicorn
 
     from normlab.lab.app import create_app
+    from normlab.lab.progress import ProgressStoreError, default_db_path
     from normlab.lab.security import is_loopback, new_token
 
     token: str | None = args.token
@@ -113,7 +126,11 @@ def _cmd_lab(args: argparse.Namespace) -> None:
             raise UsageError(f"$NORMLAB_TOKEN: {exc}") from None
     if token is None and not is_loopback(args.host):
         token = new_token()  # off loopback a token is never optional (Jupyter's rule)
-    app = create_app(warm=True, token=token)
+    db = args.db if args.db is not None else default_db_path()
+    try:
+        app = create_app(warm=True, token=token, db_path=db)
+    except ProgressStoreError as exc:
+        raise UsageError(f"--db {str(db)!r}: {exc}") from None
     shown = f"[{args.host}]" if ":" in args.host else args.host
     url = f"http://{shown}:{args.port}/" + (f"?token={token}" if token else "")
     print(f"normlab lab: serving on {url} (Ctrl+C stops)", flush=True)
@@ -255,6 +272,211 @@ def _cmd_run(args: argparse.Namespace, extra: list[str], console: Console) -> No
         (Console(stderr=True) if args.json else console).print(f"plot written to {plot_path}")
 
 
+# -- normlab doctor ------------------------------------------------------------------------------
+
+DOCTOR_FIXES = ("he", "xavier", "orthogonal", "lsuv")  # normlab.doctor.FIX_METHODS
+MAX_INPUT_VALUES = 2**26  # a random input batch larger than this is refused (memory)
+MAX_DOCTOR_STEPS = 100
+
+
+def _add_doctor_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "doctor",
+        help="diagnose your own model layer by layer",
+        allow_abbrev=False,
+        description="Build a model from FACTORY in FILE.py, run a few forward and backward "
+        "passes, and label each layer vanishing, exploding, dead, saturated, symmetric or ok. "
+        "The model's output must be a tensor, or a tuple whose first element is a tensor.",
+    )
+    p.add_argument("target", metavar="FILE.py:FACTORY", help="file and function building the model")
+    p.add_argument("--input-shape", metavar="N,D[,...]", help="shape of a random input batch")
+    p.add_argument("--steps", type=_doctor_steps, default=3, help="passes (default 3)")
+    p.add_argument("--data", metavar="FILE.pt", help="input tensor (torch.save), every pass")
+    p.add_argument("--seed", type=_doctor_seed, default=0, help="seed of the random input")
+    p.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
+    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
+    p.add_argument("--fix", metavar="METHOD", help=f"re-initialize: {', '.join(DOCTOR_FIXES)}")
+    p.add_argument("--out", metavar="FILE.pt", help="where --fix saves the state_dict")
+
+
+def _doctor_steps(text: str) -> int:
+    try:
+        steps = int(text)
+    except ValueError:
+        steps = 0
+    if not 1 <= steps <= MAX_DOCTOR_STEPS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not allowed, use an integer in [1, {MAX_DOCTOR_STEPS}]"
+        )
+    return steps
+
+
+def _doctor_seed(text: str) -> int:
+    try:
+        seed = int(text)
+    except ValueError:
+        seed = -1
+    if not 0 <= seed <= 2**31 - 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed, use an integer in [0, 2^31-1]")
+    return seed
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _input_shape(text: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        dims = ()
+    if len(dims) < 2 or any(d < 1 for d in dims):
+        raise UsageError(
+            f"--input-shape {text!r}: use positive integers separated by commas, "
+            "N,D[,...] (e.g. 64,32)"
+        )
+    if math.prod(dims) > MAX_INPUT_VALUES:
+        raise UsageError(
+            f"--input-shape {text!r}: {math.prod(dims)} values, use at most {MAX_INPUT_VALUES}"
+        )
+    return dims
+
+
+def _load_factory(target: str) -> tuple[Any, str]:
+    """Import ``FILE.py`` by path and return its ``FACTORY`` (and the factory's name)."""
+    path_text, colon, name = target.rpartition(":")
+    if not colon or not path_text or not name:
+        raise UsageError(f"model {target!r}: use FILE.py:FACTORY, e.g. mymodel.py:build")
+    path = Path(path_text)
+    if not path.is_file():
+        raise UsageError(f"model {target!r}: file {path_text!r} not found")
+    spec = importlib.util.spec_from_file_location(f"normlab_doctor_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise UsageError(f"model {target!r}: {path_text!r} is not a Python file, use FILE.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # as an import would (dataclasses look the module up)
+    sys.path.insert(0, str(path.resolve().parent))  # its sibling modules import as in a script
+    try:
+        spec.loader.exec_module(module)
+    except (Exception, SystemExit) as exc:
+        del sys.modules[spec.name]
+        raise UsageError(
+            _one_line(f"model {target!r}: importing it raised {type(exc).__name__}: {exc}")
+        ) from None
+    finally:
+        sys.path.pop(0)
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        defined = sorted(
+            n
+            for n, v in vars(module).items()
+            if callable(v) and not n.startswith("_") and getattr(v, "__module__", "") == spec.name
+        )
+        raise UsageError(
+            f"model {target!r}: no function {name!r} in {path_text!r}, "
+            f"use one of: {', '.join(defined) or '(none defined)'}"
+        )
+    return factory, name
+
+
+def _doctor_inputs(args: argparse.Namespace) -> list[Any]:
+    import torch
+
+    shape = _input_shape(args.input_shape) if args.input_shape is not None else None
+    if args.data is None:
+        if shape is None:
+            raise UsageError("doctor needs --input-shape N,D[,...] (or --data FILE.pt)")
+        g = torch.Generator().manual_seed(args.seed)
+        return [torch.randn(shape, generator=g) for _ in range(args.steps)]
+    if not Path(args.data).is_file():
+        raise UsageError(f"--data {args.data!r}: file not found")
+    try:
+        data = torch.load(args.data, weights_only=True)
+    except Exception as exc:
+        raise UsageError(_one_line(f"--data {args.data!r}: torch.load failed: {exc}")) from None
+    if not isinstance(data, torch.Tensor):
+        raise UsageError(
+            f"--data {args.data!r}: holds {type(data).__name__}, use one tensor (torch.save(x, f))"
+        )
+    if shape is not None and tuple(data.shape) != shape:
+        raise UsageError(
+            f"--input-shape {args.input_shape!r} does not match --data's shape "
+            f"{tuple(data.shape)}, give one of them"
+        )
+    return [data] * args.steps
+
+
+def _writable(option: str, path_text: str) -> Path:
+    path = Path(path_text)
+    if not path.parent.is_dir():
+        raise UsageError(f"{option} {path_text!r}: folder {str(path.parent)!r} does not exist")
+    return path
+
+
+def _cmd_doctor(args: argparse.Namespace, console: Console) -> None:
+    import torch
+    from torch import nn
+
+    from normlab import doctor
+    from normlab.experiments.doctor import diagnosis_tables
+
+    if args.fix is not None and args.fix not in DOCTOR_FIXES:
+        raise UsageError(
+            f"--fix {args.fix!r} is not a method, use one of: {', '.join(DOCTOR_FIXES)}"
+        )
+    if args.fix is not None and args.out is None:
+        raise UsageError("--fix needs --out FILE.pt, where the re-initialized state_dict goes")
+    if args.out is not None and args.fix is None:
+        raise UsageError("--out is only used with --fix METHOD")
+    out_path = _writable("--out", args.out) if args.out is not None else None
+    html_path = _writable("--html", args.html) if args.html is not None else None
+    batches = _doctor_inputs(args)
+    factory, name = _load_factory(args.target)
+    try:
+        model = factory()
+    except Exception as exc:
+        raise UsageError(
+            _one_line(f"model {args.target!r}: {name}() raised {type(exc).__name__}: {exc}")
+        ) from None
+    if not isinstance(model, nn.Module):
+        raise UsageError(
+            f"model {args.target!r}: {name}() returned {type(model).__name__}, "
+            "use a factory that returns a torch.nn.Module"
+        )
+    g = torch.Generator().manual_seed(args.seed)
+    try:
+        before = doctor.diagnose(model, batches, generator=g)
+        report = after = None
+        if args.fix is not None:
+            report = doctor.fix(model, args.fix, batches[0], generator=g)
+            after = doctor.diagnose(model, batches, generator=g)
+    except (doctor.ModelInputError, doctor.ModelOutputError) as exc:
+        raise UsageError(_one_line(f"model {args.target!r}: {exc}")) from None
+    except ValueError as exc:  # fix found nothing to re-initialize, or LSUV could not rescale
+        raise UsageError(_one_line(f"--fix {args.fix!r}: {exc}")) from None
+    if out_path is not None:
+        torch.save(model.state_dict(), out_path)
+    notes = Console(stderr=True) if args.json else console
+    if args.json:
+        d: dict[str, Any] = {"model": args.target, **before.to_dict()}
+        if report is not None and after is not None:
+            d["fix"] = {**report.to_dict(), "out": str(out_path), "after": after.to_dict()}
+        print(json.dumps(d))
+    else:
+        _print_tables(console, diagnosis_tables(before, f"{args.target}: as given"))
+        if report is not None and after is not None:
+            _print_tables(
+                console, diagnosis_tables(after, f"{args.target}: after --fix {args.fix}")
+            )
+    if out_path is not None:
+        notes.print(f"re-initialized ({args.fix}) state_dict written to {out_path}")
+    if html_path is not None:
+        from normlab import report as html_report
+
+        html_report.write_html(html_path, before, title=args.target, after=after, fix=report)
+        notes.print(f"report written to {html_path}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``normlab`` script; returns the exit status."""
     console = Console()
@@ -268,6 +490,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if extra:
                 raise UsageError(f"unrecognized arguments: {' '.join(extra)}")
             _cmd_lab(args)
+        elif args.command == "doctor":
+            if extra:
+                raise UsageError(f"unrecognized arguments: {' '.join(extra)}")
+            _cmd_doctor(args, console)
         else:
             _cmd_run(args, extra, console)
     except (UsageError, ParameterError, ParameterTypeError, UnknownExperiment) as exc:

@@ -7,7 +7,7 @@ primitive (``uniform_`` or ``normal_``), called on the same shape, in the same o
 computed by the same floating-point expression. Where the formula could be written two ways, the
 code uses the one that rounds like torch's, and a comment says so.
 
-The scale rules come from three papers:
+The scale rules come from four papers:
 
 - Glorot, X. & Bengio, Y. (2010). *Understanding the difficulty of training deep feedforward
   neural networks.* (Xavier / Glorot initialization)
@@ -15,19 +15,24 @@ The scale rules come from three papers:
   human-level performance on ImageNet classification.* (Kaiming / He initialization)
 - Saxe, A. M., McClelland, J. L. & Ganguli, S. (2013). *Exact solutions to the nonlinear dynamics
   of learning in deep linear neural networks.* (orthogonal initialization)
+- Mishkin, D. & Matas, J. (2015). *All you need is a good init.* (LSUV: layer-sequential
+  unit-variance initialization, :func:`lsuv_`)
 """
 
 import math
 import warnings
-from typing import Literal
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
 
 import torch
+from torch import nn
 
 __all__ = [
     "calculate_gain",
     "constant_",
     "kaiming_normal_",
     "kaiming_uniform_",
+    "lsuv_",
     "normal_",
     "ones_",
     "orthogonal_",
@@ -551,3 +556,168 @@ def orthogonal_(
         tensor.view_as(q).copy_(q)
         tensor.mul_(gain)
     return tensor
+
+
+_LSUV_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+_LSUVLayer = nn.Linear | nn.Conv1d | nn.Conv2d | nn.Conv3d
+
+
+@dataclass
+class LSUVResult:
+    """What :func:`lsuv_` did to each layer it rescaled, in forward order."""
+
+    layers: list[str]  # (L,) qualified module names
+    iterations: list[int]  # (L,) rescalings each layer took
+    variances: list[float]  # (L,) output variance measured after the last rescaling
+    tol: float
+
+    @property
+    def converged(self) -> list[bool]:
+        """Whether each layer's output variance ended within ``tol`` of 1."""
+        return [abs(v - 1.0) < self.tol for v in self.variances]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _StopForward(Exception):
+    """Raised from a hook once the layer of interest has run: the rest of the model is skipped."""
+
+
+def _check_lsuv_args(tol: float, max_iter: int) -> None:
+    if isinstance(tol, bool) or not isinstance(tol, int | float) or not math.isfinite(tol):
+        raise ValueError(f"tol {tol!r} is not allowed, use a finite number > 0")
+    if tol <= 0:
+        raise ValueError(f"tol {tol!r} is not allowed, use a finite number > 0")
+    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
+        raise ValueError(f"max_iter {max_iter!r} is not allowed, use an integer >= 1")
+
+
+def _forward_order(
+    model: nn.Module, batch: torch.Tensor, layers: list[tuple[str, _LSUVLayer]]
+) -> list[tuple[str, _LSUVLayer]]:
+    # Registration order need not be call order (a head registered first, a shared layer):
+    # one forward pass with hooks tells the truth. Layers that never run are left out.
+    called: list[int] = []
+    handles = []
+    for i, (_, layer) in enumerate(layers):
+
+        def record(_m: nn.Module, _inp: Any, _out: Any, i: int = i) -> None:
+            if i not in called:
+                called.append(i)
+
+        handles.append(layer.register_forward_hook(record))
+    try:
+        model(batch)
+    finally:
+        for h in handles:
+            h.remove()
+    return [layers[i] for i in called]
+
+
+def _output_variance(model: nn.Module, batch: torch.Tensor, layer: nn.Module) -> float:
+    seen: list[torch.Tensor] = []
+
+    def grab(_m: nn.Module, _inp: Any, out: torch.Tensor) -> None:
+        seen.append(out)
+        raise _StopForward
+
+    handle = layer.register_forward_hook(grab)
+    try:
+        model(batch)
+    except _StopForward:
+        pass
+    finally:
+        handle.remove()
+    return float(seen[0].var(unbiased=False))  # over every element: batch, units, positions
+
+
+def lsuv_(
+    model: nn.Module,
+    batch: torch.Tensor,
+    tol: float = 0.1,
+    max_iter: int = 10,
+    generator: torch.Generator | None = None,
+) -> LSUVResult:
+    r"""Initialize ``model`` in place by layer-sequential unit variance (Mishkin & Matas, 2015).
+
+    Every ``Linear`` and ``Conv1d/2d/3d`` weight is first filled by :func:`orthogonal_` and its
+    bias zeroed; then, layer by layer in the order the forward pass calls them, the weight is
+    divided by the standard deviation of the layer's output on ``batch`` until that variance is 1:
+
+    .. math::
+        W_l \leftarrow \frac{W_l}{\sqrt{\operatorname{Var}(W_l * x_l)}}
+        \quad \text{while} \quad \lvert \operatorname{Var}(W_l * x_l) - 1 \rvert \ge \text{tol}
+
+    The variance is the biased one over every element of the output (batch, units, positions).
+    Each layer is fixed before the next is measured, so a later layer sees its final input.
+
+    Traps: the zeroed biases are part of the method (a far-negative bias would otherwise keep a
+    ReLU dead whatever the weight's scale). The model runs in the mode it is in (a BatchNorm in
+    training mode normalizes with batch statistics); its buffers (BatchNorm running statistics)
+    are restored afterwards, so only weights and biases change. Layers the forward pass never
+    calls as modules (``nn.MultiheadAttention.out_proj``) get the orthogonal weight but are not
+    rescaled. A layer whose output has variance 0 on ``batch`` cannot be rescaled.
+
+    Args:
+        model: the network; modified in place.
+        batch: an input batch ``model`` accepts; use real data where you have it.
+        tol: how close to 1 each output variance must get; a number > 0.
+        max_iter: the most rescalings per layer; an integer >= 1. A layer that is still off
+            after them keeps its last scale (see :attr:`LSUVResult.converged`).
+        generator: the generator the orthogonal pre-initialization draws from.
+
+    Returns:
+        :class:`LSUVResult` with each rescaled layer's name, iterations and final variance.
+
+    Examples::
+
+        >>> g = torch.Generator().manual_seed(0)
+        >>> net = nn.Sequential(nn.Linear(32, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh())
+        >>> result = lsuv_(net, torch.randn(256, 32, generator=g), generator=g)
+        >>> result.layers
+        ['0', '2']
+        >>> all(result.converged)
+        True
+    """
+    _check_lsuv_args(tol, max_iter)
+    layers: list[tuple[str, _LSUVLayer]] = [
+        (name, m) for name, m in model.named_modules() if isinstance(m, _LSUV_LAYERS)
+    ]
+    if not layers:
+        raise ValueError(
+            "model has no Linear or Conv1d/2d/3d layer for lsuv_ to initialize, "
+            "use a model that contains at least one"
+        )
+    buffers = {name: b.clone() for name, b in model.named_buffers()}
+    names, iterations, variances = [], [], []
+    try:
+        with torch.no_grad():
+            for _, layer in layers:
+                orthogonal_(layer.weight, generator=generator)
+                if layer.bias is not None:
+                    layer.bias.zero_()
+            for name, layer in _forward_order(model, batch, layers):
+                steps = 0
+                var = _output_variance(model, batch, layer)
+                while True:
+                    if not (math.isfinite(var) and var > 0):
+                        raise ValueError(
+                            f"batch: layer {name!r} puts out variance {var} on it, which lsuv_ "
+                            "cannot rescale to 1; use a batch that gives every layer a varying, "
+                            "finite input"
+                        )
+                    if abs(var - 1.0) < tol or steps == max_iter:
+                        break
+                    layer.weight.div_(math.sqrt(var))
+                    steps += 1
+                    var = _output_variance(model, batch, layer)
+                names.append(name)
+                iterations.append(steps)
+                variances.append(var)
+    finally:
+        with torch.no_grad():
+            for name, b in model.named_buffers():
+                if name in buffers:
+                    b.copy_(buffers[name])
+    return LSUVResult(layers=names, iterations=iterations, variances=variances, tol=tol)

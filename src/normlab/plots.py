@@ -21,24 +21,30 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from normlab.doctor import EXPLODING, VANISHING, Diagnosis, LayerDiagnosis
 from normlab.experiments.base import Histogram, Result
 from normlab.experiments.bn_columns import BnColumnsResult
 from normlab.experiments.bn_from_scratch import BnFromScratchResult
 from normlab.experiments.bn_lr import BnLrResult
 from normlab.experiments.bn_lr_sweep import BnLrSweepResult
 from normlab.experiments.bn_running_stats import RunningStatsResult
+from normlab.experiments.doctor import DoctorResult
 from normlab.experiments.drift import StackResult
 from normlab.experiments.init_compare import InitCompareResult
 from normlab.experiments.init_train import InitTrainResult
 from normlab.experiments.linear_scale import LinearScaleResult
 from normlab.experiments.symmetry import SymmetryResult, SymmetrySummary
 from normlab.experiments.variance import VarianceResult
+from normlab.probe import ActivationStats, GradientStats
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -670,6 +676,111 @@ def _bn_lr_sweep(r: BnLrSweepResult) -> Figure:
     return fig
 
 
+# -- doctor --------------------------------------------------------------------------------------
+
+DIAGNOSIS_FLOOR = 1e-38  # a collapsed std (0 in float32) still shows on the log axes
+MAX_LAYER_TICKS = 30  # more layer names than this crowd the x axis: label every k-th
+
+LABEL_COLORS = {
+    "ok": "#2e7d32",
+    "vanishing": "#1565c0",
+    "exploding": "#c62828",
+    "dead": "#424242",
+    "saturated": "#ef6c00",
+    "symmetric": "#6a1b9a",
+}
+
+
+def _layer_values(
+    layers: Sequence[LayerDiagnosis], attr: str, floor: float | None
+) -> npt.NDArray[np.float64]:
+    """One attribute per layer; not finite (or ``None`` from JSON) -> nan, a gap in the line."""
+    a = np.array([getattr(layer, attr) for layer in layers], dtype=np.float64)
+    a = np.where(np.isfinite(a), a, np.nan)
+    if floor is not None:
+        a = np.where(a < floor, floor, a)  # nan stays nan
+    return a
+
+
+def _fraction(a: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Bar heights in [0, 1]; a missing fraction draws no bar."""
+    return np.clip(np.nan_to_num(a, nan=0.0), 0.0, 1.0)
+
+
+def diagnosis_figure(
+    diagnosis: Diagnosis, after: Diagnosis | None = None, label: str = "fixed"
+) -> Figure:
+    """Three panels over the layers: activation std / input std, gradient std, dead/saturated."""
+    runs = [("as given", diagnosis)] + ([(label, after)] if after is not None else [])
+    fig = Figure(figsize=(10, 8.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax_act, ax_grad, ax_frac = fig.subplots(3, 1, sharex=True)
+    names = [layer.name for layer in diagnosis.layers]
+    x = np.arange(len(names))
+    act = [_layer_values(d.layers, "scale", DIAGNOSIS_FLOOR) for _, d in runs]
+    grad = [_layer_values(d.layers, "grad_std", DIAGNOSIS_FLOOR) for _, d in runs]
+    for (name, _), a, g, style in zip(runs, act, grad, ("-o", "--s"), strict=False):
+        ax_act.plot(x, a, style, ms=3, label=name)
+        ax_grad.plot(x, g, style, ms=3, label=name)
+    for limit in (VANISHING, EXPLODING):
+        ax_act.axhline(limit, color="#999", lw=0.8, ls=":")
+    _log_y(ax_act, *act)
+    _log_y(ax_grad, *grad)
+    lo, hi = ax_act.get_ylim()  # shade within the data's range, not out to the floor
+    ax_act.axhspan(lo, VANISHING, color=LABEL_COLORS["vanishing"], alpha=0.08)
+    ax_act.axhspan(EXPLODING, hi, color=LABEL_COLORS["exploding"], alpha=0.08)
+    ax_act.set_ylim(lo, hi)
+    ax_act.set_ylabel("activation std / input std")
+    ax_act.set_title("Activation scale (shaded: vanishing below, exploding above)")
+    ax_grad.set_ylabel("gradient std")
+    ax_grad.set_title("Gradient of the loss w.r.t. each layer's output")
+    width = 0.8 / len(runs)
+    for k, (name, d) in enumerate(runs):
+        offset = (k - (len(runs) - 1) / 2) * width
+        hatch = "//" if k else None  # the fixed model's bars, told apart without color
+        dead = _fraction(_layer_values(d.layers, "dead_frac", None))
+        sat = _fraction(_layer_values(d.layers, "saturated_frac", None))
+        ax_frac.bar(
+            x + offset,
+            dead,
+            width,
+            label=f"dead ({name})",
+            color=LABEL_COLORS["dead"],
+            hatch=hatch,
+        )
+        ax_frac.bar(
+            x + offset,
+            sat,
+            width,
+            bottom=dead,
+            label=f"saturated ({name})",
+            color=LABEL_COLORS["saturated"],
+            alpha=0.7,
+            hatch=hatch,
+        )
+    ax_frac.set_ylim(0, 1)
+    ax_frac.set_ylabel("fraction")
+    ax_frac.set_title("Dead units and saturated outputs")
+    step = max(1, math.ceil(len(names) / MAX_LAYER_TICKS))
+    ax_frac.set_xticks(x[::step], names[::step], rotation=60, ha="right", fontsize=7)
+    ax_frac.set_xlabel("layer (forward order)")
+    for ax in (ax_act, ax_grad, ax_frac):
+        if ax.lines or ax.patches:
+            ax.legend(fontsize=7, loc="best")
+    return fig
+
+
+def _doctor(r: DoctorResult) -> Figure:
+    fig = diagnosis_figure(r.diagnosis)
+    _title(
+        fig,
+        f"Doctor: {r.model} ({r.init} init): {r.verdict}",
+        r,
+        ("norm", "steps", "batch", "seed"),
+    )
+    return fig
+
+
 _DRAW: dict[type[Result], Callable[[Any], Figure]] = {
     LinearScaleResult: _linear_scale,
     StackResult: _stack,
@@ -682,6 +793,7 @@ _DRAW: dict[type[Result], Callable[[Any], Figure]] = {
     BnFromScratchResult: _bn_from_scratch,
     BnLrResult: _bn_lr,
     BnLrSweepResult: _bn_lr_sweep,
+    DoctorResult: _doctor,
 }
 
 
@@ -720,3 +832,165 @@ def save(result: Result, path: str | os.PathLike[str]) -> Path:
     metadata = {"Date": None} if suffix == ".svg" else None  # reproducible SVG bytes
     fig.savefig(target, format=suffix[1:], dpi=110, metadata=metadata)
     return target
+
+
+# -- probe statistics (normlab.probe): per-layer curves and histograms over steps ----------------
+
+PROBE_LOG = ("std", "grad_std", "grad_norm", "update_ratio")  # drawn on a log axis
+_PROBE_WORDS = {
+    "mean": "mean",
+    "std": "std",
+    "min": "minimum",
+    "max": "maximum",
+    "zero_frac": "fraction exactly 0",
+    "saturated_frac": "fraction saturated",
+    "grad_std": "std of dL/d(output)",
+    "grad_norm": "norm of dL/d(output)",
+    "update_ratio": "‖Δw‖ / ‖w‖ per optimizer step",
+}
+
+
+def _probe_statistics(stats: ActivationStats | GradientStats) -> list[str]:
+    if isinstance(stats, ActivationStats):
+        return ["mean", "std", "min", "max", "zero_frac", "saturated_frac", *stats.extra]
+    return ["grad_std", "grad_norm"] + (["update_ratio"] if stats.update_ratio is not None else [])
+
+
+def _probe_values(stats: ActivationStats | GradientStats, name: str) -> FloatArray:
+    """``[step][layer]`` values of one statistic as a (steps, layers) float array."""
+    if isinstance(stats, ActivationStats) and name in stats.extra:
+        rows = stats.extra[name]
+    else:
+        rows = getattr(stats, name)
+    return _floats(rows).reshape(len(rows), len(stats.layers))
+
+
+def _layer_label(name: str) -> str:
+    return name or "(model)"
+
+
+def probe_curves(
+    stats: ActivationStats | GradientStats, statistics: Sequence[str] | None = None
+) -> Figure:
+    """Per-layer curves over the steps: one panel per statistic, one line per layer.
+
+    Lines are colored by depth (forward order, light to dark); up to :data:`MAX_LINES` layers
+    get a legend, more get a color bar. ``std``-like statistics use a log axis (a value of 0,
+    a dead layer, is drawn at the floor :data:`LOG_FLOOR`); ``nan`` leaves a gap.
+
+    Args:
+        stats: an :class:`~normlab.probe.ActivationStats` or :class:`~normlab.probe.GradientStats`.
+        statistics: names to draw; by default ``("std", "zero_frac")`` for activations and the
+            gradient std (and the update ratio, when measured) for gradients.
+
+    Raises:
+        ValueError: a name in ``statistics`` is not one of the result's statistics.
+    """
+    valid = _probe_statistics(stats)
+    if statistics is None:
+        activations = isinstance(stats, ActivationStats)
+        names = ["std", "zero_frac"] if activations else [n for n in valid if n != "grad_norm"]
+    else:
+        names = list(statistics)
+    bad = [n for n in names if n not in valid]
+    if bad or not names:
+        raise ValueError(f"statistics {bad or names!r} not supported, use names from {valid}")
+    fig, axes = _new(len(names), width=max(6.5, 5.2 * len(names)), height=4.6)
+    layers = len(stats.layers)
+    cmap = colormaps["viridis_r"]
+    color = Normalize(0, max(layers - 1, 1))
+    for ax, name in zip(axes, names, strict=True):
+        values = _probe_values(stats, name)  # (steps, layers)
+        log = name in PROBE_LOG
+        clipped = False
+        if log:
+            values, clipped = _floor(values, LOG_FLOOR)
+        steps = np.arange(values.shape[0])
+        marker = "o" if values.shape[0] <= 40 else None
+        for j, layer in enumerate(stats.layers):
+            ax.plot(
+                steps,
+                values[:, j],
+                "-",
+                marker=marker,
+                ms=3,
+                lw=1.2,
+                color=cmap(color(j)),
+                label=_layer_label(layer),
+            )
+        words = _PROBE_WORDS.get(name, name)
+        if name == "saturated_frac" and isinstance(stats, ActivationStats):
+            words = f"fraction with |x| ≥ {stats.saturation:g}"
+        if log:
+            _log_y(ax, values)
+            words += f" (log scale{f', clipped at {LOG_FLOOR:g}' if clipped else ''})"
+        ax.set_ylabel(words)
+        ax.set_xlabel("step")
+        ax.set_title(name, fontsize=10)
+        if steps.size and steps.size <= 20:
+            ax.set_xticks(steps)
+        if 0 < layers <= MAX_LINES:
+            ax.legend(fontsize=7, loc="best")
+    if layers > MAX_LINES:
+        bar = fig.colorbar(ScalarMappable(norm=color, cmap=cmap), ax=axes, shrink=0.9)
+        bar.set_label(
+            f"layer, forward order ({_layer_label(stats.layers[0])} … "
+            f"{_layer_label(stats.layers[-1])})"
+        )
+    what = "activations" if isinstance(stats, ActivationStats) else "gradients"
+    fig.suptitle(f"Per-layer {what} over {stats.steps} step(s), {layers} layer(s)", fontsize=11)
+    return fig
+
+
+def probe_heatmap(stats: ActivationStats, layer: str | None = None, step: int = -1) -> Figure:
+    """The activation histograms as a heat map: count (log color) of each bin.
+
+    With ``layer=None``, one column per layer (forward order) at ``step``: where the scale
+    collapses or explodes with depth. With a layer name, one column per step for that layer:
+    how its distribution moves during training. Cells with no count stay blank; the end bins
+    also hold the values beyond the histogram's range.
+
+    Raises:
+        ValueError: no step recorded, ``step`` out of range, or ``layer`` not a probed layer.
+    """
+    if not stats.hist:
+        raise ValueError("stats has no step recorded: run the model inside the probe first")
+    if layer is None:
+        if not -stats.steps <= step < stats.steps:
+            raise ValueError(f"step {step} out of range, use -{stats.steps} to {stats.steps - 1}")
+        counts = _floats(stats.hist[step])  # (layers, bins)
+        xlabel = "layer (forward order)"
+        shown = step % stats.steps
+        title = f"histogram of every layer at step {shown}"
+    else:
+        if layer not in stats.layers:
+            raise ValueError(f"layer {layer!r} not probed, use one of {stats.layers}")
+        j = stats.layers.index(layer)
+        counts = _floats([h[j] for h in stats.hist])  # (steps, bins)
+        xlabel = "step"
+        title = f"histogram of layer {_layer_label(layer)!r} over the steps"
+    counts = counts.reshape(-1, len(stats.bin_edges) - 1)
+    fig, (ax,) = _new(width=max(7.0, min(14.0, 4.0 + 0.18 * counts.shape[0])), height=5.0)
+    ax.grid(False)
+    columns = np.arange(counts.shape[0] + 1) - 0.5
+    edges = _floats(stats.bin_edges)
+    drawn = np.ma.masked_where(~(counts > 0), counts).T  # (bins, columns); no count: blank
+    top = float(np.nanmax(counts)) if counts.size and np.any(counts > 0) else 1.0
+    mesh = ax.pcolormesh(
+        columns, edges, drawn, norm=LogNorm(vmin=1.0, vmax=max(top, 2.0)), cmap="magma_r"
+    )
+    fig.colorbar(mesh, ax=ax, label="count in the sample (log color)")
+    ax.axhline(0.0, color="tab:blue", lw=0.8, ls=":")
+    if layer is None and counts.shape[0] <= 30:
+        ax.set_xticks(
+            np.arange(counts.shape[0]),
+            [_layer_label(n) for n in stats.layers],
+            rotation=90,
+            fontsize=7,
+        )
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("value (the end bins hold the values beyond)")
+    ax.set_title(title, fontsize=10)
+    sample = f", sample of {stats.sample_size} per output" if stats.sample_size else ""
+    fig.suptitle(f"Activation histograms, {len(edges) - 1} bins{sample}", fontsize=11)
+    return fig

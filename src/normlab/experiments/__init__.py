@@ -18,6 +18,7 @@ from normlab.experiments import (
     bn_lr_sweep,
     bn_running_stats,
     bn_stack,
+    doctor,
     drift,
     init_compare,
     init_train,
@@ -50,6 +51,7 @@ _REGISTRY: dict[str, Experiment] = {
         bn_from_scratch,
         bn_lr,
         bn_lr_sweep,
+        doctor,
     )
 }
 

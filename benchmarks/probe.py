@@ -1,0 +1,162 @@
+"""ActivationProbe on every layer: its cost next to the plain forward and the notebook way.
+
+Two models, each timed in one process with the variants interleaved (each repeat runs all of
+them, in rotating order), reported as median times and ratios to the plain forward:
+
+- a 50-layer, 256-wide MLP (Linear + ReLU per layer: 100 probed modules), batch 256;
+- ``normlab.zoo``'s ResNet-style CNN (BatchNorm2d after every conv), batch 256 of 3x16x16.
+
+Variants, all under ``torch.no_grad()`` (an inference forward, where the hooks weigh most),
+each on its own copy of the model so that no hook fires in another's timing:
+
+- plain: the model alone;
+- probe: ``ActivationProbe`` on every layer with its default sample (1024 elements per
+  output), ``step()`` after each forward: its one host transfer and the reduction of all
+  samples are inside the timing;
+- probe, every element: the same with ``sample_size=None`` (exact over whole outputs);
+- notebook: per-layer forward hooks calling ``.mean().item()``, ``.std().item()`` and
+  ``histc(40, -4, 4)``, the usual way of watching activations (whole outputs);
+- var_mean: per-layer hooks with ``torch.var_mean`` and ``aminmax`` (``.item()`` each).
+
+Absolute times on a shared machine move from run to run; the ratios within one run are the
+result. The load average is printed so that a noisy run can be told apart; ``--cpu-time``
+(process CPU time) with ``--threads 1`` is steadier when other work shares the cores.
+
+Usage::
+
+    python benchmarks/probe.py                          # 30 repeats, torch's threads
+    python benchmarks/probe.py --threads 1 --cpu-time   # steadier on a busy machine
+    python benchmarks/probe.py --quick                  # 3 repeats, batch 64: a smoke test
+"""
+
+import argparse
+import copy
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from normlab import zoo
+from normlab.probe import SAMPLE_SIZE, ActivationProbe, select_modules
+
+Forward = Callable[[], None]
+Clock = Callable[[], float]
+PROBE, EXACT, NOTEBOOK = "ActivationProbe + step()", "  the same, every element", "notebook"
+
+
+def mlp(depth: int = 50, width: int = 256) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    return nn.Sequential(*layers)
+
+
+def plain(model: nn.Module, x: torch.Tensor) -> Forward:
+    def run() -> None:
+        model(x)
+
+    return run
+
+
+def with_probe(model: nn.Module, x: torch.Tensor, sample_size: int | None) -> Forward:
+    """The probe stays entered for the whole benchmark, as around a training loop."""
+    probe = ActivationProbe(model, sample_size=sample_size).__enter__()
+
+    def run() -> None:
+        model(x)
+        probe.step()
+
+    return run
+
+
+def with_hooks(model: nn.Module, x: torch.Tensor, hook: Callable[..., None]) -> Forward:
+    for _, m in select_modules(model):
+        m.register_forward_hook(hook)
+    return plain(model, x)
+
+
+def notebook_hook(kept: list[object]) -> Callable[..., None]:
+    def hook(module: nn.Module, args: object, out: torch.Tensor) -> None:
+        kept.append((out.mean().item(), out.std().item(), out.histc(40, -4, 4)))
+
+    return hook
+
+
+def var_mean_hook(kept: list[object]) -> Callable[..., None]:
+    def hook(module: nn.Module, args: object, out: torch.Tensor) -> None:
+        var, mean = torch.var_mean(out)
+        low, high = torch.aminmax(out)
+        kept.append((mean.item(), var.item(), low.item(), high.item()))
+
+    return hook
+
+
+def bench(name: str, model: nn.Module, x: torch.Tensor, repeats: int, clock: Clock) -> None:
+    model.eval()
+    kept: list[object] = []
+    variants: dict[str, Forward] = {
+        "plain forward": plain(model, x),
+        PROBE: with_probe(copy.deepcopy(model), x, SAMPLE_SIZE),
+        EXACT: with_probe(copy.deepcopy(model), x, None),
+        NOTEBOOK: with_hooks(copy.deepcopy(model), x, notebook_hook(kept)),
+        "var_mean + aminmax hooks": with_hooks(copy.deepcopy(model), x, var_mean_hook(kept)),
+    }
+    names = list(variants)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    with torch.no_grad():
+        for run in variants.values():  # warm up: allocator, kernels, the probes' buffers
+            run()
+            run()
+        for r in range(repeats):
+            shift = r % len(names)
+            for n in names[shift:] + names[:shift]:
+                t0 = clock()
+                variants[n]()
+                times[n].append(clock() - t0)
+                kept.clear()
+    print(f"\n{name}: {len(select_modules(model))} probed modules, input {tuple(x.shape)}")
+    med = {n: statistics.median(ts) for n, ts in times.items()}
+    base = med["plain forward"]
+    for n in names:
+        print(f"  {n:28s} median {med[n] * 1e3:8.2f} ms   {med[n] / base:5.2f}x plain")
+    print(
+        f"  probe / plain {med[PROBE] / base:.2f}x (target <= 1.3x);  "
+        f"notebook / probe {med[NOTEBOOK] / med[PROBE]:.2f}x (target >= 2x);  "
+        f"notebook / probe every element {med[NOTEBOOK] / med[EXACT]:.2f}x"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 repeats, batch 64")
+    parser.add_argument("--repeats", type=int, default=None, help="interleaved repeats")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads")
+    parser.add_argument(
+        "--cpu-time", action="store_true", help="process CPU time instead of wall time"
+    )
+    args = parser.parse_args(argv)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    clock = time.process_time if args.cpu_time else time.perf_counter
+    repeats = args.repeats or (3 if args.quick else 30)
+    batch = 64 if args.quick else 256
+    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    what = "process CPU time" if args.cpu_time else "wall time"
+    print(
+        f"ActivationProbe cost: {torch.get_num_threads()} threads, {what}, {repeats} "
+        f"interleaved repeats, load average {load}"
+    )
+    torch.manual_seed(0)
+    bench("MLP 50 x (Linear 256 + ReLU)", mlp(), torch.randn(batch, 256), repeats, clock)
+    resnet = zoo.build("resnet")
+    x = torch.randn(zoo.input_shape("resnet", batch))
+    bench("zoo.resnet (conv + BatchNorm2d, 2 residual blocks)", resnet, x, repeats, clock)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

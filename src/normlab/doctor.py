@@ -1,0 +1,755 @@
+r"""Diagnose a model's signal propagation: which layer lets the scale vanish or explode, which
+units are dead, saturated or identical, and what to change.
+
+:func:`diagnose` runs a few forward and backward passes under :class:`normlab.probe.ActivationProbe`
+and :class:`normlab.probe.GradientProbe` and labels every probed (leaf) module from a fixed
+vocabulary. Let :math:`s_0` be the standard deviation of the model's input (1 when the input is
+not floating point or is constant) and :math:`s_l` that of layer :math:`l`'s output, both over
+every element of the batch; a *unit* is a channel (dim 1) after convolutions, batch norms,
+group norms and poolings with 3+ dimensions, the last dimension otherwise, and an elementwise
+layer (activation, dropout) takes the unit dimension of the layer before it.
+
+=============  ==================================================================================
+label          when (thresholds are module constants)
+=============  ==================================================================================
+``vanishing``  :math:`s_l < 10^{-2}\, s_0` (:data:`VANISHING`)
+``exploding``  :math:`s_l > 10^{2}\, s_0` (:data:`EXPLODING`)
+``dead``       at least 60% of the units (:data:`DEAD_FRAC`) are exactly 0 for every element of
+               the batch (a ReLU whose pre-activation is negative on every input); depth alone
+               leaves up to ~45% of a 20-layer He-initialized ReLU stack's units off on a batch
+               of 64, as its inputs grow alike
+``saturated``  tanh-like outputs (Tanh, Hardtanh, Softsign) with :math:`|y| \ge 0.99`, or
+               sigmoid-like outputs with :math:`|y - 0.5| \ge 0.49`, for at least a quarter of
+               the elements (:data:`SATURATED_FRAC`)
+``symmetric``  2+ units and every unit equal to unit 0 on every element:
+               :math:`\max |y_u - y_0| \le 10^{-5} \max |y|` (:data:`SYMMETRIC_SPREAD`)
+``ok``         none of the above
+=============  ==================================================================================
+
+Fractions are averaged over the steps; the symmetry test must hold at every step. Dead and
+symmetric are properties of the batch: use a batch of at least a few dozen examples. Mean, std
+and the tanh saturation come from the probe's default statistics (its std is summed in float32,
+so an output whose std is below roughly 1e-20 reads 0: vanishing either way); the per-unit numbers
+(dead units, unit spread, sigmoid saturation) are typed statistic functions passed to the probe
+through ``stats=``, each computed once per layer and step for the channel dim and, on 3+
+dimensional outputs, for the last dim, and picked afterwards by the layer's kind. The labels
+read the forward pass only; the gradient standard deviation of each layer's output (the loss is a
+fixed random linear readout of the model's output, so the gradient that enters the model has the
+same scale whatever its output scale) is reported beside them and quoted in the verdict.
+
+Suggestions name the initializer that suits the activation that consumes each weight layer's
+output, found in the autograd graph of one forward pass (through residual adds and other tensor
+operations, and past normalization, dropout, pooling and identity layers): He for the ReLU
+family, Xavier with the activation's gain for tanh, sigmoid or nothing (see
+:func:`normlab.init.calculate_gain`), and where a normalization layer would help. Activations
+applied as functions (``F.relu`` inside ``forward``) are invisible to hooks: the layer before them
+then counts as followed by nothing (gain 1). :func:`fix` re-initializes the ``Linear`` and
+``Conv1d/2d/3d`` layers by one of :data:`FIX_METHODS` (recurrent and attention input weights are
+left alone), zeroing their biases.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from normlab import init
+from normlab import nn as nlnn
+from normlab.probe import ActivationProbe, GradientProbe
+
+LABELS = ("vanishing", "exploding", "dead", "saturated", "symmetric", "ok")
+"""The label vocabulary, problems first in order of severity for the verdict's sake."""
+VANISHING = 1e-2
+EXPLODING = 1e2
+DEAD_FRAC = 0.6
+SATURATED_FRAC = 0.25
+SYMMETRIC_SPREAD = 1e-5
+TANH_SATURATION = 0.99
+SIGMOID_SATURATION = 0.49  # of |y - 0.5|: y <= 0.01 or y >= 0.99
+
+FIX_METHODS = ("he", "xavier", "orthogonal", "lsuv")
+_SEVERITY = ("symmetric", "dead", "vanishing", "exploding", "saturated")
+
+_WEIGHT_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+_NORMS: tuple[type[nn.Module], ...] = (
+    nn.modules.batchnorm._BatchNorm,
+    nn.GroupNorm,
+    nn.LayerNorm,
+    nn.RMSNorm,
+    nn.modules.instancenorm._InstanceNorm,
+    nlnn._BatchNorm,
+    nlnn.LayerNorm,
+    nlnn.GroupNorm,
+    nlnn.RMSNorm,
+)
+_CHANNEL_FIRST: tuple[type[nn.Module], ...] = (
+    nn.modules.conv._ConvNd,
+    nn.modules.batchnorm._BatchNorm,
+    nn.GroupNorm,
+    nn.modules.instancenorm._InstanceNorm,
+    nlnn._BatchNorm,
+    nlnn.GroupNorm,
+    nn.modules.pooling._MaxPoolNd,
+    nn.modules.pooling._AvgPoolNd,
+    nn.modules.pooling._AdaptiveAvgPoolNd,
+    nn.modules.pooling._AdaptiveMaxPoolNd,
+)
+_PASS_THROUGH: tuple[type[nn.Module], ...] = (
+    *_NORMS,
+    nn.modules.dropout._DropoutNd,
+    nn.Identity,
+    nn.Flatten,
+    nn.modules.pooling._MaxPoolNd,
+    nn.modules.pooling._AvgPoolNd,
+    nn.modules.pooling._AdaptiveAvgPoolNd,
+    nn.modules.pooling._AdaptiveMaxPoolNd,
+)
+_RELU_LIKE = (nn.ReLU, nn.ReLU6, nn.ELU, nn.CELU, nn.GELU, nn.SiLU, nn.Mish, nn.Softplus)
+_TANH_LIKE = (nn.Tanh, nn.Hardtanh, nn.Softsign)
+_SIGMOID_LIKE = (nn.Sigmoid, nn.Hardsigmoid)
+_ELEMENTWISE = (
+    *_RELU_LIKE,
+    *_TANH_LIKE,
+    *_SIGMOID_LIKE,
+    nn.LeakyReLU,
+    nn.PReLU,
+    nn.RReLU,
+    nn.SELU,
+    nn.modules.dropout._DropoutNd,
+    nn.Identity,
+)
+
+
+class ModelInputError(ValueError):
+    """The model raised when called on the input: its own message and the shape given."""
+
+
+class ModelOutputError(TypeError):
+    """The model returned something the doctor cannot take a gradient of."""
+
+
+# -- per-unit statistics, passed to the probe as typed functions --------------------------------
+
+
+_NAN = torch.tensor(math.nan)  # "not applicable", returned without computing anything
+
+
+def _dead_frac(dim: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Fraction of the units along ``dim`` that are exactly 0 on every element of the output.
+
+    The ``dim=-1`` version skips 2-D outputs (``nan``), where dim 1 is the last dim already.
+    """
+
+    def dead(y: torch.Tensor) -> torch.Tensor:
+        if y.dim() < 2 or (dim == -1 and y.dim() == 2):
+            return _NAN
+        d = dim % y.dim()
+        peak = y.abs().amax(dim=[i for i in range(y.dim()) if i != d])  # (units,)
+        return 1.0 - torch.count_nonzero(peak) / peak.numel()
+
+    return dead
+
+
+def _unit_spread(dim: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``max |y_u - y_0| / max |y|`` over the units along ``dim``: 0 when all are identical."""
+
+    def spread(y: torch.Tensor) -> torch.Tensor:
+        if y.dim() < 2 or (dim == -1 and y.dim() == 2) or y.shape[dim] < 2:
+            return _NAN
+        diff = (y - y.narrow(dim, 0, 1)).abs().amax()  # unit 0 broadcast against every unit
+        return diff / y.abs().amax()  # 0 / 0 = nan: an all-zero output has nothing to compare
+
+    return spread
+
+
+def _sigmoid_saturated(y: torch.Tensor) -> torch.Tensor:
+    return (y - 0.5).abs().ge(SIGMOID_SATURATION).float().mean()
+
+
+_STATS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "dead_first": _dead_frac(1),
+    "dead_last": _dead_frac(-1),
+    "spread_first": _unit_spread(1),
+    "spread_last": _unit_spread(-1),
+}
+
+
+# -- results -----------------------------------------------------------------------------------
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    return value
+
+
+@dataclass
+class LayerDiagnosis:
+    """One probed layer: its labels and the numbers they come from (``nan`` = not applicable)."""
+
+    name: str
+    kind: str  # module class name
+    labels: list[str]
+    act_mean: float
+    act_std: float
+    scale: float  # act_std / input std
+    dead_frac: float  # fraction of units 0 on the whole batch
+    saturated_frac: float  # nan unless the layer is tanh- or sigmoid-like
+    unit_spread: float  # max |y_u - y_0| / max |y|; 0 when every unit is identical
+    grad_std: float  # std of the loss gradient w.r.t. the layer's output
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = _clean(dataclasses.asdict(self))
+        return out
+
+
+@dataclass
+class Diagnosis:
+    """The doctor's finding: per-layer labels, a one-sentence verdict, suggestions."""
+
+    layers: list[LayerDiagnosis]
+    verdict: str
+    problems: list[str]  # the labels other than ok that occur, most severe first
+    suggestions: list[str]
+    input_shape: list[int]
+    input_std: float
+    steps: int
+
+    @property
+    def healthy(self) -> bool:
+        return not self.problems
+
+    def labels(self) -> dict[str, list[str]]:
+        """Layer name -> its labels."""
+        return {layer.name: layer.labels for layer in self.layers}
+
+    def with_label(self, label: str) -> list[str]:
+        """Names of the layers labelled ``label``, in forward order."""
+        return [layer.name for layer in self.layers if label in layer.labels]
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = _clean(
+            {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "layers"}
+        )
+        out["layers"] = [layer.to_dict() for layer in self.layers]
+        return out
+
+
+@dataclass
+class FixReport:
+    """What :func:`fix` did: each re-initialized layer, the activation after it and the gain."""
+
+    method: str
+    layers: list[str]
+    follows: list[str]  # nonlinearity name as in calculate_gain
+    gains: list[float]
+    lsuv: init.LSUVResult | None = field(default=None)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = _clean(
+            {
+                "method": self.method,
+                "layers": self.layers,
+                "follows": self.follows,
+                "gains": self.gains,
+                "lsuv": None if self.lsuv is None else self.lsuv.to_dict(),
+            }
+        )
+        return out
+
+
+# -- the model's structure, as the forward pass shows it ----------------------------------------
+
+
+def _nonlinearity(module: nn.Module) -> tuple[str, float | None]:
+    """The ``calculate_gain`` name (and slope) for an activation module; linear when unknown."""
+    if isinstance(module, nn.LeakyReLU):
+        return "leaky_relu", module.negative_slope
+    if isinstance(module, nn.PReLU):
+        return "leaky_relu", float(module.weight.detach().mean())
+    if isinstance(module, nn.RReLU):
+        return "leaky_relu", (module.lower + module.upper) / 2
+    if isinstance(module, _RELU_LIKE):
+        return "relu", None
+    if isinstance(module, _TANH_LIKE):
+        return "tanh", None
+    if isinstance(module, _SIGMOID_LIKE):
+        return "sigmoid", None
+    return "linear", None  # SELU included: self-normalizing nets want variance 1/fan_in
+
+
+def _tensors(value: object) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, tuple | list):
+        return [t for v in value for t in _tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    return []
+
+
+@dataclass
+class _Graph:
+    """Which layer reads which layer's output, as one forward pass's autograd graph shows it.
+
+    A layer's inputs are traced back through the operations between layers (a residual add, a
+    mean, a reshape) to the layers that produced them, so "what follows a conv" is what consumes
+    its output, not what happens to be called next.
+    """
+
+    order: list[tuple[str, nn.Module]]  # layers in first-call order
+    producers: dict[str, list[str]]
+    consumers: dict[str, list[str]]
+
+    def _first(
+        self, start: str, edges: dict[str, list[str]], stop: Callable[[nn.Module], bool]
+    ) -> nn.Module | None:
+        modules = dict(self.order)
+        frontier, seen = list(edges.get(start, [])), {start}
+        while frontier:  # breadth first, through pass-through layers
+            name = frontier.pop(0)
+            if name in seen:
+                continue
+            seen.add(name)
+            if stop(modules[name]):
+                return modules[name]
+            frontier.extend(edges.get(name, []))
+        return None
+
+    def follows(self, name: str) -> tuple[str, float | None]:
+        """The nonlinearity applied to layer ``name``'s output (linear when none)."""
+        m = self._first(name, self.consumers, lambda m: not isinstance(m, _PASS_THROUGH))
+        return ("linear", None) if m is None else _nonlinearity(m)
+
+    def source(self, name: str) -> str | None:
+        """The weight layer whose output reaches layer ``name`` (through pass-through layers)."""
+        m = self._first(name, self.producers, lambda m: not isinstance(m, _PASS_THROUGH))
+        if not isinstance(m, _WEIGHT_LAYERS):
+            return None
+        return next(n for n, x in self.order if x is m)
+
+
+def _is_layer(module: nn.Module) -> bool:
+    # as the probe picks layers: leaves, and modules computing with parameters of their own
+    return next(module.children(), None) is None or any(True for _ in module.parameters(False))
+
+
+def _trace(model: nn.Module, batch: torch.Tensor) -> _Graph:
+    """One forward pass with gradients on, recording which layer's output feeds which layer."""
+    made_by: dict[Any, str] = {}  # autograd node of a layer's output -> that layer
+    order: dict[str, nn.Module] = {}
+    producers: dict[str, list[str]] = {}
+
+    def inputs_of(args: Any) -> list[str]:
+        found: list[str] = []
+        stack = [t.grad_fn for t in _tensors(args)]
+        seen = set()
+        while stack:
+            node = stack.pop()
+            if node is None or node in seen:
+                continue
+            seen.add(node)
+            if node in made_by:
+                found.append(made_by[node])
+                continue
+            stack.extend(next_node for next_node, _ in node.next_functions)
+        return found
+
+    handles = []
+    for name, m in model.named_modules():
+        if _is_layer(m):
+
+            def hook(mod: nn.Module, args: Any, out: Any, name: str = name) -> None:
+                order.setdefault(name, mod)
+                for p in inputs_of(args):
+                    if p != name and p not in producers.setdefault(name, []):
+                        producers[name].append(p)
+                for t in _tensors(out):
+                    if t.grad_fn is not None:
+                        made_by.setdefault(t.grad_fn, name)  # an identity layer keeps the first
+
+            handles.append(m.register_forward_hook(hook))
+    x = batch.detach().clone()
+    if x.is_floating_point():
+        x.requires_grad_(True)  # so that layers without parameters still leave a graph
+    try:
+        with _preserved(model), torch.enable_grad():
+            _call(model, x)
+    finally:
+        for h in handles:
+            h.remove()
+    consumers: dict[str, list[str]] = {}
+    for name in order:
+        for p in producers.get(name, []):
+            consumers.setdefault(p, []).append(name)
+    return _Graph(order=list(order.items()), producers=producers, consumers=consumers)
+
+
+@contextmanager
+def _preserved(model: nn.Module) -> Iterator[None]:
+    """Run passes through ``model`` and leave it as it was: buffers (running stats) and grads."""
+    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+    grads = {p: p.grad for p in model.parameters()}
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for name, b in model.named_buffers():
+                if name in buffers:
+                    b.copy_(buffers[name])
+        for p, g in grads.items():
+            p.grad = g
+
+
+# -- running the model -------------------------------------------------------------------------
+
+
+def _shape(x: torch.Tensor) -> str:
+    return "(" + ", ".join(str(s) for s in x.shape) + ")"
+
+
+def _call(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``model(x)`` as one tensor; errors say what the model said and what it was given."""
+    try:
+        out = model(x)
+    except Exception as exc:  # the user's model may raise anything: report it, with the shape
+        raise ModelInputError(
+            f"the model rejected input of shape {_shape(x)}: {type(exc).__name__}: {exc}"
+        ) from exc
+    if isinstance(out, tuple) and out and isinstance(out[0], torch.Tensor):
+        out = out[0]  # (output, state) as nn.LSTM returns: the output
+    if not isinstance(out, torch.Tensor):
+        raise ModelOutputError(
+            f"the model returned {type(out).__name__}, use a model that returns a tensor "
+            "(or a tuple whose first element is a tensor)"
+        )
+    return out
+
+
+def _mean(rows: Sequence[Sequence[float]], j: int) -> float:
+    values = [r[j] for r in rows if math.isfinite(r[j])]
+    return sum(values) / len(values) if values else math.nan
+
+
+def _max(rows: Sequence[Sequence[float]], j: int) -> float:
+    values = [r[j] for r in rows]
+    return math.nan if any(math.isnan(v) for v in values) else max(values)
+
+
+def diagnose(
+    model: nn.Module,
+    batches: torch.Tensor | Sequence[torch.Tensor],
+    *,
+    generator: torch.Generator | None = None,
+) -> Diagnosis:
+    r"""Run one forward and backward pass per batch under the probes and label every leaf layer.
+
+    The loss is a random linear readout :math:`L = \frac{1}{N} \sum_i r_i \cdot y_i` with
+    :math:`r \sim \mathcal{N}(0, 1)` drawn once from ``generator``, so the gradient entering the
+    model has a fixed scale. The model runs in the mode it is in; its buffers (BatchNorm running
+    statistics) and parameter gradients are restored afterwards, so diagnosing changes nothing.
+
+    Args:
+        model: the network to examine; its output must be a tensor or a tuple whose first
+            element is a tensor.
+        batches: one input batch, or several (one step each).
+        generator: draws the readout direction.
+
+    Returns:
+        a :class:`Diagnosis`.
+
+    Examples::
+
+        >>> from normlab import zoo
+        >>> net = zoo.build("exploding-relu")
+        >>> x = torch.randn(zoo.input_shape("exploding-relu", 32))
+        >>> d = diagnose(net, x)
+        >>> d.problems[:1], d.with_label("exploding")[-1]
+        (['exploding'], '20')
+    """
+    xs = [batches] if isinstance(batches, torch.Tensor) else list(batches)
+    if not xs:
+        raise ValueError("batches is empty, use at least one input batch")
+    first = xs[0]
+    ref = _input_std(xs)
+    readout: torch.Tensor | None = None
+    stats = dict(_STATS)
+    if any(isinstance(m, _SIGMOID_LIKE) for m in model.modules()):
+        stats["sigmoid_saturated"] = _sigmoid_saturated  # only then: it costs a pass per layer
+    with _preserved(model):
+        with (
+            ActivationProbe(model, stats=stats, saturation=TANH_SATURATION, sample_size=None) as ap,
+            GradientProbe(model) as gp,
+        ):
+            for x in xs:
+                model.zero_grad(set_to_none=True)
+                out = _call(model, x)
+                if readout is None:
+                    readout = torch.randn(out.shape, generator=generator).to(out.device)
+                if out.requires_grad and out.is_floating_point():
+                    scale = out.shape[0] if out.dim() > 0 else 1
+                    ((out * readout).sum() / scale).backward()
+                ap.step()
+                gp.step()
+        acts, grad_stats = ap.result(), gp.result()
+    modules = dict(model.named_modules())
+    grad_std = {name: _mean(grad_stats.grad_std, j) for j, name in enumerate(grad_stats.layers)}
+    layers = []
+    unit_first = False
+    for j, (name, kind) in enumerate(zip(acts.layers, acts.kinds, strict=True)):
+        m = modules[name]
+        if not isinstance(m, _ELEMENTWISE):
+            unit_first = isinstance(m, _CHANNEL_FIRST)
+        # The *_last statistics skip 2-D outputs (nan), whose units are dim 1 = the last dim.
+        two_d = all(math.isnan(step[j]) for step in acts.extra["dead_last"])
+        where = "first" if unit_first or two_d else "last"
+        if isinstance(m, _TANH_LIKE):
+            saturated = _mean(acts.saturated_frac, j)
+        elif isinstance(m, _SIGMOID_LIKE):
+            saturated = _mean(acts.extra["sigmoid_saturated"], j)
+        else:
+            saturated = math.nan
+        std = _mean(acts.std, j)
+        layer = LayerDiagnosis(
+            name=name,
+            kind=kind,
+            labels=[],
+            act_mean=_mean(acts.mean, j),
+            act_std=std,
+            scale=std / ref,
+            dead_frac=_mean(acts.extra[f"dead_{where}"], j),
+            saturated_frac=saturated,
+            unit_spread=_max(acts.extra[f"spread_{where}"], j),
+            grad_std=grad_std.get(name, math.nan),
+        )
+        layer.labels = _labels(layer)
+        layers.append(layer)
+    problems = [p for p in _SEVERITY if any(p in layer.labels for layer in layers)]
+    # the data flow, for the suggestions (one more forward pass, only when there is a problem)
+    graph = _trace(model, first) if set(problems) - {"symmetric"} else None
+    return Diagnosis(
+        layers=layers,
+        verdict=_verdict(layers, problems),
+        problems=problems,
+        suggestions=_suggestions(model, layers, graph, problems),
+        input_shape=list(first.shape),
+        input_std=ref,
+        steps=len(xs),
+    )
+
+
+def _input_std(xs: Sequence[torch.Tensor]) -> float:
+    if not all(x.is_floating_point() for x in xs):
+        return 1.0  # token ids and the like have no scale to compare with
+    std = sum(float(x.detach().float().std(unbiased=False)) for x in xs) / len(xs)
+    return std if std > 0 and math.isfinite(std) else 1.0
+
+
+def _labels(layer: LayerDiagnosis) -> list[str]:
+    labels = []
+    if layer.scale < VANISHING or layer.act_std == 0:
+        labels.append("vanishing")
+    if layer.scale > EXPLODING or math.isinf(layer.act_std):
+        labels.append("exploding")
+    if layer.dead_frac >= DEAD_FRAC:
+        labels.append("dead")
+    if layer.saturated_frac >= SATURATED_FRAC:
+        labels.append("saturated")
+    if layer.unit_spread <= SYMMETRIC_SPREAD:
+        labels.append("symmetric")
+    return labels or ["ok"]
+
+
+# -- words -------------------------------------------------------------------------------------
+
+
+def _g(x: float) -> str:
+    return f"{x:.2g}" if math.isfinite(x) else str(x)
+
+
+def _span(values: Sequence[float]) -> str:
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return "-"
+    lo, hi = _g(min(finite)), _g(max(finite))
+    return lo if lo == hi else f"{lo}..{hi}"
+
+
+def _verdict(layers: Sequence[LayerDiagnosis], problems: Sequence[str]) -> str:
+    if not problems:
+        return (
+            f"healthy: every layer keeps its scale within {VANISHING:g}x..{EXPLODING:g}x of the "
+            "input's, with no dead, saturated or identical units"
+        )
+    parts = []
+    for problem in problems:
+        hit = [layer for layer in layers if problem in layer.labels]
+        first, last = hit[0], layers[-1]
+        if problem in ("vanishing", "exploding"):
+            grads = [layer.grad_std for layer in layers if math.isfinite(layer.grad_std)]
+            grad_words = (
+                f"; gradient std {_g(grads[-1])} at the last layer, {_g(grads[0])} at the first"
+                if grads
+                else ""
+            )
+            parts.append(
+                f"the scale is {problem} from {first.name!r} on ({_g(first.scale)}x the input's "
+                f"std there, {_g(last.scale)}x at the output){grad_words}"
+            )
+        elif problem == "dead":
+            parts.append(
+                f"dead units in {len(hit)} layer(s), from {first.name!r} "
+                f"({first.dead_frac:.0%} of its units are 0 on every input)"
+            )
+        elif problem == "saturated":
+            parts.append(
+                f"saturated activations in {len(hit)} layer(s), from {first.name!r} "
+                f"({first.saturated_frac:.0%} of its outputs at the flat ends)"
+            )
+        else:
+            parts.append(
+                f"identical units in {len(hit)} layer(s) from {first.name!r}: every unit "
+                "computes the same value, so training cannot tell them apart"
+            )
+    return "; ".join(parts)
+
+
+def _suggestions(
+    model: nn.Module,
+    layers: Sequence[LayerDiagnosis],
+    graph: _Graph | None,
+    problems: Sequence[str],
+) -> list[str]:
+    if not problems:
+        return ["nothing to change: the initialization suits this model on this input"]
+    out = []
+    if "symmetric" in problems:
+        out.append(
+            "draw the weights at random (normlab doctor --fix he, or init.kaiming_normal_ / "
+            "xavier_normal_): constant weights give every unit the same value and gradient"
+        )
+    if graph is None:
+        return out
+    modules = dict(graph.order)
+    if "dead" in problems:
+        for name in [layer.name for layer in layers if "dead" in layer.labels][:3]:
+            source = graph.source(name)
+            if source is None:
+                continue
+            w = modules[source]
+            assert isinstance(w, _WEIGHT_LAYERS)
+            bias = (
+                f"its bias has mean {float(w.bias.detach().mean()):.3g} and min "
+                f"{float(w.bias.detach().min()):.3g}; "
+                if w.bias is not None
+                else ""
+            )
+            out.append(
+                f"{name!r} is fed by {source!r}, where those units' pre-activation is below 0 "
+                f"on every input: {bias}reset the biases to 0 and use He init (--fix he), or a "
+                "LeakyReLU"
+            )
+    if {"vanishing", "exploding", "saturated"} & set(problems):
+        groups: dict[str, list[tuple[str, float, float, str]]] = {}
+        for name, m in graph.order:
+            if not isinstance(m, _WEIGHT_LAYERS):
+                continue
+            act, slope = graph.follows(name)
+            gain = init.calculate_gain(act, slope)  # type: ignore[arg-type]
+            fan_in, fan_out = init._calculate_fan_in_and_fan_out(m.weight)
+            now = float(m.weight.detach().std()) if m.weight.numel() > 1 else math.nan
+            if act in ("relu", "leaky_relu"):
+                wanted = gain / math.sqrt(fan_in)
+                rule = f"He (init.kaiming_normal_, nonlinearity={act!r})"
+            else:
+                wanted = gain * math.sqrt(2.0 / (fan_in + fan_out))
+                rule = f"Xavier (init.xavier_normal_, gain={gain:.4g})"
+            groups.setdefault(act, []).append((name, now, wanted, rule))
+        for act, entries in groups.items():
+            shown = ", ".join(repr(e[0]) for e in entries[:3])
+            shown += f", ... {len(entries) - 3} more" if len(entries) > 3 else ""
+            out.append(
+                f"{len(entries)} weight layer(s) followed by {act} ({shown}): use {entries[0][3]}; "
+                f"their weight std is {_span([e[1] for e in entries])}, that init gives "
+                f"{_span([e[2] for e in entries])}"
+            )
+        if not any(isinstance(m, _NORMS) for m in model.modules()):
+            conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in modules.values())
+            where = "BatchNorm2d after each conv" if conv else "BatchNorm1d after each Linear"
+            out.append(
+                f"add a normalization layer: {where}, before its activation (LayerNorm for "
+                "sequences or small batches), so each layer's output is rescaled whatever the init"
+            )
+        out.append("or re-initialize data-driven: normlab doctor ... --fix lsuv (init.lsuv_)")
+    return out
+
+
+# -- the cure ----------------------------------------------------------------------------------
+
+
+def fix(
+    model: nn.Module,
+    method: str,
+    batch: torch.Tensor,
+    *,
+    generator: torch.Generator | None = None,
+) -> FixReport:
+    r"""Re-initialize every ``Linear`` and ``Conv1d/2d/3d`` of ``model`` in place; biases to 0.
+
+    The gain of each layer is that of the activation that follows it in the forward pass
+    (:func:`normlab.init.calculate_gain`; linear when none does):
+
+    - ``he``: ``kaiming_normal_`` (fan_in), :math:`\sigma = \text{gain} / \sqrt{\text{fan\_in}}`;
+    - ``xavier``: ``xavier_normal_``, :math:`\sigma = \text{gain}\sqrt{2/(\text{fan\_in} +
+      \text{fan\_out})}`;
+    - ``orthogonal``: ``orthogonal_`` scaled by the gain;
+    - ``lsuv``: :func:`normlab.init.lsuv_` on ``batch`` (the gain comes from the data).
+
+    Args:
+        model: the network; modified in place.
+        method: one of :data:`FIX_METHODS`.
+        batch: an input batch, to find the forward order (and for ``lsuv``).
+        generator: the generator the weights are drawn from.
+
+    Examples::
+
+        >>> from normlab import zoo
+        >>> net = zoo.build("vanishing-tanh")
+        >>> fix(net, "xavier", torch.randn(8, 32)).follows[:2]
+        ['tanh', 'tanh']
+    """
+    if method not in FIX_METHODS:
+        raise ValueError(f"method {method!r} not supported, use one of {FIX_METHODS}")
+    graph = _trace(model, batch)
+    names, follows, gains = [], [], []
+    for name, m in graph.order:
+        if not isinstance(m, _WEIGHT_LAYERS):
+            continue
+        act, slope = graph.follows(name)
+        gain = init.calculate_gain(act, slope)  # type: ignore[arg-type]
+        if method == "he":
+            init.kaiming_normal_(m.weight, a=slope or 0.0, nonlinearity=act, generator=generator)  # type: ignore[arg-type]
+        elif method == "xavier":
+            init.xavier_normal_(m.weight, gain=gain, generator=generator)
+        elif method == "orthogonal":
+            init.orthogonal_(m.weight, gain=gain, generator=generator)
+        if m.bias is not None:
+            init.zeros_(m.bias)
+        names.append(name)
+        follows.append(act)
+        gains.append(math.nan if method == "lsuv" else gain)  # LSUV takes its scale from data
+    if not names:
+        raise ValueError("model has no Linear or Conv1d/2d/3d layer that its forward pass calls")
+    lsuv = init.lsuv_(model, batch, generator=generator) if method == "lsuv" else None
+    return FixReport(method=method, layers=names, follows=follows, gains=gains, lsuv=lsuv)

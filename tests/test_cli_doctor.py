@@ -1,0 +1,280 @@
+"""``normlab doctor`` through real subprocesses: reports, JSON, --fix, --html, --data, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from normlab import doctor, zoo
+
+ZOO = str(Path(zoo.__file__))
+
+MODELS = """
+import torch
+from torch import nn
+
+
+def vanishing():
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(12):
+        lin = nn.Linear(16, 16)
+        nn.init.normal_(lin.weight, std=0.01)
+        nn.init.zeros_(lin.bias)
+        layers += [lin, nn.Tanh()]
+    return nn.Sequential(*layers)
+
+
+def boom():
+    raise RuntimeError("no weights today\\n(second line)")
+
+
+def not_a_module():
+    return 3
+
+
+class _Dict(nn.Module):
+    def forward(self, x):
+        return {"y": x}
+
+
+def dict_out():
+    return _Dict()
+
+
+class _Pair(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.lin(x), "state"
+
+
+def pair_out():
+    return _Pair()
+"""
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("doctor")
+    (d / "models.py").write_text(MODELS)
+    (d / "broken.py").write_text("import torch\nraise ImportError('cannot build today')\n")
+    torch.save({"x": torch.zeros(2)}, d / "dict.pt")
+    return d
+
+
+def normlab(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "250"}  # wide tables: no wrapped cells to parse around
+    return subprocess.run(
+        [sys.executable, "-m", "normlab", "doctor", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env=env,
+    )
+
+
+def test_text_report_names_the_exploding_layers_and_the_cure(workdir: Path) -> None:
+    out = normlab(f"{ZOO}:exploding_relu", "--input-shape", "32,32", "--steps", "2", cwd=workdir)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    last = next(line for line in lines if line.strip("│ ").startswith("20 "))  # the output layer
+    assert "Linear" in last and last.rstrip(" │").endswith("exploding")
+    assert any(line.startswith("Verdict: the scale is exploding from") for line in lines)
+    assert "He (init.kaiming_normal_, nonlinearity='relu')" in out.stdout
+    assert "input (32, 32)" in out.stdout and "2 step(s)" in out.stdout
+
+
+def test_json_has_layers_labels_verdict_and_suggestions(workdir: Path) -> None:
+    out = normlab("models.py:vanishing", "--input-shape", "64,16", "--json", cwd=workdir)
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert d["model"] == "models.py:vanishing" and d["problems"] == ["vanishing"]
+    assert d["input_shape"] == [64, 16] and d["steps"] == 3
+    assert [layer["name"] for layer in d["layers"]] == [str(i) for i in range(24)]
+    for layer in d["layers"]:
+        assert set(layer) >= {"name", "kind", "labels", "act_mean", "act_std", "dead_frac"}
+        assert set(layer["labels"]) <= set(doctor.LABELS)
+    assert d["layers"][-1]["labels"] == ["vanishing"] and d["verdict"] and d["suggestions"]
+    assert "fix" not in d
+
+
+@pytest.mark.slow
+def test_fix_saves_a_cured_state_dict_and_an_html_report(workdir: Path, tmp_path: Path) -> None:
+    saved, page = tmp_path / "cured.pt", tmp_path / "report.html"
+    out = normlab(
+        "models.py:vanishing",
+        "--input-shape",
+        "64,16",
+        "--fix",
+        "xavier",
+        "--out",
+        str(saved),
+        "--html",
+        str(page),
+        "--json",
+        cwd=workdir,
+    )
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert d["problems"] == ["vanishing"]  # the model as given
+    fix = d["fix"]
+    assert fix["method"] == "xavier" and fix["out"] == str(saved)
+    assert fix["follows"] == ["tanh"] * 12
+    assert fix["after"]["problems"] == []
+    assert all(layer["labels"] == ["ok"] for layer in fix["after"]["layers"])
+    assert "state_dict written" in out.stderr and "report written" in out.stderr
+
+    sys.path.insert(0, str(workdir))
+    try:
+        import models  # type: ignore[import-not-found]
+    finally:
+        sys.path.pop(0)
+    net = models.vanishing()
+    net.load_state_dict(torch.load(saved, weights_only=True))
+    assert doctor.diagnose(net, torch.randn(64, 16)).healthy  # what was saved is the cure
+
+    html = page.read_text()
+    assert html.startswith("<!DOCTYPE html>") and "data:image/png;base64," in html
+    assert "://" not in html  # self-contained: nothing to fetch
+    assert "The model as given" in html and "The model after --fix xavier" in html
+    assert html.count('<span class="label"') == 2 * 24
+
+
+def test_data_file_is_the_input(workdir: Path, tmp_path: Path) -> None:
+    x = 5.0 * torch.randn(48, 16, generator=torch.Generator().manual_seed(0))
+    torch.save(x, tmp_path / "x.pt")
+    out = normlab(
+        "models.py:pair_out",
+        "--data",
+        str(tmp_path / "x.pt"),
+        "--steps",
+        "1",
+        "--json",
+        cwd=workdir,
+    )
+    assert out.returncode == 0, out.stderr  # a (tensor, other) tuple output is accepted
+    d = json.loads(out.stdout)
+    assert d["input_shape"] == [48, 16] and d["steps"] == 1
+    assert d["input_std"] == pytest.approx(x.std(unbiased=False).item(), rel=1e-5)
+    assert [layer["name"] for layer in d["layers"]] == ["lin"]
+
+
+# -- bad input ---------------------------------------------------------------------------------
+
+# Many cases, one interpreter: a driver calls normlab.cli.main per argv and reports its exit
+# status and output (each case through its own process would cost a torch import apiece).
+DRIVER = """
+import contextlib, io, json, sys
+from normlab.cli import main
+results = []
+for argv in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(argv)
+    results.append([status, out.getvalue(), err.getvalue()])
+print(json.dumps(results))
+"""
+
+BAD: list[tuple[tuple[str, ...], str]] = [
+    (("nofile.py:build", "--input-shape", "8,16"), "file 'nofile.py' not found"),
+    (("models.py", "--input-shape", "8,16"), "use FILE.py:FACTORY, e.g. mymodel.py:build"),
+    (
+        ("models.py:nope", "--input-shape", "8,16"),
+        "no function 'nope' in 'models.py', use one of: boom, dict_out, not_a_module",
+    ),
+    (
+        ("models.py:boom", "--input-shape", "8,16"),
+        "boom() raised RuntimeError: no weights today (second line)",
+    ),
+    (
+        ("broken.py:build", "--input-shape", "8,16"),
+        "importing it raised ImportError: cannot build today",
+    ),
+    (
+        ("models.py:not_a_module", "--input-shape", "8,16"),
+        "not_a_module() returned int, use a factory that returns a torch.nn.Module",
+    ),
+    (
+        ("models.py:vanishing", "--input-shape", "8,5"),
+        "the model rejected input of shape (8, 5): RuntimeError: mat1 and mat2 shapes",
+    ),
+    (
+        ("models.py:dict_out", "--input-shape", "8,16"),
+        "the model returned dict, use a model that returns a tensor (or a tuple whose first",
+    ),
+    (("models.py:vanishing", "--input-shape", "8,x"), "--input-shape '8,x': use positive"),
+    (("models.py:vanishing", "--input-shape", "8"), "--input-shape '8': use positive integers"),
+    (("models.py:vanishing", "--input-shape", "0,16"), "--input-shape '0,16': use positive"),
+    (("models.py:vanishing",), "doctor needs --input-shape N,D[,...] (or --data FILE.pt)"),
+    (
+        ("models.py:vanishing", "--input-shape", "8,16", "--fix", "he"),
+        "--fix needs --out FILE.pt",
+    ),
+    (
+        ("models.py:vanishing", "--input-shape", "8,16", "--fix", "kaiming", "--out", "a.pt"),
+        "--fix 'kaiming' is not a method, use one of: he, xavier, orthogonal, lsuv",
+    ),
+    (
+        ("models.py:vanishing", "--input-shape", "8,16", "--out", "a.pt"),
+        "--out is only used with --fix METHOD",
+    ),
+    (
+        ("models.py:vanishing", "--input-shape", "8,16", "--steps", "0"),
+        "argument --steps: '0' is not allowed, use an integer in [1, 100]",
+    ),
+    (("models.py:vanishing", "--data", "none.pt"), "--data 'none.pt': file not found"),
+    (("models.py:vanishing", "--data", "dict.pt"), "--data 'dict.pt': holds dict, use one tensor"),
+    (
+        ("models.py:vanishing", "--input-shape", "8,16", "--html", "/no/dir/r.html"),
+        "--html '/no/dir/r.html': folder '/no/dir' does not exist",
+    ),
+    (("models.py:vanishing", "--input-shape", "8,16", "--frob"), "unrecognized arguments: --frob"),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_results(workdir: Path) -> list[list[Any]]:
+    argvs = [["doctor", *args] for args, _ in BAD]
+    out = subprocess.run(
+        [sys.executable, "-c", DRIVER, json.dumps(argvs)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=workdir,
+    )
+    assert out.returncode == 0, out.stderr
+    results: list[list[Any]] = json.loads(out.stdout)
+    return results
+
+
+@pytest.mark.parametrize("case", range(len(BAD)), ids=[" ".join(a[:3]) for a, _ in BAD])
+def test_bad_input_exits_2_with_one_clear_line(bad_results: list[list[Any]], case: int) -> None:
+    status, stdout, stderr = bad_results[case]
+    assert status == 2 and stdout == ""
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("normlab: error: ")
+    assert BAD[case][1] in lines[0]
+
+
+def test_the_cli_offers_every_fix_the_library_has() -> None:
+    from normlab import cli
+
+    assert cli.DOCTOR_FIXES == doctor.FIX_METHODS
+
+
+def test_exit_status_2_reaches_the_shell(workdir: Path) -> None:
+    out = normlab("models.py:vanishing", "--input-shape", "8,5", cwd=workdir)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.count("\n") == 1 and "(8, 5)" in out.stderr

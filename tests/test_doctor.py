@@ -1,0 +1,347 @@
+"""normlab.doctor on the zoo and on models built to sit either side of each threshold; the fixes;
+the ``doctor`` experiment through the registry."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from functools import cache
+
+import pytest
+import torch
+from torch import nn
+
+from normlab import doctor, zoo
+from normlab.experiments import ParameterError, get_experiment, run_experiment
+
+BATCH = 64
+STEPS = 2
+
+
+def batches(name: str, seed: int = 0) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(zoo.input_shape(name, BATCH), generator=g) for _ in range(STEPS)]
+
+
+@cache
+def diagnosis(name: str) -> doctor.Diagnosis:
+    return doctor.diagnose(zoo.build(name), batches(name), generator=torch.Generator())
+
+
+def names(d: doctor.Diagnosis) -> list[str]:
+    return [layer.name for layer in d.layers]
+
+
+# -- the zoo -----------------------------------------------------------------------------------
+
+
+def test_resnet_is_healthy_everywhere() -> None:
+    d = diagnosis("resnet")
+    assert len(d.layers) == 20 and {layer.kind for layer in d.layers} >= {"Conv2d", "BatchNorm2d"}
+    assert all(layer.labels == ["ok"] for layer in d.layers), d.labels()
+    assert d.problems == [] and d.healthy and d.verdict.startswith("healthy")
+
+
+def test_tanh_with_small_weights_vanishes_from_the_second_layer_on() -> None:
+    d = diagnosis("vanishing-tanh")
+    assert d.problems == ["vanishing"]
+    # layer 1 shrinks the scale to ~0.06 (above 1e-2); from layer 2 on it is below
+    assert d.with_label("vanishing") == names(d)[2:]
+    assert d.labels()["0.0"] == ["ok"] and d.labels()["0.1"] == ["ok"]
+    assert "vanishing from '1.0'" in d.verdict
+    text = " ".join(d.suggestions)
+    assert "30 weight layer(s) followed by tanh" in text and "Xavier" in text
+    assert "BatchNorm1d" in text  # no normalization in this model
+    grads = [layer.grad_std for layer in d.layers]
+    assert grads[0] < 1e-6 * grads[-1]  # the gradient vanishes on the way back too
+
+
+def test_relu_with_unit_weights_explodes_and_stays_exploded() -> None:
+    d = diagnosis("exploding-relu")
+    assert d.problems[0] == "exploding" and "vanishing" not in d.problems
+    hit = d.with_label("exploding")
+    first = names(d).index(hit[0])
+    assert hit == names(d)[first:] and hit[-1] == "20"  # from the onset to the output
+    assert first <= 4  # 5.7x per layer passes 100x within the first three blocks
+    assert d.layers[-1].scale > 1e12
+    text = " ".join(d.suggestions)
+    assert "20 weight layer(s) followed by relu" in text and "He (init.kaiming_normal_" in text
+
+
+def test_dead_layer_is_labelled_dead_there_and_nowhere_else() -> None:
+    d = diagnosis("dead-relu")
+    dead_relu = f"{zoo.DEAD_LAYER - 1}.1"  # the ReLU of hidden layer DEAD_LAYER
+    assert d.with_label("dead") == [dead_relu]
+    layer = next(layer for layer in d.layers if layer.name == dead_relu)
+    assert layer.dead_frac >= zoo.DEAD_UNITS / zoo.MLP_WIDTH
+    assert all(labels == ["ok"] for name, labels in d.labels().items() if name != dead_relu)
+    assert d.problems == ["dead"]
+    assert any(f"fed by '{zoo.DEAD_LAYER - 1}.0'" in s and "bias" in s for s in d.suggestions)
+
+
+def test_constant_weights_make_every_layer_symmetric() -> None:
+    d = diagnosis("symmetric")
+    assert all(layer.labels == ["symmetric"] for layer in d.layers), d.labels()
+    assert all(layer.unit_spread <= doctor.SYMMETRIC_SPREAD for layer in d.layers)
+    assert d.problems == ["symmetric"] and "identical units" in d.verdict
+
+
+@pytest.mark.parametrize("name", ["transformer", "lstm"])
+def test_sequence_models_get_sensible_labels(name: str) -> None:
+    d = diagnosis(name)
+    kinds = {layer.kind for layer in d.layers}
+    if name == "lstm":
+        assert kinds == {"LSTM", "Linear"}  # the LSTM's tuple output is measured (its first part)
+    else:
+        assert {"MultiheadAttention", "LayerNorm", "ReLU"} <= kinds
+    for layer in d.layers:
+        assert "vanishing" not in layer.labels and "exploding" not in layer.labels, layer
+    assert d.healthy, d.labels()
+
+
+# -- fixes -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", doctor.FIX_METHODS)
+@pytest.mark.parametrize("name", ["vanishing-tanh", "exploding-relu"])
+def test_fix_cures_vanishing_and_exploding(name: str, method: str) -> None:
+    net = zoo.build(name)
+    xs = batches(name)
+    assert not diagnosis(name).healthy
+    report = doctor.fix(net, method, xs[0], generator=torch.Generator().manual_seed(0))
+    after = doctor.diagnose(net, xs)
+    assert all(layer.labels == ["ok"] for layer in after.layers), after.labels()
+    assert report.method == method
+    assert len(report.layers) == (31 if name == "vanishing-tanh" else 21)
+    json.dumps(report.to_dict(), allow_nan=False)
+
+
+@pytest.mark.parametrize("name", ["dead-relu", "symmetric"])
+def test_he_fix_revives_dead_units_and_breaks_symmetry(name: str) -> None:
+    net = zoo.build(name)
+    xs = batches(name)
+    doctor.fix(net, "he", xs[0], generator=torch.Generator().manual_seed(0))
+    assert doctor.diagnose(net, xs).healthy
+
+
+def test_fix_reads_the_activation_after_each_layer_through_norms_and_dropout() -> None:
+    x = batches("resnet")[0]
+    report = doctor.fix(zoo.build("resnet"), "he", x)
+    assert report.follows == ["relu"] * 6 + ["linear"]  # conv -> BN -> ReLU; head: nothing
+    assert report.gains[0] == pytest.approx(2**0.5)
+    t = doctor.fix(zoo.build("transformer"), "xavier", batches("transformer")[0])
+    follows = dict(zip(t.layers, t.follows, strict=True))
+    assert follows["encoder.layers.0.linear1"] == "relu"
+    assert follows["encoder.layers.0.linear2"] == "linear" and follows["head"] == "linear"
+
+
+def test_he_draws_the_std_its_formula_gives() -> None:
+    net = nn.Sequential(nn.Linear(400, 300), nn.LeakyReLU(0.2), nn.Linear(300, 200), nn.Tanh())
+    doctor.fix(net, "he", torch.randn(8, 400), generator=torch.Generator().manual_seed(0))
+    assert isinstance(net[0], nn.Linear) and isinstance(net[2], nn.Linear)
+    leaky = (2 / (1 + 0.2**2)) ** 0.5 / 400**0.5
+    assert net[0].weight.std().item() == pytest.approx(leaky, rel=0.02)
+    assert net[2].weight.std().item() == pytest.approx((5 / 3) / 300**0.5, rel=0.02)
+    assert torch.count_nonzero(net[0].bias) == 0
+
+
+def test_fix_refuses_unknown_methods_and_models_without_weights() -> None:
+    with pytest.raises(ValueError, match=r"method 'kaiming' not supported, use one of"):
+        doctor.fix(zoo.build("lstm"), "kaiming", batches("lstm")[0])
+    with pytest.raises(ValueError, match="no Linear or Conv1d/2d/3d layer"):
+        doctor.fix(nn.Sequential(nn.Tanh()), "he", torch.randn(4, 3))
+
+
+# -- thresholds, on models whose numbers are known exactly -------------------------------------
+
+
+def scaled_identity(gain: float) -> nn.Sequential:
+    layer = nn.Linear(8, 8)
+    with torch.no_grad():
+        layer.weight.copy_(gain * torch.eye(8))
+        layer.bias.zero_()
+    return nn.Sequential(layer)
+
+
+@pytest.mark.parametrize(
+    ("gain", "labels"),
+    [
+        (0.5 * doctor.VANISHING, ["vanishing"]),
+        (2.0 * doctor.VANISHING, ["ok"]),
+        (0.5 * doctor.EXPLODING, ["ok"]),
+        (2.0 * doctor.EXPLODING, ["exploding"]),
+    ],
+)
+def test_scale_thresholds(gain: float, labels: list[str]) -> None:
+    x = 3.0 * torch.randn(256, 8, generator=torch.Generator().manual_seed(0))
+    d = doctor.diagnose(scaled_identity(gain), x)
+    assert d.input_std == pytest.approx(3.0, rel=0.1)  # the scale is relative to the input's
+    assert d.layers[0].scale == pytest.approx(gain, rel=1e-3)
+    assert d.layers[0].labels == labels
+
+
+@pytest.mark.parametrize(("dead_units", "labelled"), [(4, False), (5, True)])
+def test_dead_threshold(dead_units: int, labelled: bool) -> None:
+    layer = nn.Linear(8, 8)
+    with torch.no_grad():
+        layer.bias.zero_()
+        layer.bias[:dead_units] = -100.0
+    net = nn.Sequential(layer, nn.ReLU())
+    d = doctor.diagnose(net, torch.randn(64, 8, generator=torch.Generator().manual_seed(0)))
+    relu = d.layers[1]
+    assert relu.dead_frac == dead_units / 8
+    assert ("dead" in relu.labels) is labelled  # 4/8 = 50% < 60% <= 5/8
+
+
+def test_saturation_of_tanh_and_sigmoid() -> None:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 64), nn.Sigmoid())
+    with torch.no_grad():
+        for m in (net[0], net[2]):
+            assert isinstance(m, nn.Linear)
+            m.weight.normal_(0.0, 1.0)  # pre-activations with std ~8: pinned at the ends
+    x = torch.randn(128, 64, generator=torch.Generator().manual_seed(0))
+    d = doctor.diagnose(net, x)
+    tanh, sigmoid = d.layers[1], d.layers[3]
+    assert "saturated" in tanh.labels and "saturated" in sigmoid.labels
+    y = net[:2](x)
+    assert tanh.saturated_frac == pytest.approx((y.abs() >= 0.99).float().mean().item(), abs=0.02)
+    assert d.layers[0].saturated_frac != d.layers[0].saturated_frac  # nan: not bounded
+    net_small = nn.Sequential(nn.Linear(64, 64), nn.Tanh())  # torch's default init: no saturation
+    assert doctor.diagnose(net_small, x).layers[1].labels == ["ok"]
+    assert "saturated" in doctor.diagnose(net, x).problems
+
+
+def test_symmetry_needs_every_unit_identical() -> None:
+    layer = nn.Linear(4, 6)
+    with torch.no_grad():
+        layer.weight.copy_(torch.randn(1, 4).expand(6, 4))
+        layer.bias.zero_()
+    x = torch.randn(32, 4, generator=torch.Generator().manual_seed(0))
+    assert doctor.diagnose(nn.Sequential(layer), x).layers[0].labels == ["symmetric"]
+    with torch.no_grad():
+        layer.weight[5, 0] += 0.1  # one unit differs
+    assert doctor.diagnose(nn.Sequential(layer), x).layers[0].labels == ["ok"]
+
+
+def test_conv_units_are_channels() -> None:
+    conv = nn.Conv2d(3, 4, 3, padding=1)
+    with torch.no_grad():
+        conv.weight.copy_(torch.randn(1, 3, 3, 3).expand(4, 3, 3, 3))  # every channel the same
+        conv.bias.zero_()
+    net = nn.Sequential(conv, nn.ReLU())
+    x = torch.randn(8, 3, 6, 6, generator=torch.Generator().manual_seed(0))
+    d = doctor.diagnose(net, x)
+    assert d.layers[0].labels == ["symmetric"] and d.layers[1].labels == ["symmetric"]
+    with torch.no_grad():
+        conv.bias.copy_(torch.tensor([0.0, 0.0, -100.0, -100.0]))  # channels 2 and 3 die
+    relu = doctor.diagnose(net, x).layers[1]
+    assert relu.dead_frac == 0.5 and relu.unit_spread > 0.5
+
+
+# -- running the model -------------------------------------------------------------------------
+
+
+def test_diagnosing_changes_nothing_in_the_model() -> None:
+    net = zoo.build("resnet")
+    state = {k: v.clone() for k, v in net.state_dict().items()}
+    doctor.diagnose(net, batches("resnet"))
+    for k, v in net.state_dict().items():
+        assert torch.equal(v, state[k]), k
+    assert all(p.grad is None for p in net.parameters())
+
+
+def test_to_dict_is_strict_json_with_the_documented_keys() -> None:
+    d = diagnosis("vanishing-tanh").to_dict()
+    text = json.dumps(d, allow_nan=False)
+    back = json.loads(text)
+    assert set(back) == {
+        "layers",
+        "verdict",
+        "problems",
+        "suggestions",
+        "input_shape",
+        "input_std",
+        "steps",
+    }
+    first = back["layers"][0]
+    assert {"name", "labels", "act_mean", "act_std", "dead_frac", "grad_std"} <= set(first)
+    linear, tanh = back["layers"][0], back["layers"][1]
+    assert linear["saturated_frac"] is None and tanh["saturated_frac"] is not None  # nan -> null
+    assert back["input_shape"] == [BATCH, zoo.MLP_IN]
+
+
+def test_the_model_s_own_errors_and_outputs() -> None:
+    with pytest.raises(doctor.ModelInputError, match=r"input of shape \(4, 5\): RuntimeError: "):
+        doctor.diagnose(zoo.build("exploding-relu"), torch.randn(4, 5))
+
+    class Dict(nn.Module):
+        def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+            return {"y": x}
+
+    with pytest.raises(doctor.ModelOutputError, match="returned dict, use a model that returns"):
+        doctor.diagnose(Dict(), torch.randn(4, 5))
+
+    class Pair(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(5, 3)
+
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, int]:
+            return self.lin(x), 7
+
+    d = doctor.diagnose(Pair(), torch.randn(16, 5))
+    assert names(d) == ["lin"] and d.layers[0].grad_std > 0
+    with pytest.raises(ValueError, match="batches is empty"):
+        doctor.diagnose(Pair(), [])
+
+
+# -- the doctor experiment ---------------------------------------------------------------------
+
+
+def test_doctor_experiment_is_registered_with_complete_declarations() -> None:
+    e = get_experiment("doctor")
+    params = {p.name: p for p in e.parameters}
+    assert set(params) == {"model", "init", "norm", "steps", "batch", "seed", "device"}
+    assert params["model"].choices == tuple(zoo.MODELS)
+    assert params["init"].choices == ("default", "he", "xavier", "orthogonal", "lsuv")
+    for p in e.parameters:
+        assert p.help and p.validate(p.default) == p.default
+        if p.kind == "int":
+            assert p.min is not None and p.max is not None
+
+
+def test_doctor_experiment_runs_and_records_its_params() -> None:
+    r = run_experiment("doctor", model="exploding-relu", steps=2, batch=32, seed=3)
+    d = r.to_dict()
+    back = json.loads(json.dumps(d, allow_nan=False))
+    assert back["experiment"] == "doctor" and back["params"]["seed"] == 3
+    assert back["problems"][0] == "exploding" and back["fix"] is None
+    assert back["layers"][-1]["labels"] == ["exploding"]
+    tables = r.tables()
+    assert [len(t.rows) for t in tables] == [len(r.layers), len(r.suggestions)]
+    assert tables[0].columns[-1] == "labels" and tables[1].title.startswith("Verdict: ")
+    same = run_experiment("doctor", model="exploding-relu", steps=2, batch=32, seed=3).to_dict()
+    assert same == d
+
+
+def test_doctor_experiment_init_and_norm_cure() -> None:
+    fixed = run_experiment("doctor", model="vanishing-tanh", init="lsuv", steps=1, batch=32)
+    assert fixed.problems == [] and fixed.fix is not None and fixed.fix.lsuv is not None
+    normed = run_experiment("doctor", model="vanishing-tanh", norm="batch", steps=1, batch=32)
+    assert normed.problems == [] and any(layer.kind == "BatchNorm1d" for layer in normed.layers)
+    revived = run_experiment("doctor", model="dead-relu", norm="layer", steps=1, batch=32)
+    assert "dead" not in revived.problems  # LayerNorm removes the far-negative bias
+
+
+def test_doctor_experiment_refuses_a_norm_where_the_model_takes_none() -> None:
+    with pytest.raises(ParameterError, match=r"'norm': 'batch' is not allowed for model 'resnet'"):
+        run_experiment("doctor", model="resnet", norm="batch")
+    with pytest.raises(ParameterError) as info:
+        run_experiment("doctor", model="lstm", norm="layer")
+    assert info.value.param == "norm"
+
+
+def test_result_round_trips_through_dataclasses() -> None:
+    r = run_experiment("doctor", model="symmetric", steps=1, batch=16)
+    assert dataclasses.is_dataclass(r) and r.diagnosis.problems == ["symmetric"]
