@@ -173,7 +173,13 @@ def _sigmoid_saturated(y: torch.Tensor) -> torch.Tensor:
     return (y - 0.5).abs().ge(SIGMOID_SATURATION).float().mean()
 
 
+def _std64(y: torch.Tensor) -> torch.Tensor:
+    """std in float64: a vanishing stack's 1e-33 squares to 0 in float32, the probe's sum type."""
+    return y.detach().double().std()
+
+
 _STATS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "std64": _std64,
     "dead_first": _dead_frac(1),
     "dead_last": _dead_frac(-1),
     "spread_first": _unit_spread(1),
@@ -520,7 +526,7 @@ def diagnose(
             saturated = _mean(acts.extra["sigmoid_saturated"], j)
         else:
             saturated = math.nan
-        std = _mean(acts.std, j)
+        std = _mean(acts.extra["std64"], j)
         layer = LayerDiagnosis(
             name=name,
             kind=kind,

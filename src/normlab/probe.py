@@ -1088,15 +1088,12 @@ class GradientProbe(_Probe):
         return hook
 
     def _measure(self, layer: _Layer, g: Tensor) -> None:
-        flat = g.reshape(-1)  # (n,)
-        if flat.dtype is not torch.float32 and flat.dtype is not torch.float64:
-            flat = flat.float()
+        # float64: the squares of a vanishing gradient (below ~1e-19) are 0 in float32
+        flat = g.reshape(-1).double()  # (n,)
         device = g.device
         pending = self._pending.get(device)
         if pending is None:
-            pending = self._pending[device] = _buffers(
-                self._rows, 2, _buffer_dtype(flat.dtype), device
-            )
+            pending = self._pending[device] = _buffers(self._rows, 2, torch.float64, device)
         call = len(pending.slots)
         cells = pending.cells[call]
         if flat.dtype is pending.values.dtype:

@@ -106,7 +106,15 @@ def _bn_lr_sweep_x(r: dict[str, Any]) -> Traces:
     return out
 
 
+def _doctor(r: dict[str, Any]) -> Traces:
+    return {
+        key: _floor([layer[key] for layer in r["layers"]], LOG_FLOOR)
+        for key in ("act_std", "grad_std")
+    }
+
+
 EXPECTED: dict[str, Callable[[dict[str, Any]], Traces]] = {
+    "doctor": _doctor,
     "linear-scale": lambda r: {
         "input_std": [r["input_std"], r["scaled_input_std"]],
         "output_std": [r["output_std"], r["scaled_output_std"]],

@@ -71,6 +71,8 @@ SEED_FIGURES = {
     "bn-lr": lambda d: max(d["losses"]) > 4 and max(d["contrast_losses"][20:]) < 0.5,
     # beyond the seeds: BN keeps every swept rate stable, the plain net is not
     "bn-lr-sweep": lambda d: all(d["curves"][1]["stable"]) and not all(d["curves"][0]["stable"]),
+    # beyond the seeds: the default zoo model is the vanishing tanh stack, and the doctor says so
+    "doctor": lambda d: d["problems"] == ["vanishing"] and "vanishing" in d["layers"][-1]["labels"],
 }
 
 

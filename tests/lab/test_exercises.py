@@ -226,6 +226,7 @@ NUMBERS: dict[str, tuple[float, list[float]]] = {
     ),
     "init-variance-after-depth": (1.1 ** (2 * 20), [1.1**20]),
     "init-xavier-bound": (math.sqrt(6 / (256 + 128)), [math.sqrt(2 / (256 + 128))]),
+    "doctor-relu-gain": (math.sqrt(64 / 2), [8.0]),  # width 64, std-1 weights; 8 forgets ReLU
 }
 
 

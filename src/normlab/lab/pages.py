@@ -13,6 +13,7 @@ Every lesson template can call these helpers:
 - ``tex(latex, display=False)``: MathML rendered here; template text may also write
   ``\\( ... \\)`` and ``\\[ ... \\]``, which become ``tex`` calls;
 - ``math``: the module, for predictions computed from formulas;
+- ``thresholds``: the doctor's label thresholds (:mod:`normlab.doctor`);
 - ``code`` (also a filter: ``{% filter code %}...{% endfilter %}``): a highlighted listing;
 - ``widget(name, id=None, show=None, **params)``: a live widget for one experiment. ``params``
   are its starting values; ``show`` names the controls shown first (the rest fold away).
@@ -34,7 +35,7 @@ from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
-from normlab import __version__
+from normlab import __version__, doctor
 from normlab.experiments import get_experiment
 from normlab.lab import lessons
 from normlab.lab.lessons.markup import MathExtension, code, num, sci, tex
@@ -68,6 +69,15 @@ def environment() -> Environment:
     )
     env.globals.update(num=num, sci=sci, tex=tex, code=code, math=math, version=__version__)
     env.globals["lessons"] = lessons.LESSONS
+    env.globals["thresholds"] = {
+        "vanishing": doctor.VANISHING,
+        "exploding": doctor.EXPLODING,
+        "dead_frac": doctor.DEAD_FRAC,
+        "saturated_frac": doctor.SATURATED_FRAC,
+        "tanh_saturation": doctor.TANH_SATURATION,
+        "sigmoid_saturation": doctor.SIGMOID_SATURATION,
+        "symmetric_spread": doctor.SYMMETRIC_SPREAD,
+    }
     env.filters["code"] = code
     return env
 

@@ -5,7 +5,7 @@ Its numbers come from live runs through the template helper ``result(...)``; see
 :mod:`normlab.lab.pages` for the helpers every lesson template can call.
 
 >>> [lesson.slug for lesson in LESSONS]
-['drift', 'batch-norm', 'initialization', 'bn-from-scratch']
+['drift', 'batch-norm', 'initialization', 'bn-from-scratch', 'doctor']
 >>> find("batch-norm").number, find("nope") is None
 (2, True)
 """
@@ -62,6 +62,13 @@ _ORDER = (
         "Write the normalization yourself, check it against PyTorch to float precision, and "
         "train a deep net at a learning rate that breaks it without BatchNorm.",
         ("bn-from-scratch", "bn-lr", "bn-lr-sweep"),
+    ),
+    Lesson(
+        "doctor",
+        "The model doctor",
+        "Point the same measurements at any model: find the layer where the scale vanishes, "
+        "explodes or dies, and the initializer or normalization that cures it.",
+        ("doctor",),
     ),
 )
 

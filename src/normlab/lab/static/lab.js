@@ -1014,6 +1014,61 @@
     },
   };
 
+  // Label colours of the doctor: problems stand out, ok stays quiet.
+  const LABEL_COLORS = {
+    vanishing: "#1f77b4", exploding: "#d62728", dead: "#7f3c8d", saturated: "#ff7f0e",
+    symmetric: "#2ca02c", ok: GRAY,
+  };
+  const DOCTOR_FLOOR = 1e-30;
+
+  VIEWS.doctor = (r) => {
+    const names = r.layers.map((l) => l.name);
+    const x = range(0, names.length);
+    const first = (l) => l.labels.find((k) => k !== "ok") || "ok";
+    const colors = r.layers.map((l) => LABEL_COLORS[first(l)] || GRAY);
+    const hover = r.layers.map((l) => `${l.name} (${l.kind})<br>${l.labels.join(", ")}`);
+    const curve = (name, meta, y, axes, color) => ({
+      type: "scatter", mode: "lines+markers", name, meta, x, y: floorAt(y, DOCTOR_FLOOR),
+      line: { color, width: 1.5 }, marker: { color: colors, size: 9, line: { color: "#fff", width: 1 } },
+      text: hover, hovertemplate: "%{text}<br>%{y:.3g}<extra></extra>", ...axes,
+    });
+    const ticks = { tickvals: x, ticktext: names, tickangle: -45, tickfont: { size: 9 } };
+    const counts = {};
+    r.layers.forEach((l) => l.labels.forEach((k) => { counts[k] = (counts[k] || 0) + 1; }));
+    const legend = Object.keys(LABEL_COLORS).filter((k) => counts[k]).map((k) => ({
+      type: "scatter", mode: "markers", name: `${k} (${counts[k]})`, x: [null], y: [null],
+      marker: { color: LABEL_COLORS[k], size: 9 }, hoverinfo: "skip",
+    }));
+    const frac = (v) => (v === null ? "–" : `${Math.round(v * 100)}%`);
+    return {
+      data: [
+        curve("activation std", "act_std", r.layers.map((l) => l.act_std), {}, BLUE),
+        curve("gradient std", "grad_std", r.layers.map((l) => l.grad_std), { xaxis: "x2", yaxis: "y2", showlegend: false }, GRAY),
+        ...legend,
+      ],
+      layout: {
+        height: 520,
+        margin: { t: 80, b: 40 },
+        grid: { rows: 2, columns: 1, pattern: "independent", roworder: "top to bottom" },
+        xaxis: { ...ticks, showticklabels: false },
+        xaxis2: { ...ticks, matches: "x" },
+        yaxis: { type: "log", exponentformat: "power", title: axisTitle("activation std"), domain: [0.56, 1] },
+        yaxis2: { type: "log", exponentformat: "power", title: axisTitle("gradient std"), domain: [0, 0.44] },
+        legend: { orientation: "h", x: 0, y: 1.1 },
+        title: title(`${r.model} (${r.init} init): ${r.verdict}`),
+      },
+      tables: [
+        {
+          caption: `verdict: ${r.verdict}`,
+          columns: ["layer", "kind", "act mean", "act std", "dead", "saturated", "grad std", "labels"],
+          rows: r.layers.map((l) => [l.name, l.kind, sig(l.act_mean, 3), sig(l.act_std, 3),
+            frac(l.dead_frac), frac(l.saturated_frac), sig(l.grad_std, 3), l.labels.join(", ")]),
+        },
+        { caption: "what to change", columns: ["suggestion"], rows: r.suggestions.map((s) => [s]) },
+      ],
+    };
+  };
+
   /** Any other experiment: its scalars in a table, its flat number lists as lines. */
   function genericView(r) {
     const rows = [];
