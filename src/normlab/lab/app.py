@@ -29,6 +29,7 @@ from normlab.experiments import (
     UnknownExperiment,
     list_experiments,
 )
+from normlab.lab.errors import bad_input
 from normlab.lab.progress import ProgressStore, default_db_path
 from normlab.lab.runner import Runner
 from normlab.lab.sandbox import Sandbox, SandboxError
@@ -77,12 +78,6 @@ def describe(e: Experiment) -> dict[str, Any]:
     }
 
 
-def _bad_input(parameter: str | None, message: str) -> JSONResponse:
-    return JSONResponse(
-        status_code=422, content={"detail": {"parameter": parameter, "message": message}}
-    )
-
-
 async def _read_params(request: Request) -> dict[str, Any] | JSONResponse:
     raw = await request.body()
     if not raw.strip():
@@ -90,9 +85,9 @@ async def _read_params(request: Request) -> dict[str, Any] | JSONResponse:
     try:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return _bad_input(None, f"request body is not valid JSON: {exc}")
+        return bad_input(None, f"request body is not valid JSON: {exc}")
     if not isinstance(body, dict):
-        return _bad_input(
+        return bad_input(
             None, f"request body must be a JSON object of parameters, got {type(body).__name__}"
         )
     return body
@@ -160,9 +155,9 @@ def create_app(
         try:
             return await request.app.state.runner.arun(name, params)
         except UnknownExperiment as exc:
-            return _bad_input("name", str(exc))
+            return bad_input("name", str(exc))
         except (ParameterError, ParameterTypeError) as exc:
-            return _bad_input(exc.param, str(exc))
+            return bad_input(exc.param, str(exc))
 
     for e in list_experiments():
         app.add_api_route(

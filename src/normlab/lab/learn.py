@@ -29,6 +29,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from normlab.lab import exercises
+from normlab.lab.errors import bad_input
 from normlab.lab.exercises import (
     BadSubmission,
     ChoiceExercise,
@@ -46,12 +47,6 @@ MAX_LISTING_CHARS = 100_000
 """The longest code a listing may save."""
 
 
-def _bad_input(parameter: str | None, message: str, status: int = 422) -> JSONResponse:
-    return JSONResponse(
-        status_code=status, content={"detail": {"parameter": parameter, "message": message}}
-    )
-
-
 async def _json_object(request: Request) -> dict[str, Any] | JSONResponse:
     """The request body as a JSON object, or the 422 that says why it is not one."""
     size = 0
@@ -59,14 +54,14 @@ async def _json_object(request: Request) -> dict[str, Any] | JSONResponse:
     async for chunk in request.stream():
         size += len(chunk)
         if size > MAX_BODY_BYTES:
-            return _bad_input(None, f"request body is larger than {MAX_BODY_BYTES} bytes")
+            return bad_input(None, f"request body is larger than {MAX_BODY_BYTES} bytes")
         chunks.append(chunk)
     try:
         body = json.loads(b"".join(chunks))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return _bad_input(None, f"request body is not valid JSON: {exc}")
+        return bad_input(None, f"request body is not valid JSON: {exc}")
     if not isinstance(body, dict):
-        return _bad_input(None, f"request body must be a JSON object, got {type(body).__name__}")
+        return bad_input(None, f"request body must be a JSON object, got {type(body).__name__}")
     return body
 
 
@@ -74,9 +69,9 @@ def _only(body: dict[str, Any], field: str, what: str) -> JSONResponse | None:
     """422 unless ``body`` holds exactly ``field``."""
     for key in body:
         if key != field:
-            return _bad_input(key, f"unknown field {key!r} for {what}, send only {field!r}")
+            return bad_input(key, f"unknown field {key!r} for {what}, send only {field!r}")
     if field not in body:
-        return _bad_input(field, f"missing {field!r} for {what}")
+        return bad_input(field, f"missing {field!r} for {what}")
     return None
 
 
@@ -125,7 +120,7 @@ def install(app: FastAPI) -> None:
         try:
             exercise = exercises.get(exercise_id)
         except UnknownExercise as exc:
-            return _bad_input("id", str(exc))
+            return bad_input("id", str(exc))
         body = await _json_object(request)
         if isinstance(body, JSONResponse):
             return body
@@ -146,9 +141,9 @@ def install(app: FastAPI) -> None:
             else:  # every registered kind is one of the three
                 raise TypeError(f"exercise kind {exercise.kind!r} has no checker")
         except BadSubmission as exc:
-            return _bad_input(exc.parameter, str(exc))
+            return bad_input(exc.parameter, str(exc))
         except SandboxError as exc:  # the lab's fault, not the learner's: nothing recorded
-            return _bad_input(None, f"the code could not be run: {exc}", status=503)
+            return bad_input(None, f"the code could not be run: {exc}", status=503)
         await anyio.to_thread.run_sync(
             _store(request).record_attempt,
             exercise.id,
@@ -175,7 +170,7 @@ def install(app: FastAPI) -> None:
         try:
             check_listing_id(listing_id)
         except ValueError as exc:
-            return _bad_input("listing_id", str(exc))
+            return bad_input("listing_id", str(exc))
         body = await _json_object(request)
         if isinstance(body, JSONResponse):
             return body
@@ -184,9 +179,9 @@ def install(app: FastAPI) -> None:
             return refused
         code = body["code"]
         if not isinstance(code, str):
-            return _bad_input("code", f"code must be a string, got {type(code).__name__}")
+            return bad_input("code", f"code must be a string, got {type(code).__name__}")
         if len(code) > MAX_LISTING_CHARS:
-            return _bad_input(
+            return bad_input(
                 "code", f"code is {len(code)} characters long, the limit is {MAX_LISTING_CHARS}"
             )
         await anyio.to_thread.run_sync(_store(request).save_listing, listing_id, code)
@@ -202,7 +197,7 @@ def install(app: FastAPI) -> None:
         try:
             code = _store(request).listing(listing_id)
         except ValueError as exc:
-            return _bad_input("listing_id", str(exc))
+            return bad_input("listing_id", str(exc))
         if code is None:
-            return _bad_input("listing_id", f"no code saved for listing {listing_id!r}", status=404)
+            return bad_input("listing_id", f"no code saved for listing {listing_id!r}", status=404)
         return {"id": listing_id, "code": code}

@@ -18,6 +18,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from normlab.lab.errors import bad_input
 from normlab.lab.sandbox import SandboxError
 
 MAX_CODE_CHARS = 100_000
@@ -39,40 +40,34 @@ _BODY_SCHEMA = {
 }
 
 
-def _bad(parameter: str | None, message: str) -> JSONResponse:
-    return JSONResponse(
-        status_code=422, content={"detail": {"parameter": parameter, "message": message}}
-    )
-
-
 async def _read_code(request: Request) -> str | JSONResponse:
     """The ``code`` of the request's body, or the 422 that says what is wrong with it."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > _MAX_BODY_BYTES:
-        return _bad("code", f"the body is {int(declared):,} bytes, more than any allowed code")
+        return bad_input("code", f"the body is {int(declared):,} bytes, more than any allowed code")
     raw = bytearray()
     async for chunk in request.stream():
         raw += chunk
         if len(raw) > _MAX_BODY_BYTES:
-            return _bad("code", f"the body is longer than {_MAX_BODY_BYTES:,} bytes")
+            return bad_input("code", f"the body is longer than {_MAX_BODY_BYTES:,} bytes")
     try:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return _bad("code", f'the body must be JSON like {{"code": "print(1)"}}: {exc}')
+        return bad_input("code", f'the body must be JSON like {{"code": "print(1)"}}: {exc}')
     if not isinstance(body, dict):
-        return _bad(
+        return bad_input(
             "code", f'the body must be a JSON object {{"code": ...}}, got {type(body).__name__}'
         )
     unknown = sorted(set(body) - {"code"})
     if unknown:
-        return _bad(unknown[0], f"unknown key {unknown[0]!r}: the body takes only 'code'")
+        return bad_input(unknown[0], f"unknown key {unknown[0]!r}: the body takes only 'code'")
     if "code" not in body:
-        return _bad("code", 'code is missing: send {"code": "..."}')
+        return bad_input("code", 'code is missing: send {"code": "..."}')
     code = body["code"]
     if not isinstance(code, str):
-        return _bad("code", f"code must be a string, got {type(code).__name__}")
+        return bad_input("code", f"code must be a string, got {type(code).__name__}")
     if len(code) > MAX_CODE_CHARS:
-        return _bad(
+        return bad_input(
             "code", f"code is {len(code):,} characters long, the limit is {MAX_CODE_CHARS:,}"
         )
     return code
@@ -108,7 +103,5 @@ def install(app: FastAPI) -> None:
         try:
             result = await request.app.state.sandbox.arun(code)
         except SandboxError as exc:
-            return JSONResponse(
-                status_code=503, content={"detail": {"parameter": None, "message": str(exc)}}
-            )
+            return bad_input(None, str(exc), status=503)
         return result.to_dict()
