@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 import normlab.lab.app
@@ -62,7 +62,7 @@ def attempt(label, action):
 
 @dataclass
 class Lab:
-    client: httpx.Client
+    client: httpx2.Client
     server: subprocess.Popen[str]
     port: int
     uids: range
@@ -119,7 +119,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             log.seek(0)
             pytest.fail(f"the lab server did not start: {log.read()}")
         port, start, stop = (int(x) for x in first)
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as client:
+        with httpx2.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as client:
             lab = Lab(client, server, port, range(start, stop), data, database, secret)
             assert lab.run("print('warm')")["stdout"] == "warm\n"  # the fork server is up
             yield lab
@@ -215,7 +215,7 @@ def _(lab: Lab) -> None:
         "package": package / name,
         "lab-folder": package / "lab" / name,
         "stdlib": Path(os.__file__).parent / name,
-        "site-packages": Path(httpx.__file__).parents[1] / name,
+        "site-packages": Path(httpx2.__file__).parents[1] / name,
         "venv": Path(sys.prefix) / name,
         "data-folder": lab.data / name,
         "etc": Path("/etc") / name,
