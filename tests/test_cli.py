@@ -118,6 +118,9 @@ def test_run_png_plot(tmp_path: Path) -> None:
         (("run",), "the following arguments are required: name"),
         (("frobnicate",), "invalid choice: 'frobnicate'"),
         (("list", "--extra"), "unrecognized arguments: --extra"),
+        (("lab", "--port", "70000"), "'70000' is not a port"),
+        (("lab", "--token", "short"), "a token needs at least 16 characters"),
+        (("lab", "--token", "sixteen chars or more"), "a token needs at least 16 characters"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(args: tuple[str, ...], pattern: str) -> None:
@@ -128,3 +131,11 @@ def test_bad_input_exits_2_with_one_line(args: tuple[str, ...], pattern: str) ->
     assert len(lines) == 1, out.stderr
     assert lines[0].startswith("normlab: error: ")
     assert pattern in lines[0]
+
+
+def test_bad_token_from_the_environment_exits_2(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NORMLAB_TOKEN", "tiny")
+    out = normlab("lab", "--port", "0")
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert lines == [lines[0]] and lines[0].startswith("normlab: error: $NORMLAB_TOKEN: ")
