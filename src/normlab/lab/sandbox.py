@@ -95,6 +95,10 @@ WARM_MODULES = (
     "normlab.functional",
     "normlab.experiments",
     "normlab.plots",
+    "normlab.probe",
+    "normlab.doctor",
+    "normlab.zoo",
+    "sklearn.datasets",  # two_moons: 2-5 s to import, paid by every listing that trains
 )
 """What the fork server imports once, so runs find it loaded."""
 
