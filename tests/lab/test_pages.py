@@ -42,6 +42,7 @@ STATIC = [
     "/static/editor.js",
     "/static/playground.js",
     "/static/exercises.js",
+    "/static/dom.js",
 ]
 URL = re.compile(r"""https?://([^/\s"'<>)]+)""")
 XMLNS = re.compile(r'xmlns(:\w+)?="http://www\.w3\.org/[^"]*"')

@@ -8,16 +8,7 @@
 "use strict";
 
 (function () {
-  function el(tag, attrs = {}, ...children) {
-    const node = document.createElement(tag);
-    for (const [k, v] of Object.entries(attrs)) {
-      if (k === "class") node.className = v;
-      else if (k === "text") node.textContent = v;
-      else node.setAttribute(k, v);
-    }
-    node.append(...children);
-    return node;
-  }
+  const { el } = window.NLDom;
 
   // Prompt text with `code` spans; everything else stays text (never parsed as HTML).
   function promptNodes(text) {

@@ -120,16 +120,7 @@
   // -- controls -------------------------------------------------------------------------------
 
   let uid = 0;
-  function el(tag, attrs = {}, ...children) {
-    const node = document.createElement(tag);
-    for (const [k, v] of Object.entries(attrs)) {
-      if (v === undefined || v === null || v === false) continue;
-      if (k === "text") node.textContent = v;
-      else node.setAttribute(k, v === true ? "" : String(v));
-    }
-    for (const c of children) node.append(c);
-    return node;
-  }
+  const { el } = window.NLDom;
 
   function label(p, forId, output) {
     const head = el("span", { class: "nl-label" },

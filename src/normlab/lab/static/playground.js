@@ -16,16 +16,7 @@
     killed: "stopped: it went past a resource limit",
   };
 
-  function el(tag, attrs = {}, ...children) {
-    const node = document.createElement(tag);
-    for (const [k, v] of Object.entries(attrs)) {
-      if (k === "class") node.className = v;
-      else if (k === "text") node.textContent = v;
-      else node.setAttribute(k, v);
-    }
-    node.append(...children);
-    return node;
-  }
+  const { el } = window.NLDom;
 
   async function postJson(method, url, body) {
     const res = await fetch(url, {
