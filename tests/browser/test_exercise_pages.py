@@ -111,7 +111,9 @@ def test_code_exercise_runs_in_the_sandbox(page: Any, server: str) -> None:
     editor.fill(HE_RIGHT.replace("2.0 /", "1.0 /"))  # Xavier-like: the scale shrinks
     passed, text = submit(page, "he-factor")
     assert not passed and "check" in text
-    editor.fill(HE_RIGHT)
+    editor.fill(HE_RIGHT + 'print("he_std(512) =", he_std(512))\n')
     passed, text = submit(page, "he-factor")
     assert passed, text
+    shown = card(page, "he-factor").locator(".nl-feedback-output").inner_text()
+    assert f"he_std(512) = {(2.0 / 512) ** 0.5}" in shown  # what the code printed, shown back
     card(page, "he-factor").screenshot(path=str(SCREENSHOTS / "exercise-code.png"))

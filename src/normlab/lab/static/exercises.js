@@ -123,6 +123,9 @@
         const said = /^(right|not yet)\b/i.test(r.feedback);
         feedback.replaceChildren(el("strong", { text: said ? "" : r.passed ? "Right. " : "Not yet. " }),
           el("span", { class: "nl-feedback-text", text: r.feedback }));
+        if (r.output) {  // what the learner's code printed while it was checked
+          feedback.append(el("pre", { class: "nl-feedback-output", "aria-label": "what your code printed", text: r.output }));
+        }
         if (r.passed) {
           card.dataset.solved = "true";
           badge.textContent = "solved";
