@@ -62,7 +62,7 @@ from torch import nn
 
 from normlab import init
 from normlab import nn as nlnn
-from normlab.probe import ActivationProbe, GradientProbe
+from normlab.probe import ActivationProbe, GradientProbe, finite_or_none
 
 LABELS = ("vanishing", "exploding", "dead", "saturated", "symmetric", "ok")
 """The label vocabulary, problems first in order of severity for the verdict's sake."""
@@ -190,16 +190,6 @@ _STATS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 # -- results -----------------------------------------------------------------------------------
 
 
-def _clean(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    return value
-
-
 @dataclass
 class LayerDiagnosis:
     """One probed layer: its labels and the numbers they come from (``nan`` = not applicable)."""
@@ -216,7 +206,7 @@ class LayerDiagnosis:
     grad_std: float  # std of the loss gradient w.r.t. the layer's output
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = _clean(dataclasses.asdict(self))
+        out: dict[str, Any] = finite_or_none(dataclasses.asdict(self))
         return out
 
 
@@ -245,7 +235,7 @@ class Diagnosis:
         return [layer.name for layer in self.layers if label in layer.labels]
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = _clean(
+        out: dict[str, Any] = finite_or_none(
             {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "layers"}
         )
         out["layers"] = [layer.to_dict() for layer in self.layers]
@@ -263,7 +253,7 @@ class FixReport:
     lsuv: init.LSUVResult | None = field(default=None)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = _clean(
+        out: dict[str, Any] = finite_or_none(
             {
                 "method": self.method,
                 "layers": self.layers,

@@ -315,14 +315,20 @@ def _user_value(name: str, value: object) -> Tensor:
 # -- results -----------------------------------------------------------------------------------
 
 
-def _clean(value: Any) -> Any:
-    """Nested lists with every non-finite float replaced by ``None`` (strict JSON)."""
+def finite_or_none(value: Any) -> Any:
+    """Nested lists, tuples and dicts with every non-finite float replaced by ``None``.
+
+    What strict JSON accepts; the ``to_dict`` of the probes' results and the doctor's use it.
+
+    >>> finite_or_none({"a": [1.0, float("nan")], "b": (float("inf"),)})
+    {'a': [1.0, None], 'b': [None]}
+    """
     if isinstance(value, float):
         return value if math.isfinite(value) else None
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
+    if isinstance(value, list | tuple):
+        return [finite_or_none(v) for v in value]
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
+        return {k: finite_or_none(v) for k, v in value.items()}
     return value
 
 
@@ -390,7 +396,7 @@ class ActivationStats:
 
     def to_dict(self) -> dict[str, Any]:
         """Every field as JSON-ready data; non-finite numbers become ``None``."""
-        return {name: _clean(value) for name, value in vars(self).items()}
+        return {name: finite_or_none(value) for name, value in vars(self).items()}
 
     def last(self) -> list[LayerActivations]:
         """Each layer's statistics at the final step, in layer order.
@@ -460,7 +466,7 @@ class GradientStats:
 
     def to_dict(self) -> dict[str, Any]:
         """Every field as JSON-ready data; non-finite numbers become ``None``."""
-        return {name: _clean(value) for name, value in vars(self).items()}
+        return {name: finite_or_none(value) for name, value in vars(self).items()}
 
     def last(self) -> list[LayerGradients]:
         """Each layer's statistics at the final step, in layer order.

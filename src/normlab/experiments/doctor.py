@@ -12,6 +12,7 @@ suggestions.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -91,6 +92,10 @@ def diagnosis_tables(d: doctor.Diagnosis, title: str) -> list[Table]:
     ]
 
 
+_DIAGNOSIS_FIELDS = dataclasses.fields(doctor.Diagnosis)
+"""A DoctorResult carries every field of the Diagnosis it came from, flat in its JSON."""
+
+
 @dataclass
 class DoctorResult(Result):
     model: str
@@ -106,15 +111,7 @@ class DoctorResult(Result):
 
     @property
     def diagnosis(self) -> doctor.Diagnosis:
-        return doctor.Diagnosis(
-            layers=self.layers,
-            verdict=self.verdict,
-            problems=self.problems,
-            suggestions=self.suggestions,
-            input_shape=self.input_shape,
-            input_std=self.input_std,
-            steps=self.steps,
-        )
+        return doctor.Diagnosis(**{f.name: getattr(self, f.name) for f in _DIAGNOSIS_FIELDS})
 
     def tables(self) -> list[Table]:
         return diagnosis_tables(self.diagnosis, f"Diagnosis of {self.model} ({self.init} init)")
@@ -129,18 +126,8 @@ def run(p: Params, progress: Progress | None = None) -> DoctorResult:
     report = None if p.init == "default" else doctor.fix(net, p.init, batches[0], generator=g)
     net.to(p.device)
     d = doctor.diagnose(net, [x.to(p.device) for x in batches], generator=g)
-    return DoctorResult(
-        model=p.model,
-        init=p.init,
-        layers=d.layers,
-        verdict=d.verdict,
-        problems=d.problems,
-        suggestions=d.suggestions,
-        input_shape=d.input_shape,
-        input_std=d.input_std,
-        steps=d.steps,
-        fix=report,
-    )
+    found = {f.name: getattr(d, f.name) for f in _DIAGNOSIS_FIELDS}
+    return DoctorResult(model=p.model, init=p.init, fix=report, **found)
 
 
 EXPERIMENT = Experiment(
