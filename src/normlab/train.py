@@ -234,9 +234,12 @@ def train_mlp_fast(
     formula above in one pass over the batch; they measured twice as fast here as the same
     formulas written as separate ops); gradients land in one flat buffer so the update is one
     ``add_``; the logits of every step are kept and the losses computed in one call at the end;
-    no autograd, no optimizer, no host sync, and one intra-op thread. A Linear bias right before
-    a BatchNorm is left out of the loop: the batch mean cancels it and its gradient is exactly 0
-    (the running mean gets its share back at the end), which saves two ops per layer.
+    no autograd, no optimizer, no host sync, and one intra-op thread. In a net of one width
+    without BatchNorm, the weight gradients of blocks 2..L come from one batched matmul and all
+    bias gradients from one sum, after the backward pass (the same products and sums, in fewer
+    calls). A Linear bias right before a BatchNorm is left out of the loop: the batch mean
+    cancels it and its gradient is exactly 0 (the running mean gets its share back at the end),
+    which saves two ops per layer.
 
     Agreement with :func:`train_sgd`: without BatchNorm every op is the one eager runs, in the
     same order, so losses and weights are bitwise equal (150 steps at lr 2.0 included). With
@@ -348,11 +351,27 @@ def _train_fast(
             f"Expected more than 1 value per channel when training, got input size {list(x.shape)}"
         )
     model.train()
+    # Blocks of one width, without BatchNorm (the init-train net): every hidden block's weight
+    # gradient comes from one batched matmul and every bias gradient from one sum, after the
+    # backward pass, so their gradients sit side by side in the flat buffer, weights first.
+    widths = {b.linear.out_features for b in blocks}
+    stacked = (
+        len(blocks) >= 2
+        and len(widths) == 1
+        and all(b.norm is None for b in blocks)
+        and len({b.linear.bias is None for b in blocks}) == 1
+    )
     params: list[torch.Tensor] = []  # every parameter, in the order of the flat buffers
-    for blk in blocks:
-        params += [p for p in (blk.linear.weight, blk.linear.bias) if p is not None]
-        if blk.norm is not None:
-            params += [p for p in (blk.norm.weight, blk.norm.bias) if isinstance(p, torch.Tensor)]
+    if stacked:
+        params += [b.linear.weight for b in blocks]
+        params += [b.linear.bias for b in blocks if b.linear.bias is not None]
+    else:
+        for blk in blocks:
+            params += [p for p in (blk.linear.weight, blk.linear.bias) if p is not None]
+            if blk.norm is not None:
+                params += [
+                    p for p in (blk.norm.weight, blk.norm.bias) if isinstance(p, torch.Tensor)
+                ]
     params += [p for p in (head.weight, head.bias) if p is not None]
     if len({id(p) for p in params}) != len(params):
         raise ValueError("model shares a parameter between layers, which is not supported")
@@ -361,17 +380,36 @@ def _train_fast(
         flat = torch.cat([p.detach().reshape(-1) for p in params])  # (P,)
         grad = torch.zeros_like(flat)  # (P,), same layout; a slot never written stays 0
         views: _Views = {}  # id(parameter) -> (its value, its gradient), views into flat, grad
+        starts: dict[int, int] = {}  # id(parameter) -> where it starts in flat and grad
         offset = 0
         for p in params:
             k = p.numel()
+            starts[id(p)] = offset
             value, g = flat[offset : offset + k], grad[offset : offset + k]
             views[id(p)] = (value.view(p.shape), g.view(p.shape))
             offset += k
         xi, yi = x.detach(), y.detach()
         layers: list[_Layer] = []
         scratch: dict[tuple[int, ...], torch.Tensor] = {}  # shared gradient buffers
-        for blk in blocks:
-            layers.append(_Layer(blk, views, layers[-1] if layers else None, xi, steps, scratch))
+        if stacked:  # every block's output and da, (L, N, H) each
+            act_all = xi.new_empty((len(blocks), n, blocks[0].linear.out_features))
+            da_all = torch.empty_like(act_all)
+        for i, blk in enumerate(blocks):
+            buffers = (act_all[i], da_all[i]) if stacked else None
+            below = layers[-1] if layers else None
+            layers.append(_Layer(blk, views, below, xi, steps, scratch, buffers))
+        if stacked:
+            first, depth, width = layers[0], len(blocks), blocks[0].linear.out_features
+            start = starts[id(blocks[1].linear.weight)]  # blocks 2..L's weights, one after another
+            gw_rest = grad[start : start + (depth - 1) * width * width].view(-1, width, width)
+            da_rest_t = da_all[1:].transpose(1, 2)  # (L-1, H, N)
+            act_below = act_all[:-1]  # (L-1, N, H)
+            bias0 = blocks[0].linear.bias
+            gb_all = (  # every block's bias gradient, (L, H)
+                None
+                if bias0 is None
+                else grad[starts[id(bias0)] : starts[id(bias0)] + depth * width].view(depth, width)
+            )
         w_head, gw_head = views[id(head.weight)]  # (out, H) each
         wt_head = w_head.t()  # (H, out)
         b_head, gb_head = _value(views, head.bias), _grad(views, head.bias)  # (out,) each
@@ -387,6 +425,7 @@ def _train_fast(
         init_grads: list[torch.Tensor] = []
         neg_lr = -lr
         mm, addmm, sigmoid, bsum = torch.mm, torch.addmm, torch.sigmoid, torch.sum
+        bmm = torch.bmm
         bn_forward, bn_backward, relu_backward = (
             torch.native_batch_norm,
             _bn_backward,
@@ -439,12 +478,18 @@ def _train_fast(
                     da_t = da.t()
                     norm_grads += [g for g in (dgamma, dbeta) if g is not None]
                 below = layer.below
-                inp = xi if below is None else below.act  # (N, H_in)
-                mm(da_t, inp, out=layer.gw)  # (H, N) @ (N, H_in) -> (H, H_in)
-                if layer.gb is not None:
-                    bsum(da, 0, out=layer.gb)  # (N, H) -> (H,)
+                if not stacked:
+                    inp = xi if below is None else below.act  # (N, H_in)
+                    mm(da_t, inp, out=layer.gw)  # (H, N) @ (N, H_in) -> (H, H_in)
+                    if layer.gb is not None:
+                        bsum(da, 0, out=layer.gb)  # (N, H) -> (H,)
                 if below is not None:
                     mm(da, layer.w, out=below.dh)  # (N, H) @ (H, H_in) -> (N, H_in)
+            if stacked:  # the same products and sums, for all blocks at once
+                bmm(da_rest_t, act_below, out=gw_rest)  # (L-1, H, N) @ (L-1, N, H)
+                mm(first.da_t, xi, out=first.gw)  # (H, N) @ (N, D) -> (H, D)
+                if gb_all is not None:
+                    bsum(da_all, 1, out=gb_all)  # (L, N, H) -> (L, H)
             if record_init and step == 0:
                 init_outputs = [layer.act.clone() for layer in layers]
                 init_grads.reverse()  # collected from the top block down
@@ -512,6 +557,7 @@ class _Layer:
         like: torch.Tensor,
         steps: int,
         scratch: dict[tuple[int, ...], torch.Tensor],
+        buffers: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> None:
         lin = block.linear
         shape = (like.shape[0], lin.out_features)  # (N, H)
@@ -519,14 +565,15 @@ class _Layer:
         self.w, self.gw = views[id(lin.weight)]  # (H, H_in) each
         self.w_t = self.w.t()  # (H_in, H)
         self.b, self.gb = _value(views, lin.bias), _grad(views, lin.bias)  # (H,) each
-        self.act = like.new_empty(shape)  # the block's output h (BN: the kernel's, each step)
+        # the block's output h (BN: the kernel's, each step), and dL/d(ReLU input) = dh * [h > 0]
+        self.act = like.new_empty(shape) if buffers is None else buffers[0]
         # Gradient buffers are shared between blocks of one width, so that a step's data stays
         # in cache: dh alternates between two (a block reads its own and writes the one below),
         # da is used and done with inside one block's backward.
         index: int = 0 if below is None else below.index + 1
         self.index: int = index  # this block's position, from the input
         self.dh = _scratch(scratch, like, shape, index % 2)  # dL/dh, written by the block above
-        self.da = _scratch(scratch, like, shape, 2)  # dL/d(ReLU input) = dh * [h > 0]
+        self.da = _scratch(scratch, like, shape, 2) if buffers is None else buffers[1]
         self.da_t = self.da.t()  # (H, N)
         self.pre = self.act  # the Linear output
         self.bn: _BnState | None = None

@@ -85,7 +85,7 @@ def _net(p: Params, batch_norm: bool) -> nn.Sequential:
     g = torch.Generator().manual_seed(p.seed)
     norm = "batch" if batch_norm else "none"
     net = models.mlp(2, p.width, p.hidden_layers, out_dim=1, norm=norm, generator=g)
-    return net.to(p.device)
+    return net if p.device == "cpu" else net.to(p.device)  # built on the CPU
 
 
 def run(p: Params, progress: Progress | None = None) -> BnLrResult:

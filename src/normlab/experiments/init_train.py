@@ -99,7 +99,8 @@ def run(p: Params, progress: Progress | None = None) -> InitTrainResult:
     g = torch.Generator().manual_seed(p.seed)
     net = models.mlp(2, p.width, p.hidden_layers, out_dim=1, generator=g)
     apply_init(net, p.method, g)
-    net.to(p.device)
+    if p.device != "cpu":  # built on the CPU; .to() walks every module even when it stays
+        net.to(p.device)
     x, y = data.two_moons(device=p.device)
     # Step 0 of training is the forward and backward at initialization: record it there.
     fit = train.train_mlp_fast(
