@@ -21,6 +21,11 @@ apart. The training widgets are also timed with the seed way on one intra-op thr
 that shows how much of the ratio is the thread count (normlab's trainer runs each model on one
 thread) and how much the trainer itself.
 
+After the verdict, bn-lr at its defaults is broken down: the seed way, our two runs together and
+each alone, and the matmuls and BatchNorm kernels of both runs alone on one thread (the work any
+implementation of the same training must do). The seed way's time over the kernels' bounds what
+one core can reach; over our longer run, what our trainer can reach with the two runs on two cores.
+
 Usage::
 
     python benchmarks/widgets.py            # every case, 7 repeats
@@ -331,8 +336,98 @@ def main(argv: list[str] | None = None) -> int:
     passed = all(ok for _, _, ok in verdicts)
     summary = ", ".join(f"{w} {r:.2f}x" for w, r, _ in verdicts)
     print(f"verdict: {'PASS' if passed else 'FAIL'} ({summary}; target {TARGET:g}x)")
+    floor_section(1 if args.quick else 7)
     http_section(3 if args.quick else 25)
     return 0
+
+
+# --------------------------------------------------------------------------------------------
+# Where bn-lr's time goes: each run alone, and the kernels no implementation can skip
+
+
+def bn_lr_kernels(s: int, width: int = 64, depth: int = 4, steps: int = 150) -> None:
+    """Only the matmuls and BatchNorm kernels of bn-lr's two runs, on the current thread.
+
+    Per step and run: the forward matmuls, the head, the backward matmuls (weights and inputs),
+    and for the BN run one ``native_batch_norm`` and one ``native_batch_norm_backward`` per
+    block; no elementwise op, no update, no Python logic beyond the loop. Any implementation of
+    full-batch SGD on these nets runs at least this much work.
+    """
+    g = torch.Generator().manual_seed(s)
+    n = X.shape[0]
+    bn_backward = torch.ops.aten.native_batch_norm_backward.default
+    for use_bn in (False, True):
+        ws = [torch.randn(width, 2, generator=g)]
+        ws += [torch.randn(width, width, generator=g) for _ in range(depth - 1)]
+        head = torch.randn(1, width, generator=g)
+        h = torch.randn(depth, n, width, generator=g).relu_()  # block outputs, (L, N, H)
+        da = torch.randn(depth, n, width, generator=g)  # their gradients, (L, N, H)
+        gamma, beta = torch.ones(width), torch.zeros(width)
+        rm, rv = torch.zeros(width), torch.ones(width)
+        for _ in range(steps):
+            inp = X
+            saved = []
+            for i, w in enumerate(ws):
+                a = torch.mm(inp, w.t())  # (N, H_in) @ (H_in, H)
+                if use_bn:
+                    _, mean, invstd = torch.native_batch_norm(
+                        a, gamma, beta, rm, rv, True, 0.1, 1e-5
+                    )
+                    saved.append((a, mean, invstd))
+                inp = h[i]
+            dz = torch.mm(inp, head.t())  # (N, H) @ (H, 1)
+            torch.mm(dz.t(), inp)  # (1, N) @ (N, H)
+            torch.mm(dz, head)  # (N, 1) @ (1, H)
+            for i in reversed(range(depth)):
+                if use_bn:
+                    a, mean, invstd = saved[i]
+                    bn_backward(
+                        da[i], a, gamma, None, None, mean, invstd, True, 1e-5, [True, True, True]
+                    )
+                below = X if i == 0 else h[i - 1]
+                torch.mm(da[i].t(), below)  # (H, N) @ (N, H_in)
+                if i > 0:
+                    torch.mm(da[i], ws[i])  # (N, H) @ (H, H_in)
+
+
+def floor_section(repeats: int) -> None:
+    """bn-lr at its defaults: the seed way, each of our runs alone, both, and the kernels."""
+    from normlab import models, train
+
+    def net(s: int, use_bn: bool) -> nn.Module:
+        gen = torch.Generator().manual_seed(s)
+        return models.mlp(2, 64, 4, out_dim=1, norm="batch" if use_bn else "none", generator=gen)
+
+    def alone(use_bn: bool) -> Callable[[int], object]:
+        return lambda s: train.train_mlp_fast(net(s, use_bn), X, Y, lr=2.0, steps=150)
+
+    impls: dict[str, Callable[[int], object]] = {
+        "seed way, both runs": lambda s: seed_bn_lr(False, 2.0, s),
+        "ours, both runs": lambda s: run_experiment("bn-lr", progress=_ignore, seed=s),
+        "ours, the run without BN alone": alone(False),
+        "ours, the run with BN alone": alone(True),
+        "kernels only, both runs, 1 thread": one_thread(bn_lr_kernels),
+    }
+    times: dict[str, list[float]] = {k: [] for k in impls}
+    for r in range(repeats + 1):
+        names = list(impls)
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            t0 = time.perf_counter()
+            impls[name](2000 + r)
+            if r:  # the first round warms up
+                times[name].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    print(f"bn-lr at its defaults, where the time goes ({repeats} interleaved repeats, medians):")
+    for name, ms in med.items():
+        print(f"  {name:36s} {ms:8.1f} ms")
+    seed = med["seed way, both runs"]
+    kernels = med["kernels only, both runs, 1 thread"]
+    longest = max(med["ours, the run without BN alone"], med["ours, the run with BN alone"])
+    print(
+        f"floor: the seed way takes {seed / kernels:.2f}x the kernels alone on one core (the most "
+        f"any one-core implementation can reach), {seed / longest:.2f}x our longer run alone (the "
+        f"most our trainer can reach with the two runs on two cores)"
+    )
 
 
 # --------------------------------------------------------------------------------------------
