@@ -185,6 +185,37 @@ def test_batch_norm_float32_first_block_atypical(shape):
         assert ours_err <= 1.5 * torch_err + 1e-7, (ours_err, torch_err)
 
 
+@pytest.mark.parametrize("stds_from_zero", [0.0, 1.5, 2.5, 50.0])
+def test_batch_norm_float32_both_centerings(stds_from_zero):
+    # Channels within 2 stds of 0 skip the centering op, the others are centered on the rough
+    # mean (see _BatchNormTrain.forward): either way, against float64, output, gradients and
+    # running variance no worse than torch's kernel (up to 1.5x + 1e-7).
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(1024, 8, generator=g) * 3.0 + 3.0 * stds_from_zero
+    w, b = torch.randn(8, generator=g), torch.randn(8, generator=g)
+    dy = torch.randn(1024, 8, generator=g)
+
+    def run(fn, dtype):
+        rm, rv = torch.zeros(8, dtype=dtype), torch.ones(8, dtype=dtype)
+        p = [w.to(dtype), b.to(dtype)]
+        out = _grads(lambda x, *p: fn(x, rm, rv, *p, True, 1.0), x.to(dtype), p, dy.to(dtype))
+        return (*out, rv)
+
+    exact = run(tF.batch_norm, torch.float64)
+    ours, ref = run(F.batch_norm, torch.float32), run(tF.batch_norm, torch.float32)
+    y, dx, dw, db, rv = range(5)
+    for i in (y, dx, rv):
+        ours_err = (ours[i].double() - exact[i]).abs().max().item()
+        torch_err = (ref[i].double() - exact[i]).abs().max().item()
+        assert ours_err <= 1.5 * torch_err + 1e-7, (i, ours_err, torch_err)
+    # dgamma and dbeta are sums of N terms, where which of two float32 summation orders lands
+    # closer is luck: hold them to the bound of recursive summation, (N - 1) u sum|terms|.
+    xhat = (exact[y] - b.double()) / w.double()
+    for i, terms in ((dw, dy.double() * xhat), (db, dy.double())):
+        bound = (1024 - 1) * 2.0**-24 * terms.abs().sum(0)
+        assert ((ours[i].double() - exact[i]).abs() <= bound).all(), i
+
+
 def test_batch_norm_non_contiguous_and_expanded_grad():
     x, w, b, _ = _inputs((5, 3, 4), torch.float32)
     xt = x.transpose(0, 2).contiguous().transpose(0, 2)  # same values, permuted strides

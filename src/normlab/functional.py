@@ -57,6 +57,9 @@ _SUM_ROWS = 512
 # to memory: a (4096, 1024) float32 forward + backward moves 9 tensors' worth of bytes, as torch's
 # fused kernel does, where whole-tensor temporaries moved 19.
 _BLOCK_BYTES = 1 << 21
+# Channels whose mean is at most this many stds from 0 are not centered before the output and
+# the gradient (see _BatchNormTrain.forward).
+_NEAR_ZERO = 2.0
 
 
 class _Blocks:
@@ -115,27 +118,35 @@ class _BatchNormTrain(torch.autograd.Function):
         shape = (c,) if x3.dim() == 2 else (c, 1)  # a (C,) vector broadcast against x3
         count = n * m
         blocks = _Blocks(x3)
-        parts = blocks.parts(3, c, x3)  # per-block sums of x, xc and xc^2, (3, B, C)
+        parts = blocks.parts(2, c, x3)  # per-block sums of x - K and its squares, (2, B, C)
         centered, squares = blocks.scratch.unbind(0)  # (rows, C[, M]) each
 
-        # Shifted moments: center on a rough mean (the first block's), then measure what it
-        # missed, mu. With |mu| below the std, m2 below loses no digits; a batch whose first
-        # block is not typical (sorted data) gets a second pass centered on the whole mean.
-        first = blocks.slices[0]
-        blocks.sum_into(x3[first], parts[0, 0])
-        rough = (parts[0, 0] / (count // n * first.stop)).view(shape)  # (C,) or (C, 1)
-        for _ in range(2):
+        # Shifted moments: sum x - K and its squares, then correct for the shift: mu = mean - K.
+        # K is 0 where the first block says the data sits near 0 (one op less per block), else
+        # that block's mean. With |mu| below the std, m2 below loses no digits; a batch whose
+        # first block is not typical (sorted data) gets a second pass centered on its mean.
+        first, cpu = blocks.slices[0], x3.device.type == "cpu"
+        head = x3[first]  # (m, C[, M])
+        blocks.sum_into(head, parts[0, 0])
+        blocks.sum_into(torch.mul(head, head, out=squares[: first.stop]), parts[1, 0])
+        n0 = count // n * first.stop
+        mean0 = parts[0, 0] / n0  # (C,)
+        near = cpu and bool((mean0 * mean0 * 4 * n0 <= parts[1, 0] - mean0 * parts[0, 0]).all())
+        shift: Tensor | None = None if near else mean0.view(shape)  # K, (C,) or (C, 1)
+        for attempt in range(2):
             for q, sl in enumerate(blocks.slices):
+                if q == 0 and attempt == 0 and shift is None:
+                    continue  # summed above
                 rows = sl.stop - sl.start
-                xc = torch.sub(x3[sl], rough, out=centered[:rows])  # (m, C[, M])
-                blocks.sum_into(xc, parts[1, q])
-                blocks.sum_into(torch.mul(xc, xc, out=squares[:rows]), parts[2, q])
-            mu = parts[1].sum(0) / count  # mean - rough, (C,)
-            m2 = parts[2].sum(0) - mu * mu * count  # sum((x - mean)^2), (C,)
+                xc = x3[sl] if shift is None else torch.sub(x3[sl], shift, out=centered[:rows])
+                blocks.sum_into(xc, parts[0, q])
+                blocks.sum_into(torch.mul(xc, xc, out=squares[:rows]), parts[1, q])
+            mu = parts[0].sum(0) / count  # mean - K, (C,)
+            m2 = parts[1].sum(0) - mu * mu * count  # sum((x - mean)^2), (C,)
             if len(blocks.slices) == 1 or bool((mu * mu * count <= m2).all()):
                 break
-            rough = rough + mu.view(shape)
-        mean = rough.view(c) + mu  # (C,)
+            shift = mu.view(shape) if shift is None else shift + mu.view(shape)
+        mean = mu if shift is None else shift.view(c) + mu  # (C,)
         invstd = torch.rsqrt(m2 / count + eps)  # biased variance normalizes
 
         if running_mean is not None:  # EMA of the mean
@@ -144,22 +155,35 @@ class _BatchNormTrain(torch.autograd.Function):
             unbiased = (m2 / (count - 1)).to(running_var.dtype)
             running_var.mul_(1.0 - momentum).add_(unbiased, alpha=momentum)
 
-        # y = (xc - mu) * scale + beta = xc * scale + shift, block by block.
-        scale = invstd if weight is None else weight * invstd  # (C,)
-        shift = -mu * scale if bias is None else torch.addcmul(bias, mu, scale, value=-1)
-        y3 = torch.empty_like(x3)  # (N, C[, M])
-        for sl in blocks.slices:
-            xc = torch.sub(x3[sl], rough, out=centered[: sl.stop - sl.start])
-            torch.addcmul(shift.view(shape), xc, scale.view(shape), out=y3[sl])
+        # From here on x is taken relative to a center: the rough mean, or 0 where every channel's
+        # mean is within _NEAR_ZERO stds of 0 (then x * scale carries at most that many ulps
+        # more than xc * scale, and each pass skips the centering op). offset = mean - center.
+        # On a GPU that test would cost a host sync: there the rough mean stays the center.
+        center, offset = shift, mu  # (C,)
+        if shift is None or (cpu and bool((mean.abs() * invstd).max() <= _NEAR_ZERO)):
+            center, offset = None, mean
 
-        ctx.blocks = blocks
-        ctx.save_for_backward(x3, rough, mu, invstd, *(() if weight is None else (weight,)))
+        # y = (xc - offset) * scale + beta = xc * scale + shift
+        scale = invstd if weight is None else weight * invstd  # (C,)
+        shift = -offset * scale if bias is None else torch.addcmul(bias, offset, scale, value=-1)
+        if center is None:
+            y3 = torch.addcmul(shift.view(shape), x3, scale.view(shape))  # (N, C[, M])
+        else:
+            y3 = torch.empty_like(x3)  # (N, C[, M]), block by block
+            for sl in blocks.slices:
+                xc = torch.sub(x3[sl], center, out=centered[: sl.stop - sl.start])
+                torch.addcmul(shift.view(shape), xc, scale.view(shape), out=y3[sl])
+
+        ctx.blocks, ctx.centered = blocks, center is not None
+        saved = (x3, offset, invstd, *(() if center is None else (center,)))
+        ctx.save_for_backward(*saved, *(() if weight is None else (weight,)))
         return y3.view(x.shape)
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:
-        x3, rough, mu, invstd, *rest = ctx.saved_tensors
+        x3, offset, invstd, *rest = ctx.saved_tensors
+        center = rest.pop(0) if ctx.centered else None  # see forward: x - center, or x
         weight = rest[0] if rest else None
         blocks: _Blocks = ctx.blocks
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
@@ -172,22 +196,23 @@ class _BatchNormTrain(torch.autograd.Function):
         for q, sl in enumerate(blocks.slices):
             rows = sl.stop - sl.start
             blocks.sum_into(dy3[sl], parts[0, q])
-            xc = torch.sub(x3[sl], rough, out=centered[:rows])
+            xc = x3[sl] if center is None else torch.sub(x3[sl], center, out=centered[:rows])
             blocks.sum_into(torch.mul(xc, dy3[sl], out=prods[:rows]), parts[1, q])
         sum_dy = parts[0].sum(0)  # dbeta = sum(dy), (C,)
-        # sum(dy * (x - mean)) with x - mean = xc - mu; dgamma = sum(dy * xhat)
-        dgamma = (parts[1].sum(0) - mu * sum_dy) * invstd  # (C,)
+        # sum(dy * (x - mean)) with x - mean = xc - offset; dgamma = sum(dy * xhat)
+        dgamma = (parts[1].sum(0) - offset * sum_dy) * invstd  # (C,)
 
         dx = None
         if need_x:
             # dx = gamma*invstd/N * (N*dy - sum(dy) - xhat*sum(dy*xhat))
-            #    = k*dy + a*(xc - mu) + c0, with per-channel k, a, c0
+            #    = k*dy + a*(xc - offset) + c0, with per-channel k, a, c0
             k = invstd if weight is None else weight * invstd  # (C,)
             a = k * invstd * dgamma / -count  # (C,)
-            c0 = k * sum_dy / -count - a * mu  # (C,)
+            c0 = k * sum_dy / -count - a * offset  # (C,)
             dx3 = torch.empty_like(x3)  # (N, C[, M])
             for sl in blocks.slices:
-                xc = torch.sub(x3[sl], rough, out=centered[: sl.stop - sl.start])
+                rows = sl.stop - sl.start
+                xc = x3[sl] if center is None else torch.sub(x3[sl], center, out=centered[:rows])
                 torch.addcmul(c0.view(shape), xc, a.view(shape), out=dx3[sl])
                 dx3[sl].addcmul_(dy3[sl], k.view(shape))
             dx = dx3.view(dy.shape)
