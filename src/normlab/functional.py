@@ -271,12 +271,13 @@ def batch_norm(
 
     It is once differentiable: a double backward through it raises an error.
 
-    Numerics: the batch variance is a shifted one (center on a rough mean, the first block of
-    rows', then subtract what that shift missed; a second pass around the batch mean when the
-    first block is atypical), the output and the gradient use the centered input, and the
-    gradient corrects for the shift. On a float32 channel whose mean is far from 0 (hundreds of
-    stds) that keeps output and gradients within a few 1e-6 of float64, where torch's CPU kernel
-    drifts to 1e-5..1e-4.
+    Numerics: the batch variance is a shifted one (sums of :math:`x - K` and their squares, then
+    corrected for the shift, with :math:`K` the first block of rows' mean, or 0 where that block
+    sits within half a std of 0; a second pass around the batch mean when the first block is
+    atypical). Where a channel's mean is more than 2 stds from 0, the output and the gradient
+    use the centered input and correct for the shift. On a float32 channel whose mean is far
+    from 0 (hundreds of stds) that keeps output and gradients within a few 1e-6 of float64,
+    where torch's CPU kernel drifts to 1e-5..1e-4.
 
     Speed: every pass walks the batch in cache-sized blocks of rows and only the input is saved,
     so forward + backward move about as many bytes as torch's fused kernel
