@@ -54,8 +54,8 @@ def _verify_batch_size(size: list[int]) -> None:
 _SUM_ROWS = 512
 # Every pass walks the batch in blocks of rows of about this size. A block's temporaries (the
 # centered values, their squares or products with dy) then stay in cache, and never cost a trip
-# to memory: a (4096, 1024) float32 forward + backward moves 9 tensors' worth of bytes, as torch's
-# fused kernel does, where whole-tensor temporaries moved 19.
+# to memory: a (4096, 1024) float32 forward + backward moves 8 tensors' worth of bytes, about
+# what torch's fused kernel moves, where whole-tensor temporaries moved 19.
 _BLOCK_BYTES = 1 << 21
 # Channels whose mean is at most this many stds from 0 are not centered before the output and
 # the gradient (see _BatchNormTrain.forward).
@@ -95,10 +95,10 @@ class _BatchNormTrain(torch.autograd.Function):
     """Batch norm with batch statistics and the closed-form backward.
 
     Like torch's kernel it saves only the input and per-channel vectors, and it walks the batch
-    in cache-sized blocks of rows (see ``_BLOCK_BYTES``): forward reads ``x`` three times (the
-    sum; the centered sum and sum of squares; the output) and backward reads ``x`` and ``dy``
-    twice (the two sums; the gradient). Each block is centered on the rough mean again where it
-    is needed, which costs arithmetic, not memory traffic.
+    in cache-sized blocks of rows (see ``_BLOCK_BYTES``): forward reads ``x`` twice (the shifted
+    sums; the output) and backward reads ``x`` and ``dy`` twice (the two sums; the gradient).
+    Where a pass needs centered values, each block is centered again in cache, which costs
+    arithmetic, not memory traffic.
     """
 
     @staticmethod
@@ -131,6 +131,7 @@ class _BatchNormTrain(torch.autograd.Function):
         blocks.sum_into(torch.mul(head, head, out=squares[: first.stop]), parts[1, 0])
         n0 = count // n * first.stop
         mean0 = parts[0, 0] / n0  # (C,)
+        # |mean| <= std / 2 in every channel of the first block: mean^2 * 4 * n <= n * var
         near = cpu and bool((mean0 * mean0 * 4 * n0 <= parts[1, 0] - mean0 * parts[0, 0]).all())
         shift: Tensor | None = None if near else mean0.view(shape)  # K, (C,) or (C, 1)
         for attempt in range(2):
@@ -155,24 +156,24 @@ class _BatchNormTrain(torch.autograd.Function):
             unbiased = (m2 / (count - 1)).to(running_var.dtype)
             running_var.mul_(1.0 - momentum).add_(unbiased, alpha=momentum)
 
-        # From here on x is taken relative to a center: the rough mean, or 0 where every channel's
+        # From here on x is taken relative to a center: K, or 0 where K is 0 or every channel's
         # mean is within _NEAR_ZERO stds of 0 (then x * scale carries at most that many ulps
         # more than xc * scale, and each pass skips the centering op). offset = mean - center.
-        # On a GPU that test would cost a host sync: there the rough mean stays the center.
+        # On a GPU that test would cost a host sync: there K stays the center.
         center, offset = shift, mu  # (C,)
         if shift is None or (cpu and bool((mean.abs() * invstd).max() <= _NEAR_ZERO)):
             center, offset = None, mean
 
-        # y = (xc - offset) * scale + beta = xc * scale + shift
+        # y = (xc - offset) * scale + beta = xc * scale + lift
         scale = invstd if weight is None else weight * invstd  # (C,)
-        shift = -offset * scale if bias is None else torch.addcmul(bias, offset, scale, value=-1)
+        lift = -offset * scale if bias is None else torch.addcmul(bias, offset, scale, value=-1)
         if center is None:
-            y3 = torch.addcmul(shift.view(shape), x3, scale.view(shape))  # (N, C[, M])
+            y3 = torch.addcmul(lift.view(shape), x3, scale.view(shape))  # (N, C[, M])
         else:
             y3 = torch.empty_like(x3)  # (N, C[, M]), block by block
             for sl in blocks.slices:
                 xc = torch.sub(x3[sl], center, out=centered[: sl.stop - sl.start])
-                torch.addcmul(shift.view(shape), xc, scale.view(shape), out=y3[sl])
+                torch.addcmul(lift.view(shape), xc, scale.view(shape), out=y3[sl])
 
         ctx.blocks, ctx.centered = blocks, center is not None
         saved = (x3, offset, invstd, *(() if center is None else (center,)))
