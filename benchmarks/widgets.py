@@ -23,8 +23,8 @@ thread) and how much the trainer itself.
 
 After the verdict, bn-lr at its defaults is broken down: the seed way, our two runs together and
 each alone, and the matmuls and BatchNorm kernels of both runs alone on one thread (the work any
-implementation of the same training must do). The seed way's time over the kernels' bounds what
-one core can reach; over our longer run, what our trainer can reach with the two runs on two cores.
+implementation on torch's kernels must do). The seed way's time over the kernels' bounds what one
+core can reach; over our longer run, what our trainer can reach with the two runs on two cores.
 
 Usage::
 
@@ -351,7 +351,8 @@ def bn_lr_kernels(s: int, width: int = 64, depth: int = 4, steps: int = 150) -> 
     Per step and run: the forward matmuls, the head, the backward matmuls (weights and inputs),
     and for the BN run one ``native_batch_norm`` and one ``native_batch_norm_backward`` per
     block; no elementwise op, no update, no Python logic beyond the loop. Any implementation of
-    full-batch SGD on these nets runs at least this much work.
+    full-batch SGD on these nets runs these matmuls, and any built on torch's BatchNorm kernels
+    (the seed way's and ours) runs these kernels too.
     """
     g = torch.Generator().manual_seed(s)
     n = X.shape[0]
@@ -425,8 +426,8 @@ def floor_section(repeats: int) -> None:
     longest = max(med["ours, the run without BN alone"], med["ours, the run with BN alone"])
     print(
         f"floor: the seed way takes {seed / kernels:.2f}x the kernels alone on one core (the most "
-        f"any one-core implementation can reach), {seed / longest:.2f}x our longer run alone (the "
-        f"most our trainer can reach with the two runs on two cores)"
+        f"a one-core implementation on these kernels can reach), {seed / longest:.2f}x our longer "
+        f"run alone (the most our trainer can reach with the two runs on two cores)"
     )
 
 

@@ -569,7 +569,8 @@ class _Layer:
         self.act = like.new_empty(shape) if buffers is None else buffers[0]
         # Gradient buffers are shared between blocks of one width, so that a step's data stays
         # in cache: dh alternates between two (a block reads its own and writes the one below),
-        # da is used and done with inside one block's backward.
+        # da is used and done with inside one block's backward (in a stacked net, see
+        # _train_fast, each block keeps its own for the batched weight gradients).
         index: int = 0 if below is None else below.index + 1
         self.index: int = index  # this block's position, from the input
         self.dh = _scratch(scratch, like, shape, index % 2)  # dL/dh, written by the block above
