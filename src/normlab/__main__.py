@@ -4,4 +4,6 @@ import sys
 
 from normlab.cli import main
 
-sys.exit(main())
+# Guarded: helper processes (normlab.workers, "spawn") import the main module of their parent.
+if __name__ == "__main__":
+    sys.exit(main())

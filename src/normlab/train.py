@@ -25,8 +25,10 @@ is left is mostly matmul.
 
 from __future__ import annotations
 
+import pickle
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from normlab import nn as nlnn
+from normlab import workers
 
 OnStep = Callable[[int, nn.Module], None]
 """Called as ``on_step(step, model)`` after backward and before the update (gradients are set)."""
@@ -286,20 +289,28 @@ def train_mlps_fast(
     steps: int,
     progress: Progress | None = None,
     parallel: bool = True,
+    helpers: bool = True,
 ) -> list[FastRun]:
-    """Train independent models with :func:`train_mlp_fast`, side by side on CPU threads.
+    """Train independent models with :func:`train_mlp_fast`, side by side on the CPU.
 
-    The first model trains in the calling thread and reports ``progress``; each other one trains
-    on a thread of its own, with one intra-op thread each. Results are the same as training the
-    models one after another (each run is single-threaded and deterministic). On an idle 2-core
-    CPU two models take ~20% less wall time than one after another, not half: the Python side of
-    every op holds the GIL. On a busy one the gain is gone.
+    The costliest model (most BatchNorm layers, then most parameters; the first of equals) trains
+    in the calling thread and reports ``progress``. Each other one trains in a helper process of
+    :mod:`normlab.workers` when they are started and ready (``normlab lab`` starts one), else on
+    a thread of its own; every run has one intra-op thread. Results
+    are the same as training the models one after another (each run is single-threaded and
+    deterministic, and a helper runs the same code on the same kernels).
+
+    Why processes: on threads the Python side of every op holds the GIL, so on a 2-core CPU two
+    models on two threads take ~1.2-1.7x as long as the longer one alone; in a helper process
+    the two overlap fully (``benchmarks/widgets.py`` measures both). A model that cannot be
+    pickled, or a helper that dies, falls back to the calling thread.
 
     Args:
         models: networks as :func:`train_mlp_fast` accepts them, trained in place.
-        x, y, lr, steps, progress: as in :func:`train_mlp_fast` (``progress`` follows
-            ``models[0]``).
-        parallel: use threads (CPU tensors only); ``False`` trains one after another.
+        x, y, lr, steps, progress: as in :func:`train_mlp_fast` (``progress`` follows the
+            model trained in the calling thread).
+        parallel: train side by side (CPU tensors only); ``False`` trains one after another.
+        helpers: use ready helper processes; ``False`` keeps to threads.
 
     Returns:
         One :class:`FastRun` per model, in order.
@@ -311,7 +322,19 @@ def train_mlps_fast(
             train_mlp_fast(m, x, y, lr=lr, steps=steps, progress=progress if i == 0 else None)
             for i, m in enumerate(models)
         ]
+    # The calling thread takes the costliest run (a helper's run of the same work measured up
+    # to ~10% slower) and reports its progress; the others go to helpers or threads.
+    here = max(range(len(models)), key=lambda i: _cost(models[i]))
+    others = [i for i in range(len(models)) if i != here]
     runs: list[FastRun | None] = [None] * len(models)
+    remote = _submit_to_helpers([models[i] for i in others], x, y, lr, steps) if helpers else None
+    if remote is not None:
+        with _one_intraop_thread():
+            runs[here] = _train_fast(models[here], x, y, lr, steps, progress, False)
+        for i, future in zip(others, remote, strict=True):
+            runs[i] = _collect(future, models[i], x, y, lr, steps)
+        return [r for r in runs if r is not None]
+
     errors: list[BaseException] = []
 
     def work(i: int) -> None:
@@ -322,17 +345,92 @@ def train_mlps_fast(
 
     # Set one thread here first, so that the workers' torch defaults start at one too.
     with _one_intraop_thread():
-        workers = [threading.Thread(target=work, args=(i,)) for i in range(1, len(models))]
-        for w in workers:
-            w.start()
+        threads = [threading.Thread(target=work, args=(i,)) for i in others]
+        for t in threads:
+            t.start()
         try:
-            runs[0] = _train_fast(models[0], x, y, lr, steps, progress, False)
+            runs[here] = _train_fast(models[here], x, y, lr, steps, progress, False)
         finally:
-            for w in workers:
-                w.join()
+            for t in threads:
+                t.join()
     if errors:
         raise errors[0]
     return [r for r in runs if r is not None]
+
+
+# --------------------------------------------------------------------------------------------
+# Runs in helper processes (normlab.workers): the model goes there pickled, and its trained
+# state comes back with the losses.
+
+
+class _PayloadError(Exception):
+    """A helper could not unpickle a run (e.g. a model class it cannot import)."""
+
+
+def helper_init() -> None:
+    """Prepare a helper process for :func:`train_mlps_fast`: one intra-op thread, warm kernels.
+
+    Pass it to :func:`normlab.workers.start` as the ``initializer``.
+    """
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(0)
+    net = nn.Sequential(nn.Linear(2, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 1))
+    x = torch.randn(16, 2, generator=g)  # (16, 2)
+    y = (x[:, :1] > 0).float()  # (16, 1)
+    train_mlp_fast(net, x, y, lr=0.1, steps=2)
+
+
+def _train_remote(payload: bytes) -> bytes:
+    try:
+        model, x, y, lr, steps = pickle.loads(payload)
+    except Exception as exc:
+        raise _PayloadError(f"{type(exc).__name__}: {exc}") from None
+    run = train_mlp_fast(model, x, y, lr=lr, steps=steps)
+    return pickle.dumps((run.losses, model.state_dict()))
+
+
+def _cost(model: nn.Module) -> tuple[int, int]:
+    """What orders runs by cost: BatchNorm layers (each ~half a block's matmul time), then size."""
+    return (
+        sum(isinstance(m, _BATCH_NORMS) for m in model.modules()),
+        sum(p.numel() for p in model.parameters()),
+    )
+
+
+def _submit_to_helpers(
+    models: Sequence[nn.Module], x: torch.Tensor, y: torch.Tensor, lr: float, steps: int
+) -> list[Future[bytes] | None] | None:
+    """Hand each model to a ready helper; ``None`` when there is none or a model won't pickle.
+
+    An entry is ``None`` where the helpers stopped taking work meanwhile (train it here).
+    """
+    if workers.running() is None:
+        return None
+    try:
+        payloads = [pickle.dumps((m, x.detach(), y.detach(), lr, steps)) for m in models]
+    except Exception:  # e.g. a class defined inside a function, or a lambda hook: use threads
+        return None
+    return [workers.submit(_train_remote, p) for p in payloads]
+
+
+def _collect(
+    future: Future[bytes] | None,
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    lr: float,
+    steps: int,
+) -> FastRun:
+    """The helper's run of ``model``, its trained state copied in; trained here if it failed."""
+    if future is not None:
+        try:
+            losses, state = pickle.loads(future.result())
+        except (workers.BrokenProcessPool, _PayloadError):
+            pass  # the helper died or could not read the model: lose nothing, train it here
+        else:
+            model.load_state_dict(state)
+            return FastRun(losses=losses)
+    return train_mlp_fast(model, x, y, lr=lr, steps=steps)
 
 
 def _train_fast(

@@ -273,3 +273,32 @@ def test_concurrent_trainings_leave_the_thread_count_alone() -> None:
     fresh.start()
     fresh.join()
     assert seen == [before]
+
+
+@pytest.mark.slow
+def test_lab_helper_process_lives_with_the_app_and_changes_no_answer() -> None:
+    """``normlab lab`` (warm) starts a helper process for the second run of a training widget;
+    the app stops it at shutdown, and the answers are the ones computed without it."""
+    from normlab import workers
+    from normlab.experiments import run_experiment
+
+    params = {"lr": 1.3, "seed": 11, "steps": 60}
+    with TestClient(create_app(), base_url=LAB) as c:
+        assert workers.running() is None  # not started unless asked
+    with TestClient(create_app(helpers=True), base_url=LAB) as c:
+        deadline = time.monotonic() + 120
+        while workers.running() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert workers.running() is not None
+        answers = [
+            c.post("/api/experiments/bn-lr", json={**params, "batch_norm": bn})
+            for bn in (False, True)
+        ]
+        assert [a.status_code for a in answers] == [200, 200]
+        bad = c.post("/api/experiments/bn-lr", json={"lr": -1})
+        assert bad.status_code == 422 and bad.json()["detail"]["parameter"] == "lr"
+        still_serving(c)
+    assert workers.running() is None  # stopped with the app
+    for bn, answer in zip((False, True), answers, strict=True):
+        alone = run_experiment("bn-lr", **params, batch_norm=bn).to_dict()
+        assert answer.json() == json.loads(json.dumps(alone))

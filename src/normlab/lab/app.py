@@ -20,7 +20,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from normlab import __version__
+from normlab import __version__, train, workers
 from normlab.experiments import (
     Experiment,
     Parameter,
@@ -97,6 +97,7 @@ def create_app(
     runner: Runner | None = None,
     *,
     warm: bool = False,
+    helpers: bool | None = None,
     token: str | None = None,
     sandbox: Sandbox | None = None,
     db_path: str | os.PathLike[str] | None = None,
@@ -105,6 +106,9 @@ def create_app(
 
     With ``warm``, a background thread renders every lesson once at startup, so the first
     learner to open a lesson does not wait for its live results (several training runs).
+    ``helpers`` (default: ``warm``) starts a helper process at startup, in which training
+    experiments run their second model beside the request's thread (see :mod:`normlab.workers`;
+    until it is ready they use a thread), and ends it at shutdown.
     ``token``: every request must carry it (see :mod:`normlab.lab.security`); ``None`` serves
     loopback clients only. Either way, requests that change state must come from the lab's own
     pages.
@@ -115,19 +119,27 @@ def create_app(
     the app shuts down.
     """
 
+    use_helpers = warm if helpers is None else helpers
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        if warm:
-            threading.Thread(target=_warm, args=(app,), name="normlab-warm", daemon=True).start()
-            try:
-                app.state.sandbox.start()  # its imports run in its own process meanwhile
-            except SandboxError as exc:  # the playground will answer 503 with the reason
-                print(f"normlab lab: {exc}", file=sys.stderr)
-        if app.state.progress.closed:  # the app is started again after a shutdown
-            app.state.progress = ProgressStore(app.state.progress.path)
+        if use_helpers:  # first: it imports torch in its own process while the rest starts
+            workers.start(1, train.helper_init)
         try:
+            if warm:
+                threading.Thread(
+                    target=_warm, args=(app,), name="normlab-warm", daemon=True
+                ).start()
+                try:
+                    app.state.sandbox.start()  # its imports run in its own process meanwhile
+                except SandboxError as exc:  # the playground will answer 503 with the reason
+                    print(f"normlab lab: {exc}", file=sys.stderr)
+            if app.state.progress.closed:  # the app is started again after a shutdown
+                app.state.progress = ProgressStore(app.state.progress.path)
             yield
         finally:
+            if use_helpers:
+                workers.stop()
             app.state.sandbox.close()
             app.state.progress.close()
 

@@ -1,0 +1,218 @@
+"""Helper processes (``normlab.workers``) and the fast trainer's use of them.
+
+A helper is a real spawned interpreter (seconds to import torch), so the helpers are started
+once for this module and shared; the tests that kill one wait for its replacement.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import types
+from collections.abc import Iterator
+
+import pytest
+import torch
+from torch import nn
+
+from normlab import data, models, train, workers
+from normlab.train import train_mlps_fast
+
+READY_S = 120.0  # a fresh helper imports torch; generous for a loaded 2-core CI machine
+
+
+def mlp(norm: str = "none", width: int = 16, depth: int = 3, seed: int = 0) -> nn.Sequential:
+    g = torch.Generator().manual_seed(seed)
+    return models.mlp(2, width, depth, out_dim=1, norm=norm, generator=g)
+
+
+def wait_running() -> workers.HelperPool:
+    deadline = time.monotonic() + READY_S
+    while time.monotonic() < deadline:
+        pool = workers.running()
+        if pool is not None:
+            return pool
+        time.sleep(0.05)
+    raise AssertionError(f"no helper ready within {READY_S:g} s")
+
+
+@pytest.fixture(scope="module")
+def helpers() -> Iterator[workers.HelperPool]:
+    workers.start(1, train.helper_init)
+    try:
+        yield wait_running()
+    finally:
+        workers.stop()
+    assert workers.running() is None
+
+
+@pytest.fixture(scope="module")
+def moons() -> tuple[torch.Tensor, torch.Tensor]:
+    return data.two_moons()
+
+
+def helper_pid(pool: workers.HelperPool) -> int:
+    return pool.submit(os.getpid).result(timeout=READY_S)
+
+
+# --------------------------------------------------------------------------------------------
+# The pool
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "2"])
+def test_helper_pool_refuses_bad_counts(bad: object) -> None:
+    with pytest.raises(ValueError, match="processes must be an integer of at least 1"):
+        workers.HelperPool(bad)  # type: ignore[arg-type]
+
+
+def test_nothing_started_means_do_it_yourself() -> None:
+    assert workers.running() is None
+    assert workers.submit(abs, -3) is None
+
+
+def test_helpers_run_work_in_another_process(helpers: workers.HelperPool) -> None:
+    future = workers.submit(os.getpid)
+    assert future is not None
+    assert future.result(timeout=READY_S) != os.getpid()
+    assert helpers.submit(abs, -3).result(timeout=READY_S) == 3
+    # initialized by train.helper_init: one intra-op thread
+    assert helpers.submit(torch.get_num_threads).result(timeout=READY_S) == 1
+
+
+def test_start_and_stop_are_counted(helpers: workers.HelperPool) -> None:
+    again = workers.start(1, train.helper_init)
+    assert again is helpers  # already running: shared, not a second pool
+    workers.stop()  # one user (the fixture) is left
+    assert workers.running() is helpers
+
+
+def test_a_dead_helper_is_replaced(helpers: workers.HelperPool) -> None:
+    pool = wait_running()
+    os.kill(helper_pid(pool), signal.SIGKILL)
+    failed = 0
+    deadline = time.monotonic() + READY_S
+    while workers.running() in (None, pool) and time.monotonic() < deadline:
+        future = workers.submit(abs, -1)  # on the dead pool: fails, and that replaces it
+        if future is not None:
+            try:
+                future.result(timeout=READY_S)
+            except workers.BrokenProcessPool:
+                failed += 1
+        time.sleep(0.02)
+    fresh = wait_running()
+    assert fresh is not pool
+    assert fresh.submit(abs, -4).result(timeout=READY_S) == 4
+    with pytest.raises(workers.BrokenProcessPool):
+        pool.submit(abs, -1).result(timeout=READY_S)
+    assert failed <= 1  # the first failure replaced the pool
+
+
+# --------------------------------------------------------------------------------------------
+# train_mlps_fast on helpers
+
+
+def same_state(a: nn.Module, b: nn.Module) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def counting_submit(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Count what goes to the helpers (the real submit still runs)."""
+    sent: list[object] = []
+    real = workers.submit
+
+    def submit(fn: object, *args: object) -> object:
+        sent.append(fn)
+        return real(fn, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(workers, "submit", submit)
+    return sent
+
+
+@pytest.mark.parametrize("lr", [0.5, 2.0])
+def test_helper_runs_equal_sequential_runs(
+    helpers: workers.HelperPool,
+    moons: tuple[torch.Tensor, torch.Tensor],
+    monkeypatch: pytest.MonkeyPatch,
+    lr: float,
+) -> None:
+    x, y = moons
+    sent = counting_submit(monkeypatch)
+    calls: list[int] = []
+    par_nets = [mlp(), mlp("batch"), mlp(width=24, seed=3)]
+    seq_nets = [mlp(), mlp("batch"), mlp(width=24, seed=3)]
+    par = train_mlps_fast(par_nets, x, y, lr=lr, steps=30, progress=lambda d, t: calls.append(d))
+    seq = train_mlps_fast(seq_nets, x, y, lr=lr, steps=30, parallel=False)
+    assert len(sent) == 2  # the BN net trained here, the two others in the helper
+    for a, b in zip(par, seq, strict=True):
+        assert torch.equal(a.losses, b.losses)  # the same code on the same kernels
+    for a_net, b_net in zip(par_nets, seq_nets, strict=True):
+        assert same_state(a_net, b_net)  # trained in place, buffers and step count too
+    assert calls == list(range(1, 31))
+
+
+def test_helper_reraises_training_errors(
+    helpers: workers.HelperPool, moons: tuple[torch.Tensor, torch.Tensor]
+) -> None:
+    x, y = moons
+    bad = nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Linear(4, 1))  # the smaller: sent away
+    with pytest.raises(ValueError, match="not supported"):
+        train_mlps_fast([mlp(width=8), bad], x, y, lr=0.1, steps=2)
+
+
+def test_unpicklable_model_trains_on_a_thread(
+    helpers: workers.HelperPool,
+    moons: tuple[torch.Tensor, torch.Tensor],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    x, y = moons
+    sent = counting_submit(monkeypatch)
+
+    class Local(nn.Sequential):  # defined in a function: pickle can't name it
+        pass
+
+    nets = [mlp("batch"), Local(*mlp())]
+    got = train_mlps_fast(nets, x, y, lr=0.5, steps=10)
+    want = train_mlps_fast([mlp("batch"), mlp()], x, y, lr=0.5, steps=10, parallel=False)
+    assert sent == []
+    assert all(torch.equal(a.losses, b.losses) for a, b in zip(got, want, strict=True))
+
+
+def test_model_the_helper_cannot_import_trains_here(
+    helpers: workers.HelperPool,
+    moons: tuple[torch.Tensor, torch.Tensor],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    x, y = moons
+    here_only = types.ModuleType("normlab_test_only_here")
+    exec("from torch import nn\nclass Net(nn.Sequential):\n    pass\n", here_only.__dict__)
+    monkeypatch.setitem(sys.modules, here_only.__name__, here_only)
+    sent = counting_submit(monkeypatch)
+    net = here_only.Net(*mlp())
+    got = train_mlps_fast([mlp("batch"), net], x, y, lr=0.5, steps=10)
+    want_net = mlp()
+    want = train_mlps_fast([mlp("batch"), want_net], x, y, lr=0.5, steps=10, parallel=False)
+    assert len(sent) == 1  # pickled fine here, failed to load there, then trained here
+    assert all(torch.equal(a.losses, b.losses) for a, b in zip(got, want, strict=True))
+    assert same_state(net, want_net)
+
+
+def test_runs_survive_a_dead_helper(
+    helpers: workers.HelperPool, moons: tuple[torch.Tensor, torch.Tensor]
+) -> None:
+    x, y = moons
+    pool = wait_running()
+    os.kill(helper_pid(pool), signal.SIGKILL)
+    nets = [mlp("batch"), mlp()]
+    got = train_mlps_fast(nets, x, y, lr=2.0, steps=20)  # sent to the dead one, or not at all
+    want_nets = [mlp("batch"), mlp()]
+    want = train_mlps_fast(want_nets, x, y, lr=2.0, steps=20, parallel=False)
+    assert all(torch.equal(a.losses, b.losses) for a, b in zip(got, want, strict=True))
+    assert all(same_state(a, b) for a, b in zip(nets, want_nets, strict=True))
+    deadline = time.monotonic() + READY_S
+    while workers.running() in (None, pool) and time.monotonic() < deadline:
+        workers.submit(abs, -1)
+        time.sleep(0.02)
+    assert wait_running() is not pool
