@@ -511,6 +511,8 @@ def _train_fast(
         w_head, gw_head = views[id(head.weight)]  # (out, H) each
         wt_head = w_head.t()  # (H, out)
         b_head, gb_head = _value(views, head.bias), _grad(views, head.bias)  # (out,) each
+        if b_head is not None:  # expanded once: addmm then skips expanding it every step
+            b_head = b_head.expand(n, head.out_features)  # (out,) -> (N, out), a view
         logits = xi.new_empty((steps, n, head.out_features))  # (T, N, out)
         logits_t = logits.unbind(0)  # the head's addmm writes step t's logits into logits_t[t]
         dz = xi.new_empty((n, head.out_features))  # dL/dlogits, (N, out)
@@ -544,13 +546,13 @@ def _train_fast(
                         bn.factors[step], bn.eps,
                     )  # fmt: skip  # (N, H) -> (N, H); batch mean (H,), invstd (H,)
                     layer.act = u
-                elif layer.b is not None:
-                    addmm(layer.b, h, layer.w_t, out=layer.act)  # (N, H_in) @ (H_in, H) + (H,)
+                elif layer.b_rows is not None:
+                    addmm(layer.b_rows, h, layer.w_t, out=layer.act)  # (N, H_in) @ (H_in, H) + b
                 else:
                     mm(h, layer.w_t, out=layer.act)  # (N, H_in) @ (H_in, H) -> (N, H)
                 h = layer.act.relu_()  # (N, H)
             if b_head is not None:
-                z = addmm(b_head, h, wt_head, out=logits_t[step])  # (N, H) @ (H, out) + (out,)
+                z = addmm(b_head, h, wt_head, out=logits_t[step])  # (N, H) @ (H, out) + b
             else:
                 z = mm(h, wt_head, out=logits_t[step])  # (N, H) @ (H, out) -> (N, out)
 
@@ -663,6 +665,8 @@ class _Layer:
         self.w, self.gw = views[id(lin.weight)]  # (H, H_in) each
         self.w_t = self.w.t()  # (H_in, H)
         self.b, self.gb = _value(views, lin.bias), _grad(views, lin.bias)  # (H,) each
+        # the bias as every row of a (N, H) view, made once: addmm would expand it every call
+        self.b_rows = None if self.b is None else self.b.expand(shape)
         # the block's output h (BN: the kernel's, each step), and dL/d(ReLU input) = dh * [h > 0]
         self.act = like.new_empty(shape) if buffers is None else buffers[0]
         # Gradient buffers are shared between blocks of one width, so that a step's data stays
@@ -681,7 +685,7 @@ class _Layer:
             # BatchNorm subtracts the batch mean, so the Linear bias before it cancels and its
             # gradient is exactly 0: it stays out of the loop (write_back adds it to the running
             # mean, where eager training has it).
-            self.b, self.gb = None, None
+            self.b, self.gb, self.b_rows = None, None, None
             self.pre = like.new_empty(shape)
 
 
