@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -10,6 +12,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -302,3 +305,65 @@ def test_lab_helper_process_lives_with_the_app_and_changes_no_answer() -> None:
     for bn, answer in zip((False, True), answers, strict=True):
         alone = run_experiment("bn-lr", **params, batch_norm=bn).to_dict()
         assert answer.json() == json.loads(json.dumps(alone))
+
+
+def _children(pid: int) -> set[int]:
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.add(int(entry))
+    return found
+
+
+def test_shutdown_stops_the_warm_up() -> None:
+    """A warm-up still going at shutdown stops after its current run and is joined."""
+    with TestClient(create_app(Runner(), warm=True), base_url=LAB) as c:
+        assert c.get("/api/experiments").status_code == 200
+        warmer = next(t for t in threading.enumerate() if t.name == "normlab-warm")
+        assert warmer.is_alive()  # every lesson takes tens of seconds
+    assert not warmer.is_alive()
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_warming_exits_cleanly_and_ends_the_helper(tmp_path: Path) -> None:
+    """Stopping ``normlab lab`` during its warm-up used to abort the interpreter (a training on
+    a daemon thread at exit: "terminate called without an active exception", exit 134; in my
+    runs with Ctrl+C about 12 s after the start)."""
+    port = _free_port()
+    cmd = [sys.executable, "-m", "normlab", "lab", "--port", str(port)]
+    server = subprocess.Popen(
+        [*cmd, "--db", str(tmp_path / "p.db")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        helpers: set[int] = set()
+        deadline = time.monotonic() + 120
+        while not helpers and time.monotonic() < deadline:  # the helper process of normlab.workers
+            helpers = {c for c in _children(server.pid) if _is_helper(c)}
+            time.sleep(0.1)
+        assert helpers, "no helper process started"
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/api/experiments", timeout=60).close()
+        time.sleep(10)  # into the warm-up's training runs
+        server.send_signal(signal.SIGINT)
+        _, err = server.communicate(timeout=120)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    assert server.returncode == 0, err.decode()
+    assert b"terminate called" not in err
+    time.sleep(0.5)
+    assert not any(os.path.exists(f"/proc/{pid}") and _is_helper(pid) for pid in helpers)
+
+
+def _is_helper(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"multiprocessing" in f.read()
+    except OSError:
+        return False

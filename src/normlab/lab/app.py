@@ -93,6 +93,10 @@ async def _read_params(request: Request) -> dict[str, Any] | JSONResponse:
     return body
 
 
+WARM_STOP_TIMEOUT_S = 60.0
+"""How long shutdown waits for the warm-up's current run (the longest takes a few seconds)."""
+
+
 def create_app(
     runner: Runner | None = None,
     *,
@@ -125,11 +129,14 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if use_helpers:  # first: it imports torch in its own process while the rest starts
             workers.start(1, train.helper_init)
+        stop_warming = threading.Event()
+        warmer: threading.Thread | None = None
         try:
             if warm:
-                threading.Thread(
-                    target=_warm, args=(app,), name="normlab-warm", daemon=True
-                ).start()
+                warmer = threading.Thread(
+                    target=_warm, args=(app, stop_warming), name="normlab-warm", daemon=True
+                )
+                warmer.start()
                 try:
                     app.state.sandbox.start()  # its imports run in its own process meanwhile
                 except SandboxError as exc:  # the playground will answer 503 with the reason
@@ -138,6 +145,12 @@ def create_app(
                 app.state.progress = ProgressStore(app.state.progress.path)
             yield
         finally:
+            # A run still going on a daemon thread when the interpreter exits aborts it
+            # ("terminate called without an active exception"): let the warm-up finish the
+            # run it is in, and start no other.
+            stop_warming.set()
+            if warmer is not None:
+                warmer.join(timeout=WARM_STOP_TIMEOUT_S)
             if use_helpers:
                 workers.stop()
             app.state.sandbox.close()
@@ -201,9 +214,9 @@ def create_app(
     return app
 
 
-def _warm(app: FastAPI) -> None:
+def _warm(app: FastAPI, stop: threading.Event) -> None:
     try:
-        app.state.warm_lessons()
+        app.state.warm_lessons(stop)
     except Exception as exc:  # a failed warm-up only costs time; the route will report it
         print(f"normlab lab: warming the lessons failed: {exc!r}", file=sys.stderr)
 

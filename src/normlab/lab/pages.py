@@ -25,6 +25,7 @@ import html
 import importlib.util
 import json
 import math
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,10 @@ def _script_json(value: object) -> Markup:
     """JSON safe inside ``<script type="application/json">`` (no ``</script>`` can end it)."""
     text = json.dumps(value, separators=(",", ":"), allow_nan=False)
     return Markup(text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
+
+
+class _WarmStopped(Exception):
+    """Raised inside a warm-up rendering to abandon it (the lab is stopping)."""
 
 
 class PageContext:
@@ -168,10 +173,24 @@ def install(app: FastAPI) -> None:
             widget=ctx.widget,
         )
 
-    def warm() -> None:
-        """Render every lesson once, so their live results sit in the cache."""
-        for found in lessons.LESSONS:
-            render_lesson(found, app.state.runner.run)
+    def warm(stop: threading.Event | None = None) -> None:
+        """Render every lesson once, so their live results sit in the cache.
+
+        Returns early once ``stop`` is set (checked before each run), so that a lab stopped
+        while warming does not exit with a training still running on a daemon thread.
+        """
+
+        def run(name: str, params: dict[str, Any]) -> dict[str, Any]:
+            if stop is not None and stop.is_set():
+                raise _WarmStopped
+            result: dict[str, Any] = app.state.runner.run(name, params)
+            return result
+
+        try:
+            for found in lessons.LESSONS:
+                render_lesson(found, run)
+        except _WarmStopped:
+            return
 
     app.state.warm_lessons = warm
 
