@@ -61,9 +61,18 @@ def helper_pid(pool: workers.HelperPool) -> int:
 # The pool
 
 
-@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "2"])
-def test_helper_pool_refuses_bad_counts(bad: object) -> None:
-    with pytest.raises(ValueError, match="processes must be an integer of at least 1"):
+@pytest.mark.parametrize(
+    ("bad", "error", "message"),
+    [
+        (0, ValueError, "processes must be at least 1, got 0"),
+        (-1, ValueError, "processes must be at least 1, got -1"),
+        (True, TypeError, "processes must be an integer, got bool"),
+        (1.5, TypeError, "processes must be an integer, got float"),
+        ("2", TypeError, "processes must be an integer, got str"),
+    ],
+)
+def test_helper_pool_refuses_bad_counts(bad: object, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message):
         workers.HelperPool(bad)  # type: ignore[arg-type]
 
 

@@ -301,8 +301,8 @@ def train_mlps_fast(
     deterministic, and a helper runs the same code on the same kernels).
 
     Why processes: on threads the Python side of every op holds the GIL, so on a 2-core CPU two
-    models on two threads take ~1.2-1.7x as long as the longer one alone; in a helper process
-    the two overlap fully (``benchmarks/widgets.py`` measures both). A model that cannot be
+    models on two threads took 1.2-1.7x as long as the longer one alone, and with a helper
+    process 1.0-1.5x (``benchmarks/widgets.py`` measures both). A model that cannot be
     pickled, or a helper that dies, falls back to the calling thread.
 
     Args:

@@ -2,9 +2,10 @@
 
 Two small training runs on two Python threads do not take the time of one: the Python side of
 every op holds the GIL, and each hand-over wakes the other thread, which on a small VM costs
-about as much as the op (``benchmarks/widgets.py``, floor section: both runs on threads take
-~1.2-1.7x the longer run alone). A helper *process* has an interpreter of its own, so a run
-there overlaps fully with one in the calling thread.
+about as much as the op (``benchmarks/widgets.py``, floor section: both runs on threads took
+1.2-1.7x the longer run alone in my runs). A helper *process* has an interpreter of its own, so
+a run there overlaps with one in the calling thread up to what sharing the two cores costs
+(1.0-1.5x the longer run alone, mostly near the low end).
 
 A helper is a fresh interpreter (the ``spawn`` start method: no state forked from a threaded
 parent) that imports torch and runs its ``initializer`` once, which takes seconds. Nothing
@@ -48,8 +49,10 @@ class HelperPool:
     """
 
     def __init__(self, processes: int = 1, initializer: Callable[[], None] | None = None) -> None:
-        if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
-            raise ValueError(f"processes must be an integer of at least 1, got {processes!r}")
+        if not isinstance(processes, int) or isinstance(processes, bool):
+            raise TypeError(f"processes must be an integer, got {type(processes).__name__}")
+        if processes < 1:
+            raise ValueError(f"processes must be at least 1, got {processes}")
         context = multiprocessing.get_context("spawn")
         self._executor = ProcessPoolExecutor(processes, mp_context=context, initializer=initializer)
         self._ready: Future[bool] = self._executor.submit(_ready)
