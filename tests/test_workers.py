@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 import types
 from collections.abc import Iterator
@@ -225,3 +226,27 @@ def test_runs_survive_a_dead_helper(
         workers.submit(abs, -1)
         time.sleep(0.02)
     assert wait_running() is not pool
+
+
+def test_concurrent_callers_share_one_helper(
+    helpers: workers.HelperPool, moons: tuple[torch.Tensor, torch.Tensor]
+) -> None:
+    """The lab trains several requests at once: their runs queue for the one helper, and each
+    caller gets its own models' results."""
+    x, y = moons
+    wait_running()
+    got: dict[int, list[torch.Tensor]] = {}
+
+    def request(seed: int) -> None:
+        runs = train_mlps_fast([mlp(seed=seed), mlp("batch", seed=seed)], x, y, lr=1.0, steps=25)
+        got[seed] = [r.losses for r in runs]
+
+    callers = [threading.Thread(target=request, args=(s,)) for s in range(4)]
+    for c in callers:
+        c.start()
+    for c in callers:
+        c.join()
+    for seed in range(4):
+        nets = [mlp(seed=seed), mlp("batch", seed=seed)]
+        want = train_mlps_fast(nets, x, y, lr=1.0, steps=25, parallel=False)
+        assert all(torch.equal(a, b.losses) for a, b in zip(got[seed], want, strict=True))
