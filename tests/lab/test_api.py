@@ -189,6 +189,69 @@ def test_runner_evicts_the_least_recently_used() -> None:
         Runner(max_entries=0)
 
 
+BN_LR = {"lr": 1.9, "seed": 4, "steps": 40}
+
+
+def _fresh(name: str, params: dict) -> dict:
+    from normlab.experiments import run_experiment
+
+    return json.loads(json.dumps(run_experiment(name, **params).to_dict()))
+
+
+def test_toggling_batch_norm_is_answered_from_the_same_two_runs() -> None:
+    """bn-lr with and without BN trains the same two runs: one computation answers both."""
+    runner = Runner()
+    with TestClient(create_app(runner), base_url=LAB) as c:
+        off = c.post("/api/experiments/bn-lr", json={**BN_LR, "batch_norm": False})
+        on = c.post("/api/experiments/bn-lr", json={**BN_LR, "batch_norm": True})
+        assert (off.status_code, on.status_code) == (200, 200)
+        assert (runner.misses, runner.mirrored) == (1, 1)
+        assert on.json() == _fresh("bn-lr", {**BN_LR, "batch_norm": True})  # as if computed
+        assert on.json()["losses"] == off.json()["contrast_losses"]
+        c.post("/api/experiments/bn-lr", json={**BN_LR, "batch_norm": True})
+        assert runner.hits == 1
+        c.post("/api/experiments/bn-lr", json={**BN_LR, "batch_norm": True, "lr": 1.8})
+        assert runner.misses == 2  # another rate: other runs
+
+
+def test_mirrored_requests_in_flight_compute_once() -> None:
+    runner = Runner()
+    out: dict[bool, dict] = {}
+
+    def request(bn: bool) -> None:
+        out[bn] = runner.run("bn-lr", {**BN_LR, "batch_norm": bn})
+
+    threads = [threading.Thread(target=request, args=(bn,)) for bn in (False, True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert (runner.misses, runner.mirrored) == (1, 1)
+    for bn in (False, True):
+        assert json.loads(json.dumps(out[bn])) == _fresh("bn-lr", {**BN_LR, "batch_norm": bn})
+
+
+def test_a_failing_mirror_falls_back_to_computing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    from normlab.experiments import get_experiment
+    from normlab.lab import runner as runner_module
+
+    def broken(params: object) -> tuple[object, object]:
+        def convert(other: dict) -> dict:
+            raise KeyError("losses")
+
+        return dataclasses.replace(params, batch_norm=not params.batch_norm), convert  # type: ignore[type-var]
+
+    bn_lr = dataclasses.replace(get_experiment("bn-lr"), mirror=broken)
+    monkeypatch.setattr(runner_module, "get_experiment", lambda name: bn_lr)
+    runner = Runner()
+    runner.run("bn-lr", {**BN_LR, "batch_norm": False})
+    on = runner.run("bn-lr", {**BN_LR, "batch_norm": True})
+    assert (runner.misses, runner.mirrored) == (2, 0)
+    assert json.loads(json.dumps(on)) == _fresh("bn-lr", {**BN_LR, "batch_norm": True})
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

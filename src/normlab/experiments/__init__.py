@@ -8,7 +8,6 @@ True
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from normlab.experiments import (
@@ -34,6 +33,7 @@ from normlab.experiments.base import (
     Progress,
     Result,
     Table,
+    params_dict,
 )
 
 _REGISTRY: dict[str, Experiment] = {
@@ -84,9 +84,7 @@ def run_experiment(name: str, progress: Progress | None = None, **params: Any) -
     p = experiment.make_params(params)
     result = experiment.run(p, progress)
     result.experiment = name
-    result.params = {
-        k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(p).items()
-    }
+    result.params = params_dict(p)
     return result
 
 
@@ -101,5 +99,6 @@ __all__ = [
     "UnknownExperiment",
     "get_experiment",
     "list_experiments",
+    "params_dict",
     "run_experiment",
 ]

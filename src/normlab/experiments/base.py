@@ -325,6 +325,12 @@ class Experiment:
     params_type: type
     run: Callable[..., Result]
     trains: bool = False
+    mirror: Callable[[Any], tuple[Any, Callable[[dict[str, Any]], dict[str, Any]]]] | None = None
+    """For a result that holds the same runs as another parameter set's (``bn-lr`` trains the
+    chosen setting and the other one for contrast, so ``batch_norm`` on and off compute the same
+    two curves): maps ``params`` to those other parameters and to the function that turns their
+    result's ``to_dict()`` into this one's (its own fields; whoever calls it sets ``params``). A
+    cache (the lab's) may then answer either from the other."""
 
     @property
     def parameters(self) -> tuple[Parameter, ...]:
@@ -345,6 +351,13 @@ class Experiment:
                 "device", "parameter 'device': 'cuda' is not available on this machine, use 'cpu'"
             )
         return self.params_type(**checked)
+
+
+def params_dict(params: Any) -> dict[str, Any]:
+    """A ``Params`` instance as the JSON-ready dict a Result records (tuples become lists)."""
+    return {
+        k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(params).items()
+    }
 
 
 def fmt(x: float, digits: int = 4) -> str:

@@ -11,8 +11,11 @@ the two settings side by side), which computes what :func:`normlab.train.train_s
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -101,6 +104,20 @@ def run(p: Params, progress: Progress | None = None) -> BnLrResult:
     )
 
 
+def _mirror(p: Params) -> tuple[Params, Callable[[dict[str, Any]], dict[str, Any]]]:
+    """The other setting's parameters: its result holds the same two curves, swapped."""
+
+    def swap(other: dict[str, Any]) -> dict[str, Any]:
+        return {
+            **other,
+            "batch_norm": not other["batch_norm"],
+            "losses": other["contrast_losses"],
+            "contrast_losses": other["losses"],
+        }
+
+    return dataclasses.replace(p, batch_norm=not p.batch_norm), swap
+
+
 EXPERIMENT = Experiment(
     name="bn-lr",
     title="BatchNorm and the learning rate",
@@ -108,4 +125,5 @@ EXPERIMENT = Experiment(
     params_type=Params,
     run=run,
     trains=True,
+    mirror=_mirror,
 )

@@ -2,7 +2,8 @@
 
 The cache key is the experiment name plus every parameter *after* validation and defaults, so
 ``{}`` and ``{"depth": 10}`` for ``drift`` share one entry. Concurrent requests for the same key
-wait for one computation instead of starting several.
+wait for one computation instead of starting several. Where an experiment declares a ``mirror``
+(``bn-lr``: toggling BatchNorm shows the same two runs), one computation answers both keys.
 """
 
 from __future__ import annotations
@@ -10,12 +11,13 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
 import anyio.to_thread
 
-from normlab.experiments import get_experiment, run_experiment
+from normlab.experiments import get_experiment, params_dict, run_experiment
 
 
 class Runner:
@@ -27,20 +29,29 @@ class Runner:
         self.max_entries = max_entries
         self._cache: OrderedDict[str, Future[dict[str, Any]]] = OrderedDict()
         self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
+        self.hits = 0  # answered from this key's entry
+        self.misses = 0  # computed
+        self.mirrored = 0  # answered from the mirror's entry (see run)
 
     @staticmethod
     def key(name: str, params: dict[str, Any]) -> str:
         """Validate ``params`` (raises ``ParameterError``/``ParameterTypeError``) -> cache key."""
-        experiment = get_experiment(name)
-        full = experiment.make_params(params)
-        values = {f: (list(v) if isinstance(v, tuple) else v) for f, v in vars(full).items()}
-        return json.dumps([name, values], sort_keys=True)
+        return _key(name, get_experiment(name).make_params(params))
 
     def run(self, name: str, params: dict[str, Any]) -> dict[str, Any]:
-        """The ``to_dict()`` of the run, computed once per distinct full parameter set."""
-        key = self.key(name, params)
+        """The ``to_dict()`` of the run, computed once per distinct full parameter set.
+
+        An experiment with a ``mirror`` (``bn-lr``: ``batch_norm`` on and off train the same two
+        runs) is answered from its mirror's entry when that one is cached or being computed.
+        """
+        experiment = get_experiment(name)
+        full = experiment.make_params(params)
+        key = _key(name, full)
+        mirror: tuple[str, Callable[[dict[str, Any]], dict[str, Any]]] | None = None
+        if experiment.mirror is not None:
+            other, convert = experiment.mirror(full)
+            mirror = (_key(name, other), convert)
+        source: Future[dict[str, Any]] | None = None
         with self._lock:
             future = self._cache.get(key)
             if future is not None:
@@ -50,13 +61,27 @@ class Runner:
             else:
                 future = Future()
                 self._cache[key] = future
-                self.misses += 1
                 owner = True
+                if mirror is not None:
+                    source = self._cache.get(mirror[0])
                 while len(self._cache) > self.max_entries:
                     self._cache.popitem(last=False)
         if owner:
             try:
-                future.set_result(run_experiment(name, **params).to_dict())
+                value = None
+                if source is not None and mirror is not None:
+                    try:  # waits if it is being computed
+                        value = {**mirror[1](source.result()), "params": params_dict(full)}
+                    except Exception:  # that run failed: compute this one itself
+                        value = None
+                if value is not None:
+                    with self._lock:
+                        self.mirrored += 1
+                else:
+                    with self._lock:
+                        self.misses += 1
+                    value = run_experiment(name, **params).to_dict()
+                future.set_result(value)
             except BaseException as exc:
                 with self._lock:
                     self._cache.pop(key, None)
@@ -75,3 +100,7 @@ class Runner:
                     self._cache.move_to_end(key)
             return future.result()
         return await anyio.to_thread.run_sync(self.run, name, params)
+
+
+def _key(name: str, full: object) -> str:
+    return json.dumps([name, params_dict(full)], sort_keys=True)
