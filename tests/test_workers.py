@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -250,3 +251,43 @@ def test_concurrent_callers_share_one_helper(
         nets = [mlp(seed=seed), mlp("batch", seed=seed)]
         want = train_mlps_fast(nets, x, y, lr=1.0, steps=25, parallel=False)
         assert all(torch.equal(a, b.losses) for a, b in zip(got[seed], want, strict=True))
+
+
+def test_helpers_end_when_their_parent_is_killed() -> None:
+    """A lab killed with SIGKILL runs no shutdown: its helper must notice and end itself."""
+    code = (
+        "import os, sys, time\n"
+        "from normlab import train, workers\n"
+        "if __name__ == '__main__':\n"
+        "    pool = workers.start(1, train.helper_init)\n"
+        "    assert pool.wait_ready(120)\n"
+        "    print(pool.submit(os.getpid).result(), flush=True)\n"
+        "    time.sleep(600)\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    try:
+        assert parent.stdout is not None
+        helper = int(parent.stdout.readline())
+        assert _alive(helper)
+        parent.kill()
+        parent.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while _alive(helper) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(helper)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        if parent.stdout is not None:
+            parent.stdout.close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -24,10 +24,12 @@ Example::
 from __future__ import annotations
 
 import multiprocessing
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
 __all__ = ["BrokenProcessPool", "HelperPool", "discard", "running", "start", "stop", "submit"]
@@ -38,6 +40,26 @@ T = TypeVar("T")
 def _ready() -> bool:
     """The first task every helper pool runs: it completes once a helper has initialized."""
     return True
+
+
+def _start_helper(initializer: Callable[[], None] | None) -> None:
+    """Run first in every helper: end it when its parent ends, then ``initializer``.
+
+    A helper blocks reading its task queue, and holds that queue's write end itself, so it
+    would never see the queue close: a parent that dies without :func:`stop` (``kill -9``, a
+    crash) would leave it running for good. ``multiprocessing.parent_process().join()`` waits
+    on the parent's sentinel, which becomes readable when the parent exits, however it exits.
+    """
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+
+        def watch(parent: BaseProcess = parent) -> None:
+            parent.join()
+            os._exit(0)
+
+        threading.Thread(target=watch, name="normlab-helper-watch", daemon=True).start()
+    if initializer is not None:
+        initializer()
 
 
 class HelperPool:
@@ -54,7 +76,9 @@ class HelperPool:
         if processes < 1:
             raise ValueError(f"processes must be at least 1, got {processes}")
         context = multiprocessing.get_context("spawn")
-        self._executor = ProcessPoolExecutor(processes, mp_context=context, initializer=initializer)
+        self._executor = ProcessPoolExecutor(
+            processes, mp_context=context, initializer=_start_helper, initargs=(initializer,)
+        )
         self._ready: Future[bool] = self._executor.submit(_ready)
 
     def ready(self) -> bool:
