@@ -296,9 +296,9 @@ def train_mlps_fast(
     The costliest model (most BatchNorm layers, then most parameters; the first of equals) trains
     in the calling thread and reports ``progress``. Each other one trains in a helper process of
     :mod:`normlab.workers` when they are started and ready (``normlab lab`` starts one), else on
-    a thread of its own; every run has one intra-op thread. Results
-    are the same as training the models one after another (each run is single-threaded and
-    deterministic, and a helper runs the same code on the same kernels).
+    a thread of its own; every run has one intra-op thread. Results are the same as training the
+    models one after another (each run is single-threaded and deterministic, and a helper runs
+    the same code on the same kernels).
 
     Why processes: on threads the Python side of every op holds the GIL, so on a 2-core CPU two
     models on two threads took 1.2-1.7x as long as the longer one alone, and with a helper
