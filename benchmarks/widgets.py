@@ -50,7 +50,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from normlab import data
+from normlab import data, models, train, workers
 from normlab.experiments import run_experiment
 
 TARGET = 4.0
@@ -272,8 +272,6 @@ def main(argv: list[str] | None = None) -> int:
     repeats = args.repeats or (1 if args.quick else 7)
     all_cases = cases(args.quick)
     # As `normlab lab` does at startup: a helper process for bn-lr's second run
-    from normlab import train, workers
-
     helpers = workers.start(1, train.helper_init)
     print(f"helper process for train_mlps_fast ready: {helpers.wait_ready(120)}")
 
@@ -399,7 +397,6 @@ def bn_lr_kernels(s: int, width: int = 64, depth: int = 4, steps: int = 150) -> 
 
 def floor_section(repeats: int) -> None:
     """bn-lr at its defaults: the seed way, each of our runs alone, both, and the kernels."""
-    from normlab import models, train
 
     def net(s: int, use_bn: bool) -> nn.Module:
         gen = torch.Generator().manual_seed(s)
