@@ -309,3 +309,10 @@ def test_widgets_benchmark_quick_runs() -> None:
         assert any(line.startswith(f"ratio {widget}: ") for line in lines), proc.stdout
     assert any(line.startswith("verdict: ") for line in lines), proc.stdout
     assert any(line.startswith("same data: ") for line in lines), proc.stdout
+    http = lines.index(next(line for line in lines if line.startswith("http: ")))
+    for widget in ("bn-lr", "init-train", "symmetry", "variance"):  # a row each, with a ratio
+        assert any(
+            line.split()[:1] == [widget] and line.split()[3].endswith("x")
+            for line in lines[http + 1 :]
+        ), proc.stdout
+    assert any(line.startswith("cached answers: ") for line in lines), proc.stdout
