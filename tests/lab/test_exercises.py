@@ -306,7 +306,7 @@ def test_code_submissions_are_validated() -> None:
     with pytest.raises(BadSubmission, match="code must be a string, got int") as info:
         ex.prepare(3)
     assert info.value.parameter == "code"
-    with pytest.raises(BadSubmission, match="the limit is 20000"):
+    with pytest.raises(BadSubmission, match="the limit is 20,000"):
         ex.prepare("#" * 20_001)
     a, b = ex.prepare("pass"), ex.prepare("pass")
     assert a.nonce != b.nonce and a.args != b.args  # fresh inputs for every submission

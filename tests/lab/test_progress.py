@@ -206,7 +206,7 @@ def test_unsaved_listing_is_404_json(client: TestClient) -> None:
         ("put", "/api/listings/ok", {}, "code", "missing 'code'"),
         ("put", "/api/listings/ok", {"code": "x", "lang": "py"}, "lang", "unknown field"),
         ("put", "/api/listings/ok", {"code": 3}, "code", "code must be a string, got int"),
-        ("put", "/api/listings/ok", {"code": "x" * 100_001}, "code", "the limit is 100000"),
+        ("put", "/api/listings/ok", {"code": "x" * 100_001}, "code", "the limit is 100,000"),
         ("put", "/api/listings/ok", ["x"], None, "must be a JSON object"),
     ],
 )

@@ -14,3 +14,19 @@ def bad_input(parameter: str | None, message: str, status: int = 422) -> JSONRes
     return JSONResponse(
         status_code=status, content={"detail": {"parameter": parameter, "message": message}}
     )
+
+
+def checked_code(code: object, limit: int) -> str:
+    """``code`` if it is a string of at most ``limit`` characters.
+
+    The playground, saved listings and code exercises all check their ``code`` field with it.
+
+    Raises:
+        TypeError: ``code`` is not a string.
+        ValueError: it is longer than ``limit``.
+    """
+    if not isinstance(code, str):
+        raise TypeError(f"code must be a string, got {type(code).__name__}")
+    if len(code) > limit:
+        raise ValueError(f"code is {len(code):,} characters long, the limit is {limit:,}")
+    return code

@@ -29,7 +29,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from normlab.lab import exercises
-from normlab.lab.errors import bad_input
+from normlab.lab.errors import bad_input, checked_code
 from normlab.lab.exercises import (
     BadSubmission,
     ChoiceExercise,
@@ -177,13 +177,10 @@ def install(app: FastAPI) -> None:
         refused = _only(body, "code", f"listing {listing_id!r}")
         if refused is not None:
             return refused
-        code = body["code"]
-        if not isinstance(code, str):
-            return bad_input("code", f"code must be a string, got {type(code).__name__}")
-        if len(code) > MAX_LISTING_CHARS:
-            return bad_input(
-                "code", f"code is {len(code)} characters long, the limit is {MAX_LISTING_CHARS}"
-            )
+        try:
+            code = checked_code(body["code"], MAX_LISTING_CHARS)
+        except (TypeError, ValueError) as exc:
+            return bad_input("code", str(exc))
         await anyio.to_thread.run_sync(_store(request).save_listing, listing_id, code)
         return {"id": listing_id, "saved": True}
 

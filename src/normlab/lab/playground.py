@@ -18,7 +18,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from normlab.lab.errors import bad_input
+from normlab.lab.errors import bad_input, checked_code
 from normlab.lab.sandbox import SandboxError
 
 MAX_CODE_CHARS = 100_000
@@ -63,14 +63,10 @@ async def _read_code(request: Request) -> str | JSONResponse:
         return bad_input(unknown[0], f"unknown key {unknown[0]!r}: the body takes only 'code'")
     if "code" not in body:
         return bad_input("code", 'code is missing: send {"code": "..."}')
-    code = body["code"]
-    if not isinstance(code, str):
-        return bad_input("code", f"code must be a string, got {type(code).__name__}")
-    if len(code) > MAX_CODE_CHARS:
-        return bad_input(
-            "code", f"code is {len(code):,} characters long, the limit is {MAX_CODE_CHARS:,}"
-        )
-    return code
+    try:
+        return checked_code(body["code"], MAX_CODE_CHARS)
+    except (TypeError, ValueError) as exc:
+        return bad_input("code", str(exc))
 
 
 def install(app: FastAPI) -> None:

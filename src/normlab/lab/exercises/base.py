@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from normlab.lab.errors import checked_code
 from normlab.lab.exercises import child
 from normlab.lab.exercises.child import (
     CHILD_MAIN,
@@ -306,12 +307,10 @@ class CodeExercise(Exercise):
 
     def prepare(self, code: object) -> CodeJob:
         """Validate ``code`` and build the sandbox job (a fresh nonce and fresh inputs)."""
-        if not isinstance(code, str):
-            raise BadSubmission("code", f"code must be a string, got {type(code).__name__}")
-        if len(code) > MAX_CODE_CHARS:
-            raise BadSubmission(
-                "code", f"code is {len(code)} characters long, the limit is {MAX_CODE_CHARS}"
-            )
+        try:
+            code = checked_code(code, MAX_CODE_CHARS)
+        except (TypeError, ValueError) as exc:
+            raise BadSubmission("code", str(exc)) from None
         nonce = secrets.token_hex(16)
         args = self.make_args(random.Random(secrets.randbits(64)))
         job = {"nonce": nonce, "probe": self.probe, "args": args}
