@@ -57,12 +57,14 @@ Usage (the first run waits a few seconds for the fork server's imports)::
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import json
 import os
 import queue
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -405,7 +407,14 @@ class _Worker:
     def stop(self) -> None:
         self.ctrl.close()  # the fork server stops on its own when it reads the hang-up
         if self.proc is not None:
-            self.proc.kill()  # bubblewrap/unshare then kill everything they started
+            # The whole process group, not only bwrap/unshare: bwrap's child waits for its
+            # parent's go-ahead before it sets --die-with-parent's signal (and, with
+            # --new-session, leaves the group), so killing bwrap in that window (a lab closed
+            # just after it started) left the child asleep for good, holding the output pipe.
+            # After that window it has its own session and that signal set.
+            if self.proc.poll() is None:  # not reaped: its pid still names its group
+                with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+                    os.killpg(self.proc.pid, signal.SIGKILL)  # the group bwrap/unshare leads
             self.proc.wait()
         # The keeper ends when the last process of the sandbox is gone; one stuck in a disk
         # read finishes dying on its own, so do not wait for it long.
