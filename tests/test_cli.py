@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -139,3 +141,24 @@ def test_bad_token_from_the_environment_exits_2(monkeypatch: pytest.MonkeyPatch)
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert lines == [lines[0]] and lines[0].startswith("normlab: error: $NORMLAB_TOKEN: ")
+
+
+def test_ctrl_c_exits_130_with_one_line() -> None:
+    # A long run (12 x 256 blocks, 2000 steps: most of a minute), interrupted after 4 s, while
+    # importing torch on a slow machine or while training here; either way one line, no
+    # traceback, and the run on the other thread stops too (the timeout guards a hang).
+    args = ["run", "bn-lr", "--steps", "2000", "--hidden-layers", "12", "--width", "256"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "normlab", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # as a terminal's Ctrl+C finds it, even where the tests run as a background job
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    time.sleep(4.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert err == "normlab: interrupted\n"
+    assert out == ""

@@ -247,6 +247,27 @@ def test_train_mlps_fast_reraises_worker_errors(moons: tuple[torch.Tensor, torch
         train_mlps_fast([mlp(width=8), bad], x, y, lr=0.1, steps=2)
 
 
+def test_train_mlps_fast_stops_the_other_runs_when_this_one_is_interrupted(
+    moons: tuple[torch.Tensor, torch.Tensor],
+) -> None:
+    # Ctrl+C lands in the calling thread's run; the run on the other thread must end at its
+    # next step, not finish its 20 000 steps first (`normlab run` sat there for 35 s).
+    x, y = moons
+    here, there = mlp("batch", width=8, depth=1), mlp(width=8, depth=1)  # BN: trains here
+    before = copy.deepcopy(there.state_dict())
+
+    def interrupt(done: int, total: int) -> None:
+        if done == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_mlps_fast(
+            [here, there], x, y, lr=0.1, steps=20_000, progress=interrupt, helpers=False
+        )
+    after = there.state_dict()  # a run writes its weights back only when it completes
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
 @pytest.mark.parametrize(
     "model",
     [

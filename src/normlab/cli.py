@@ -43,6 +43,7 @@ from normlab.experiments import (
 
 PLOT_SUFFIXES = (".png", ".svg")
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl+C
 
 
 class UsageError(Exception):
@@ -499,6 +500,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, ParameterError, ParameterTypeError, UnknownExperiment) as exc:
         print(f"normlab: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:  # Ctrl+C: a line, not a traceback through torch's imports
+        print("normlab: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return 0
 
 

@@ -336,10 +336,14 @@ def train_mlps_fast(
         return [r for r in runs if r is not None]
 
     errors: list[BaseException] = []
+    stop = threading.Event()  # set when the calling thread's run fails (Ctrl+C included)
 
     def work(i: int) -> None:
         try:
-            runs[i] = train_mlp_fast(models[i], x, y, lr=lr, steps=steps)
+            with _one_intraop_thread():
+                runs[i] = _train_fast(models[i], x, y, lr, steps, None, False, stop)
+        except _Stopped:
+            pass  # the calling thread raises its own error
         except BaseException as err:  # handed to the calling thread
             errors.append(err)
 
@@ -350,6 +354,9 @@ def train_mlps_fast(
             t.start()
         try:
             runs[here] = _train_fast(models[here], x, y, lr, steps, progress, False)
+        except BaseException:
+            stop.set()  # the other runs end at their next step instead of finishing first
+            raise
         finally:
             for t in threads:
                 t.join()
@@ -433,6 +440,10 @@ def _collect(
     return train_mlp_fast(model, x, y, lr=lr, steps=steps)
 
 
+class _Stopped(Exception):
+    """Raised inside a run on another thread when ``stop`` is set: the caller gave up."""
+
+
 def _train_fast(
     model: nn.Module,
     x: torch.Tensor,
@@ -441,6 +452,7 @@ def _train_fast(
     steps: int,
     progress: Progress | None,
     record_init: bool,
+    stop: threading.Event | None = None,
 ) -> FastRun:
     blocks, head = _mlp_plan(model)
     n = x.shape[0]
@@ -535,6 +547,8 @@ def _train_fast(
         norm_grads: list[torch.Tensor] = []  # their gradients, filled by the backward each step
 
         for step in range(steps):
+            if stop is not None and stop.is_set():
+                raise _Stopped  # before any write back: the model keeps its weights
             # forward: a = h W^T + b, [BatchNorm], ReLU
             h = xi
             for layer in layers:
