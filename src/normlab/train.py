@@ -303,7 +303,9 @@ def train_mlps_fast(
     Why processes: on threads the Python side of every op holds the GIL, so on a 2-core CPU two
     models on two threads took 1.2-1.7x as long as the longer one alone, and with a helper
     process 1.0-1.5x (``benchmarks/widgets.py`` measures both). A model that cannot be
-    pickled, or a helper that dies, falls back to the calling thread.
+    pickled, or a helper that dies, falls back to the calling thread. If the calling thread's
+    run raises (Ctrl+C included), runs on other threads stop at their next step and their
+    models keep the weights they had; a run already in a helper finishes there unread.
 
     Args:
         models: networks as :func:`train_mlp_fast` accepts them, trained in place.
