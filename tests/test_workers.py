@@ -7,6 +7,7 @@ once for this module and shared; the tests that kill one wait for its replacemen
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -291,3 +292,25 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_closing_a_pool_stops_the_runs_in_its_helpers(
+    moons: tuple[torch.Tensor, torch.Tensor],
+) -> None:
+    # A lab's shutdown closes its pool: a long run in the helper (bn-lr's second model at
+    # 12 x 256, 2000 steps: most of a minute) must end at its next step, not first finish.
+    x, y = moons
+    pool = workers.HelperPool(1, train.helper_init)
+    try:
+        assert pool.wait_ready(READY_S)
+        assert pool.submit(workers.stopping).result(timeout=READY_S) is False
+        payload = pickle.dumps((mlp(width=256, depth=12), x, y, 0.1, 2000))
+        future = pool.submit(train._train_remote, payload)
+        while not future.running():
+            time.sleep(0.01)
+        time.sleep(0.5)  # into the run
+    finally:
+        pool.close()  # returns once the helper has stopped
+    with pytest.raises(train._Stopped):
+        future.result(timeout=0)
+    assert workers.stopping() is False  # outside a helper: never

@@ -113,9 +113,7 @@ def _token(text: str) -> str:
 
 
 def _cmd_lab(args: argparse.Namespace) -> None:
-    import uvicorn
-
-    from normlab.lab.app import create_app
+    from normlab.lab.app import create_app, serve
     from normlab.lab.progress import ProgressStoreError, default_db_path
     from normlab.lab.security import is_loopback, new_token
 
@@ -137,7 +135,7 @@ def _cmd_lab(args: argparse.Namespace) -> None:
     print(f"normlab lab: serving on {url} (Ctrl+C stops)", flush=True)
     if token:
         print("normlab lab: every request needs the token in that URL", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    serve(app, args.host, args.port)
 
 
 def parse_params(experiment: Experiment, tokens: Sequence[str]) -> dict[str, Any]:

@@ -394,8 +394,14 @@ def _train_remote(payload: bytes) -> bytes:
         model, x, y, lr, steps = pickle.loads(payload)
     except Exception as exc:
         raise _PayloadError(f"{type(exc).__name__}: {exc}") from None
-    run = train_mlp_fast(model, x, y, lr=lr, steps=steps)
+    run = train_mlp_fast(model, x, y, lr=lr, steps=steps, progress=_stop_if_closing)
     return pickle.dumps((run.losses, model.state_dict()))
+
+
+def _stop_if_closing(done: int, total: int) -> None:
+    """A helper's run ends at the next step once its pool closes (no one will read it)."""
+    if workers.stopping():
+        raise _Stopped
 
 
 def _cost(model: nn.Module) -> tuple[int, int]:
@@ -434,8 +440,8 @@ def _collect(
     if future is not None:
         try:
             losses, state = pickle.loads(future.result())
-        except (workers.BrokenProcessPool, _PayloadError):
-            pass  # the helper died or could not read the model: lose nothing, train it here
+        except (workers.BrokenProcessPool, _PayloadError, _Stopped):
+            pass  # the helper died, closed or could not read the model: train it here
         else:
             model.load_state_dict(state)
             return FastRun(losses=losses)

@@ -32,7 +32,16 @@ from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
-__all__ = ["BrokenProcessPool", "HelperPool", "discard", "running", "start", "stop", "submit"]
+__all__ = [
+    "BrokenProcessPool",
+    "HelperPool",
+    "discard",
+    "running",
+    "start",
+    "stop",
+    "stopping",
+    "submit",
+]
 
 T = TypeVar("T")
 
@@ -42,7 +51,21 @@ def _ready() -> bool:
     return True
 
 
-def _start_helper(initializer: Callable[[], None] | None) -> None:
+# In a helper: its pool's closing flag (a multiprocessing Event), see stopping().
+_closing: Any = None
+
+
+def stopping() -> bool:
+    """Whether the pool running this helper is closing: long work should end early.
+
+    ``False`` outside a helper. :meth:`HelperPool.close` sets it before it waits for the work
+    in progress, so work that checks it now and then (``normlab.train``'s runs check it every
+    step) lets a lab shut down without first finishing runs nobody will read.
+    """
+    return _closing is not None and bool(_closing.is_set())
+
+
+def _start_helper(initializer: Callable[[], None] | None, closing: Any = None) -> None:
     """Run first in every helper: end it when its parent ends, then ``initializer``.
 
     A helper blocks reading its task queue, and holds that queue's write end itself, so it
@@ -50,6 +73,8 @@ def _start_helper(initializer: Callable[[], None] | None) -> None:
     crash) would leave it running for good. ``multiprocessing.parent_process().join()`` waits
     on the parent's sentinel, which becomes readable when the parent exits, however it exits.
     """
+    global _closing
+    _closing = closing
     parent = multiprocessing.parent_process()
     if parent is not None:
 
@@ -76,8 +101,12 @@ class HelperPool:
         if processes < 1:
             raise ValueError(f"processes must be at least 1, got {processes}")
         context = multiprocessing.get_context("spawn")
+        self._closing = context.Event()  # see stopping()
         self._executor = ProcessPoolExecutor(
-            processes, mp_context=context, initializer=_start_helper, initargs=(initializer,)
+            processes,
+            mp_context=context,
+            initializer=_start_helper,
+            initargs=(initializer, self._closing),
         )
         self._ready: Future[bool] = self._executor.submit(_ready)
 
@@ -98,7 +127,9 @@ class HelperPool:
         return self._executor.submit(fn, *args)
 
     def close(self) -> None:
-        """Cancel what has not started, wait for what has, and end the helpers."""
+        """Cancel what has not started, tell what has to stop (:func:`stopping`), wait for it,
+        and end the helpers."""
+        self._closing.set()
         self._executor.shutdown(wait=True, cancel_futures=True)
 
 

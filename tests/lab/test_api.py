@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ from fastapi.testclient import TestClient
 
 from normlab.experiments import list_experiments
 from normlab.lab.app import create_app
-from normlab.lab.runner import Runner
+from normlab.lab.runner import RunCancelled, Runner
 
 # the lab answers loopback Host names only (DNS-rebinding guard); TestClient says "testserver"
 LAB = "http://127.0.0.1"
@@ -187,6 +188,84 @@ def test_runner_evicts_the_least_recently_used() -> None:
     assert runner.misses == 4
     with pytest.raises(ValueError, match="max_entries"):
         Runner(max_entries=0)
+
+
+LONG_BN_LR = {"steps": 2000, "hidden_layers": 12, "width": 256}  # most of a minute
+
+
+def test_runner_cancel_stops_runs_and_refuses_new_ones_until_resumed() -> None:
+    runner = Runner()
+    cached = runner.run("linear-scale", {"seed": 3})
+    failures: list[BaseException] = []
+
+    def long_run() -> None:
+        try:
+            runner.run("bn-lr", LONG_BN_LR)
+        except BaseException as exc:
+            failures.append(exc)
+
+    worker = threading.Thread(target=long_run)
+    worker.start()
+    while runner.misses < 2:  # the long run has started
+        time.sleep(0.01)
+    time.sleep(0.5)
+    runner.cancel()
+    worker.join(timeout=120)
+    assert not worker.is_alive()
+    assert [type(e) for e in failures] == [RunCancelled]  # stopped, not finished
+    with pytest.raises(RunCancelled, match="shutting down"):
+        runner.run("linear-scale", {"seed": 4})  # nothing new starts
+    assert runner.run("linear-scale", {"seed": 3}) == cached  # cached answers still come
+    runner.resume()
+    assert runner.run("linear-scale", {"seed": 4})["params"]["seed"] == 4
+
+
+@pytest.mark.slow
+def test_ctrl_c_cancels_a_long_run_in_progress(tmp_path: Path) -> None:
+    """Ctrl+C used to wait for the run in progress (41.9 s for this one) before the lab ended."""
+    port = _free_port()
+    cmd = [sys.executable, "-m", "normlab", "lab", "--port", str(port)]
+    server = subprocess.Popen(
+        [*cmd, "--db", str(tmp_path / "p.db")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in a terminal
+    )
+    answers: list[int] = []
+
+    def long_request() -> None:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/api/experiments/bn-lr",
+            data=json.dumps(LONG_BN_LR).encode(),
+            headers={"content-type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=300) as response:
+                answers.append(response.status)
+        except urllib.error.HTTPError as exc:
+            answers.append(exc.code)
+
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/experiments", timeout=60)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the lab did not start"
+                time.sleep(0.1)
+        client = threading.Thread(target=long_request)
+        client.start()
+        time.sleep(3)  # into the run
+        server.send_signal(signal.SIGINT)
+        _, err = server.communicate(timeout=120)
+        client.join(timeout=120)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    assert server.returncode == 0, err.decode()
+    assert answers == [503]  # cancelled, not trained to the end
 
 
 BN_LR = {"lr": 1.9, "seed": 4, "steps": 40}

@@ -9,6 +9,7 @@ same declarations. Pages and static files come from :mod:`normlab.lab.pages`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -17,6 +18,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
@@ -31,7 +33,7 @@ from normlab.experiments import (
 )
 from normlab.lab.errors import bad_input
 from normlab.lab.progress import ProgressStore, default_db_path
-from normlab.lab.runner import Runner
+from normlab.lab.runner import RunCancelled, Runner
 from normlab.lab.sandbox import Sandbox, SandboxError
 from normlab.lab.security import LabGuard
 
@@ -127,6 +129,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.runner.resume()  # after a shutdown, the app may be started again
         if use_helpers:  # first: it imports torch in its own process while the rest starts
             workers.start(1, train.helper_init)
         stop_warming = threading.Event()
@@ -147,7 +150,8 @@ def create_app(
         finally:
             # A run still going on a daemon thread when the interpreter exits aborts it
             # ("terminate called without an active exception"): let the warm-up finish the
-            # run it is in, and start no other.
+            # run it is in, and start no other. Runs for requests stop at their next step.
+            app.state.runner.cancel()
             stop_warming.set()
             if warmer is not None:
                 warmer.join(timeout=WARM_STOP_TIMEOUT_S)
@@ -179,6 +183,8 @@ def create_app(
             return params
         try:
             return await request.app.state.runner.arun(name, params)
+        except RunCancelled as exc:
+            return bad_input(None, str(exc), status=503)
         except UnknownExperiment as exc:
             return bad_input("name", str(exc))
         except (ParameterError, ParameterTypeError) as exc:
@@ -212,6 +218,26 @@ def create_app(
     playground.install(app)
     learn.install(app)
     return app
+
+
+def serve(app: FastAPI, host: str, port: int) -> None:
+    """Serve ``app`` with uvicorn until Ctrl+C (or SIGTERM), as ``normlab lab`` does.
+
+    On the signal, the runs in progress are cancelled first (their requests answer 503) and
+    then uvicorn shuts down: it waits for open requests to end, which would otherwise mean
+    waiting for the longest run (a 12 x 256 bn-lr of 2000 steps trains for most of a minute).
+    """
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            app.state.runner.cancel()
+            super().handle_exit(sig, frame)
+
+    server = Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    with contextlib.suppress(KeyboardInterrupt):  # uvicorn passes the signal on after shutdown
+        server.run()
+    if not server.started:  # e.g. the port is taken: uvicorn has said why (uvicorn.run's 3)
+        raise SystemExit(3)
 
 
 def _warm(app: FastAPI, stop: threading.Event) -> None:

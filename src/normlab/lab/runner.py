@@ -20,6 +20,10 @@ import anyio.to_thread
 from normlab.experiments import get_experiment, params_dict, run_experiment
 
 
+class RunCancelled(Exception):
+    """The lab is shutting down: the run stopped at its next step, or did not start."""
+
+
 class Runner:
     """A thread-safe LRU cache in front of :func:`normlab.experiments.run_experiment`."""
 
@@ -32,6 +36,23 @@ class Runner:
         self.hits = 0  # answered from this key's entry
         self.misses = 0  # computed
         self.mirrored = 0  # answered from the mirror's entry (see run)
+        self._cancelled = threading.Event()
+
+    def cancel(self) -> None:
+        """Stop the runs in progress at their next step and refuse new ones (``RunCancelled``).
+
+        The lab calls it when it starts shutting down, so that Ctrl+C does not wait for a long
+        run nobody will read. Cached answers are still given.
+        """
+        self._cancelled.set()
+
+    def resume(self) -> None:
+        """Compute again after :meth:`cancel` (an app that is started again)."""
+        self._cancelled.clear()
+
+    def _progress(self, done: int, total: int) -> None:
+        if self._cancelled.is_set():
+            raise RunCancelled("the lab is shutting down")
 
     @staticmethod
     def key(name: str, params: dict[str, Any]) -> str:
@@ -80,7 +101,8 @@ class Runner:
                 else:
                     with self._lock:
                         self.misses += 1
-                    value = run_experiment(name, **params).to_dict()
+                    self._progress(0, 0)  # refuse at once while shutting down
+                    value = run_experiment(name, progress=self._progress, **params).to_dict()
                 future.set_result(value)
             except BaseException as exc:
                 with self._lock:
