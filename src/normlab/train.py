@@ -305,7 +305,8 @@ def train_mlps_fast(
     process 1.0-1.5x (``benchmarks/widgets.py`` measures both). A model that cannot be
     pickled, or a helper that dies, falls back to the calling thread. If the calling thread's
     run raises (Ctrl+C included), runs on other threads stop at their next step and their
-    models keep the weights they had; a run already in a helper finishes there unread.
+    models keep the weights they had; a run already in a helper finishes there unread, or stops
+    at its next step if the helpers are being stopped (:func:`normlab.workers.stopping`).
 
     Args:
         models: networks as :func:`train_mlp_fast` accepts them, trained in place.
@@ -449,7 +450,7 @@ def _collect(
 
 
 class _Stopped(Exception):
-    """Raised inside a run on another thread when ``stop`` is set: the caller gave up."""
+    """A run ended early: its caller gave up (``stop`` set), or its helper pool is closing."""
 
 
 def _train_fast(
