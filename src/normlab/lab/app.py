@@ -96,7 +96,7 @@ async def _read_params(request: Request) -> dict[str, Any] | JSONResponse:
 
 
 WARM_STOP_TIMEOUT_S = 60.0
-"""How long shutdown waits for the warm-up's current run (the longest takes a few seconds)."""
+"""How long shutdown waits for the warm-up to end (its run in progress stops at its next step)."""
 
 
 def create_app(
@@ -132,12 +132,11 @@ def create_app(
         app.state.runner.resume()  # after a shutdown, the app may be started again
         if use_helpers:  # first: it imports torch in its own process while the rest starts
             workers.start(1, train.helper_init)
-        stop_warming = threading.Event()
         warmer: threading.Thread | None = None
         try:
             if warm:
                 warmer = threading.Thread(
-                    target=_warm, args=(app, stop_warming), name="normlab-warm", daemon=True
+                    target=_warm, args=(app,), name="normlab-warm", daemon=True
                 )
                 warmer.start()
                 try:
@@ -149,10 +148,9 @@ def create_app(
             yield
         finally:
             # A run still going on a daemon thread when the interpreter exits aborts it
-            # ("terminate called without an active exception"): let the warm-up finish the
-            # run it is in, and start no other. Runs for requests stop at their next step.
+            # ("terminate called without an active exception"): runs in progress, the
+            # warm-up's and requests', stop at their next step, and no other starts.
             app.state.runner.cancel()
-            stop_warming.set()
             if warmer is not None:
                 warmer.join(timeout=WARM_STOP_TIMEOUT_S)
             if use_helpers:
@@ -240,9 +238,9 @@ def serve(app: FastAPI, host: str, port: int) -> None:
         raise SystemExit(3)
 
 
-def _warm(app: FastAPI, stop: threading.Event) -> None:
+def _warm(app: FastAPI) -> None:
     try:
-        app.state.warm_lessons(stop)
+        app.state.warm_lessons()
     except Exception as exc:  # a failed warm-up only costs time; the route will report it
         print(f"normlab lab: warming the lessons failed: {exc!r}", file=sys.stderr)
 

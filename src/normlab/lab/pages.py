@@ -25,7 +25,6 @@ import html
 import importlib.util
 import json
 import math
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from normlab import __version__, doctor
 from normlab.experiments import get_experiment
 from normlab.lab import lessons
 from normlab.lab.lessons.markup import MathExtension, code, num, sci, tex
+from normlab.lab.runner import RunCancelled
 
 HERE = Path(__file__).parent
 TEMPLATES = HERE / "templates"
@@ -87,10 +87,6 @@ def _script_json(value: object) -> Markup:
     """JSON safe inside ``<script type="application/json">`` (no ``</script>`` can end it)."""
     text = json.dumps(value, separators=(",", ":"), allow_nan=False)
     return Markup(text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
-
-
-class _WarmStopped(Exception):
-    """Raised inside a warm-up rendering to abandon it (the lab is stopping)."""
 
 
 class PageContext:
@@ -173,23 +169,18 @@ def install(app: FastAPI) -> None:
             widget=ctx.widget,
         )
 
-    def warm(stop: threading.Event | None = None) -> None:
+    def warm() -> None:
         """Render every lesson once, so their live results sit in the cache.
 
-        Returns early once ``stop`` is set (checked before each run), so that a lab stopped
-        while warming does not exit with a training still running on a daemon thread.
+        Ends early when the lab shuts down: the runner is cancelled then
+        (:meth:`~normlab.lab.runner.Runner.cancel`), so the run in progress stops at its next
+        step and no other starts, and the lab does not exit with a training still running on a
+        daemon thread.
         """
-
-        def run(name: str, params: dict[str, Any]) -> dict[str, Any]:
-            if stop is not None and stop.is_set():
-                raise _WarmStopped
-            result: dict[str, Any] = app.state.runner.run(name, params)
-            return result
-
         try:
             for found in lessons.LESSONS:
-                render_lesson(found, run)
-        except _WarmStopped:
+                render_lesson(found, app.state.runner.run)
+        except RunCancelled:
             return
 
     app.state.warm_lessons = warm
