@@ -341,10 +341,13 @@ def train_mlps_fast(
     errors: list[BaseException] = []
     stop = threading.Event()  # set when the calling thread's run fails (Ctrl+C included)
 
+    def stop_if_asked(done: int, total: int) -> None:
+        if stop.is_set():
+            raise _Stopped
+
     def work(i: int) -> None:
         try:
-            with _one_intraop_thread():
-                runs[i] = _train_fast(models[i], x, y, lr, steps, None, False, stop)
+            runs[i] = train_mlp_fast(models[i], x, y, lr=lr, steps=steps, progress=stop_if_asked)
         except _Stopped:
             pass  # the calling thread raises its own error
         except BaseException as err:  # handed to the calling thread
@@ -450,7 +453,8 @@ def _collect(
 
 
 class _Stopped(Exception):
-    """A run ended early: its caller gave up (``stop`` set), or its helper pool is closing."""
+    """Raised by a run's ``progress`` to end it early (before its weights are written back): its
+    caller gave up, or its helper pool is closing."""
 
 
 def _train_fast(
@@ -461,7 +465,6 @@ def _train_fast(
     steps: int,
     progress: Progress | None,
     record_init: bool,
-    stop: threading.Event | None = None,
 ) -> FastRun:
     blocks, head = _mlp_plan(model)
     n = x.shape[0]
@@ -556,8 +559,6 @@ def _train_fast(
         norm_grads: list[torch.Tensor] = []  # their gradients, filled by the backward each step
 
         for step in range(steps):
-            if stop is not None and stop.is_set():
-                raise _Stopped  # before any write back: the model keeps its weights
             # forward: a = h W^T + b, [BatchNorm], ReLU
             h = xi
             for layer in layers:
