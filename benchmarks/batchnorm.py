@@ -32,6 +32,9 @@ import normlab.nn
 class PlainBatchNorm1d(nn.Module):
     """Batch norm as a user would write it; autograd differentiates every primitive op."""
 
+    running_mean: torch.Tensor  # buffers, declared for type checkers as torch's modules do
+    running_var: torch.Tensor
+
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1) -> None:
         super().__init__()
         self.eps, self.momentum = eps, momentum

@@ -40,6 +40,7 @@ Usage::
 import argparse
 import itertools
 import json
+import math
 import os
 import socket
 import statistics
@@ -113,7 +114,8 @@ class SeedDeepMLP(nn.Module):
         self.out = nn.Linear(width, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out(self.activations(x)[-1])
+        out: torch.Tensor = self.out(self.activations(x)[-1])
+        return out
 
     def activations(self, x: torch.Tensor) -> list[torch.Tensor]:
         acts = []
@@ -131,8 +133,8 @@ def seed_weight(method: str, fan_in: int, fan_out: int) -> torch.Tensor:
     if method == "large":
         return torch.randn(fan_out, fan_in) * 0.30
     if method == "xavier":  # U(-a, a), a = sqrt(6 / (fan_in + fan_out)), from scratch
-        return (torch.rand(fan_out, fan_in) * 2 - 1) * (6 / (fan_in + fan_out)) ** 0.5
-    return torch.randn(fan_out, fan_in) * (2 / fan_in) ** 0.5  # He normal, from scratch
+        return (torch.rand(fan_out, fan_in) * 2 - 1) * math.sqrt(6 / (fan_in + fan_out))
+    return torch.randn(fan_out, fan_in) * math.sqrt(2 / fan_in)  # He normal, from scratch
 
 
 def seed_init_train(method: str, seed: int) -> tuple[list[float], list[float]]:
