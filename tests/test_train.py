@@ -80,6 +80,47 @@ def test_train_sgd_progress_and_on_step(moons: tuple[torch.Tensor, torch.Tensor]
     assert all(total > 0 for _, total in seen)  # the gradients are set when on_step runs
 
 
+def test_train_sgd_matches_torch_optim_sgd_bit_for_bit(
+    moons: tuple[torch.Tensor, torch.Tensor],
+) -> None:
+    # train_sgd writes optim.SGD's update out; the seed's loop, with the optimizer, must agree
+    # exactly: losses, weights, BatchNorm's buffers. A frozen parameter stays as it was.
+    x, y = moons
+    ours, theirs = mlp("batch", width=16, depth=3), mlp("batch", width=16, depth=3)
+    for net in (ours, theirs):
+        net[0][0].bias.requires_grad_(False)
+    losses = train_sgd(ours, x, y, lr=0.7, steps=25)
+    theirs.train()
+    opt = torch.optim.SGD(theirs.parameters(), lr=0.7)
+    expected = []
+    for _ in range(25):
+        opt.zero_grad()
+        loss = nn.functional.binary_cross_entropy_with_logits(theirs(x), y)
+        loss.backward()
+        opt.step()
+        expected.append(loss.item())
+    assert losses.tolist() == expected
+    for (name, a), b in zip(ours.state_dict().items(), theirs.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+    assert torch.equal(ours[0][0].bias, mlp("batch", width=16, depth=3)[0][0].bias)
+
+
+def test_train_sgd_leaves_torch_dynamo_unimported() -> None:
+    # A torch optimizer imports torch._dynamo on first use (seconds); the CLI's symmetry run,
+    # which trains through train_sgd for ~35 ms, must not pay that.
+    code = (
+        "import sys\n"
+        "from normlab.experiments import run_experiment\n"
+        "run_experiment('symmetry', steps=3)\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
+
+
 # --------------------------------------------------------------------------------------------
 # the fast trainer against train_sgd
 
