@@ -90,6 +90,9 @@ WARM_MODULES = (
     "numpy",
     "numpy.random",  # numpy imports it lazily, and every run reseeds it
     "torch",
+    # torch imports it lazily on the first use of an optimizer (torch.optim.SGD(...)): 2-3 s
+    # that every run of a training loop would pay again in its fresh fork
+    "torch._dynamo",
     "matplotlib.pyplot",
     "normlab",
     "normlab.init",
