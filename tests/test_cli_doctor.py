@@ -239,6 +239,14 @@ BAD: list[tuple[tuple[str, ...], str]] = [
         ("models.py:vanishing", "--input-shape", "8,16", "--html", "/no/dir/r.html"),
         "--html '/no/dir/r.html': folder '/no/dir' does not exist",
     ),
+    (
+        ("models.py:vanishing", "--input-shape", "8,16", "--seed", "-4"),
+        "argument --seed: '-4' is not allowed, use an integer in [0, 2147483647]",
+    ),
+    (
+        ("models.py:vanishing", "--input-shape", "8,16", "--seed", "x"),
+        "argument --seed: 'x' is not allowed, use an integer in [0, 2147483647]",
+    ),
     (("models.py:vanishing", "--input-shape", "8,16", "--frob"), "unrecognized arguments: --frob"),
 ]
 

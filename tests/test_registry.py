@@ -122,7 +122,9 @@ def test_unknown_experiment_names_the_valid_set() -> None:
         ({"activation": "gelu"}, ParameterError, r"'activation'.*one of 'relu', 'tanh'"),
         ({"activation": 1}, ParameterTypeError, r"'activation'"),
         ({"device": "tpu"}, ParameterError, r"'device'.*'cpu', 'cuda'"),
-        ({"seed": -1}, ParameterError, r"'seed'"),
+        # the bound in full, as it would be typed (not :g's 2.14748e+09)
+        ({"seed": -1}, ParameterError, r"'seed': -1 is not allowed, .* in \[0, 2147483647\]$"),
+        ({"seed": 2**31}, ParameterError, r"'seed'.*\[0, 2147483647\]$"),
     ],
 )
 def test_bad_params_name_the_parameter_and_the_allowed_set(params, exc, pattern) -> None:

@@ -40,6 +40,7 @@ from normlab.experiments import (
     list_experiments,
     run_experiment,
 )
+from normlab.experiments.base import MAX_SEED
 
 PLOT_SUFFIXES = (".png", ".svg")
 EXIT_USAGE = 2
@@ -315,8 +316,10 @@ def _doctor_seed(text: str) -> int:
         seed = int(text)
     except ValueError:
         seed = -1
-    if not 0 <= seed <= 2**31 - 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not allowed, use an integer in [0, 2^31-1]")
+    if not 0 <= seed <= MAX_SEED:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not allowed, use an integer in [0, {MAX_SEED}]"
+        )
     return seed
 
 

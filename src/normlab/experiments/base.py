@@ -226,7 +226,9 @@ _BOOL_WORDS = {
 
 
 def _fmt(x: float) -> str:
-    return f"{x:g}"
+    """A bound as the user types it: whole numbers in full (the seed's 2147483647, which ``:g``
+    would round to 2.14748e+09), others short (0.01, 2.5)."""
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else f"{x:g}"
 
 
 @functools.cache  # a declaration never changes; reading type hints costs ~0.3 ms a request
