@@ -47,6 +47,40 @@ def test_list_json_is_the_registry() -> None:
     }
 
 
+def test_run_name_help_lists_every_parameter_of_every_experiment(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # in-process: the help is text only, and 13 interpreters would cost ~40 s
+    from normlab import cli
+    from normlab.experiments import list_experiments
+
+    for e in list_experiments():
+        assert cli.main(["run", e.name, "--help"]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith(f"usage: normlab run {e.name} [--json] [--plot FILE]")
+        flat = " ".join(out.split())  # argparse wraps long lines
+        assert e.summary in flat and "--json" in flat and "--plot FILE" in flat
+        for p in e.parameters:
+            default = cli._default(p.default)
+            if p.kind == "bool":
+                assert f"{p.flag}, --no-{p.flag[2:]}" in flat
+                assert f"default {default}" in flat
+            else:
+                assert f"default {default}; {' '.join(p.allowed().split())}" in flat, p.name
+
+
+def test_run_help_through_the_script() -> None:
+    out = normlab("run", "bn-lr", "--lr", "99", "-h")  # help wins over the other flags
+    assert (out.returncode, out.stderr) == (0, "")
+    flat = " ".join(out.stdout.split())
+    assert "--lr X SGD learning rate; default 2.0; a number in [0.01, 5]" in flat
+    assert "--seed N" in flat and "an integer in [0, 2147483647]" in flat
+    out = normlab("run", "--help")
+    assert (out.returncode, out.stderr) == (0, "")
+    assert "experiments: linear-scale, drift," in out.stdout and "bn-lr-sweep" in out.stdout
+    assert "`normlab run NAME --help` lists NAME's parameters" in " ".join(out.stdout.split())
+
+
 def test_run_prints_the_seed_table() -> None:
     out = normlab("run", "drift")
     assert out.returncode == 0, out.stderr
@@ -117,7 +151,9 @@ def test_run_png_plot(tmp_path: Path) -> None:
         (("run", "init-compare", "--hist-layer", "30"), "parameter 'hist_layer': 30 is deeper"),
         (("run", "drift", "--plot", "out.pdf"), "--plot 'out.pdf': suffix '.pdf' not supported"),
         (("run", "drift", "--plot", "/no/such/dir/x.png"), "folder '/no/such/dir' does not exist"),
-        (("run",), "the following arguments are required: name"),
+        (("run",), "the following arguments are required: name (one of: linear-scale, drift,"),
+        (("run", "--json"), "the following arguments are required: name"),
+        (("run", "nope", "--help"), "experiment 'nope' not found, use one of: linear-scale"),
         (("frobnicate",), "invalid choice: 'frobnicate'"),
         (("list", "--extra"), "unrecognized arguments: --extra"),
         (("lab", "--port", "70000"), "'70000' is not a port"),

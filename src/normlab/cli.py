@@ -4,6 +4,7 @@ Commands::
 
     normlab list [--json]
     normlab run NAME [--param value ...] [--json] [--plot FILE]
+    normlab run NAME --help          NAME's parameters: default, allowed values, meaning
     normlab lab [--host HOST] [--port PORT] [--db PATH]
     normlab doctor FILE.py:FACTORY --input-shape N,D[,...] [--steps K] [--data FILE.pt]
                    [--seed S] [--json] [--html FILE] [--fix METHOD --out FILE.pt]
@@ -21,6 +22,7 @@ import json
 import math
 import os
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -51,7 +53,26 @@ class UsageError(Exception):
     """Bad command-line input: printed as one line, exit status 2."""
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's layout, except that lines never break inside a hyphenated word
+    (``bn-lr-sweep``, ``--no-batch-norm``)."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return textwrap.fill(
+            " ".join(text.split()),
+            width,
+            initial_indent=indent,
+            subsequent_indent=indent,
+            break_on_hyphens=False,
+        )
+
+
 class _Parser(argparse.ArgumentParser):
+    run_parser: argparse.ArgumentParser | None = None  # the ``run`` subcommand's, for its help
+
     def error(self, message: str) -> NoReturn:
         raise UsageError(message)
 
@@ -65,15 +86,24 @@ def _build_parser() -> _Parser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     p_list = sub.add_parser("list", help="the experiments and their parameters", allow_abbrev=False)
     p_list.add_argument("--json", action="store_true", help="print the registry as JSON")
+    names = ", ".join(e.name for e in list_experiments())
     p_run = sub.add_parser(
         "run",
         help="run one experiment",
+        usage="normlab run NAME [--json] [--plot FILE] [--PARAMETER VALUE ...]",
+        description="Run one experiment and print its tables (or JSON); optionally save a figure.",
+        epilog=f"experiments: {names}. `normlab run NAME --help` lists NAME's parameters.",
+        formatter_class=_HelpFormatter,
         allow_abbrev=False,
-        epilog="Experiment parameters: see `normlab list`.",
+        add_help=False,  # -h is answered in main: with a NAME, by that experiment's own help
     )
-    p_run.add_argument("name", help="experiment name (see `normlab list`)")
+    p_run.add_argument(
+        "-h", "--help", action="store_true", help="show this help (with NAME: its parameters)"
+    )
+    p_run.add_argument("name", nargs="?", help="experiment name (see `normlab list`)")
     p_run.add_argument("--json", action="store_true", help="print the result as JSON")
     p_run.add_argument("--plot", metavar="FILE", help="also save a figure (.png or .svg)")
+    parser.run_parser = p_run
     _add_doctor_parser(sub)
     p_lab = sub.add_parser("lab", help="start the web lab", allow_abbrev=False)
     p_lab.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -256,7 +286,58 @@ def _run(experiment: Experiment, params: dict[str, Any], err: Console) -> Result
         return run_experiment(experiment.name, progress=advance, **params)
 
 
+_METAVARS = {"int": "N", "float": "X", "float_list": "X[,X...]"}
+
+
+def experiment_help(experiment: Experiment) -> str:
+    """``normlab run NAME --help``: the flags generated from ``experiment``'s declaration.
+
+    Formatted by argparse, which only lays the text out here: the flags are parsed by
+    :func:`parse_params`.
+    """
+    parser = argparse.ArgumentParser(
+        prog=f"normlab run {experiment.name}",
+        description=f"{experiment.title}: {experiment.summary}.",
+        formatter_class=_HelpFormatter,
+        add_help=False,
+        allow_abbrev=False,
+    )
+    output = parser.add_argument_group("output")
+    output.add_argument("--json", action="store_true", help="print the result as JSON")
+    output.add_argument("--plot", metavar="FILE", help="also save a figure (.png or .svg)")
+    group = parser.add_argument_group("parameters (missing ones take their default)")
+    for p in experiment.parameters:
+        text = f"{p.help}; default {_default(p.default)}"
+        if p.kind == "bool":
+            group.add_argument(
+                p.flag, "--no-" + p.flag[2:], action="store_true", help=_escaped(text)
+            )
+            continue
+        metavar = "{" + ",".join(p.choices or ()) + "}" if p.kind == "choice" else None
+        group.add_argument(
+            p.flag,
+            metavar=metavar or _METAVARS[p.kind],
+            help=_escaped(f"{text}; {p.allowed()}"),
+        )
+    return parser.format_help()
+
+
+def _escaped(text: str) -> str:
+    return text.replace("%", "%%")  # argparse %-formats help strings
+
+
+def _cmd_run_help(name: str | None, run_parser: argparse.ArgumentParser | None) -> None:
+    if name is None:
+        if run_parser is not None:
+            run_parser.print_help()
+        return
+    print(experiment_help(get_experiment(name)), end="")
+
+
 def _cmd_run(args: argparse.Namespace, extra: list[str], console: Console) -> None:
+    if args.name is None:
+        names = ", ".join(e.name for e in list_experiments())
+        raise UsageError(f"the following arguments are required: name (one of: {names})")
     experiment = get_experiment(args.name)
     params = parse_params(experiment, extra)
     plot_path = _check_plot_path(args.plot) if args.plot else None
@@ -483,7 +564,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``normlab`` script; returns the exit status."""
     console = Console()
     try:
-        args, extra = _build_parser().parse_known_args(argv)
+        parser = _build_parser()
+        args, extra = parser.parse_known_args(argv)
         if args.command == "list":
             if extra:
                 raise UsageError(f"unrecognized arguments: {' '.join(extra)}")
@@ -496,6 +578,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if extra:
                 raise UsageError(f"unrecognized arguments: {' '.join(extra)}")
             _cmd_doctor(args, console)
+        elif args.help:  # run NAME --help: NAME's parameters (the other flags are not read)
+            _cmd_run_help(args.name, parser.run_parser)
         else:
             _cmd_run(args, extra, console)
     except (UsageError, ParameterError, ParameterTypeError, UnknownExperiment) as exc:
