@@ -171,3 +171,17 @@ def test_parse_reads_command_line_text() -> None:
     assert b.parse("yes") is True and b.parse("OFF") is False
     with pytest.raises(ParameterTypeError, match="true or false"):
         b.parse("maybe")
+
+
+@pytest.mark.parametrize("name", [e.name for e in list_experiments() if e.trains])
+def test_training_experiments_report_progress_every_step(name: str) -> None:
+    # progress is how a run in the lab is stopped (shutdown, a dropped request) and how the
+    # CLI's bar moves: it must come every step, counting up to the whole run's steps
+    calls: list[tuple[int, int]] = []
+    params = {"steps": 12}
+    if name == "bn-lr-sweep":
+        params.update(points=3, steps=10, tail=2)
+    run_experiment(name, progress=lambda done, total: calls.append((done, total)), **params)
+    total = calls[-1][1]
+    assert calls == [(i, total) for i in range(1, total + 1)]
+    assert total == (30 if name == "bn-lr-sweep" else 12)

@@ -233,8 +233,9 @@ def test_runs_survive_a_dead_helper(
 def test_concurrent_callers_share_one_helper(
     helpers: workers.HelperPool, moons: tuple[torch.Tensor, torch.Tensor]
 ) -> None:
-    """The lab trains several requests at once: their runs queue for the one helper, and each
-    caller gets its own models' results."""
+    """The lab trains several requests at once: one's second model goes to the helper, the
+    others' to threads while it is busy (not queued behind it), and each caller gets its own
+    models' results."""
     x, y = moons
     wait_running()
     got: dict[int, list[torch.Tensor]] = {}
@@ -314,3 +315,58 @@ def test_closing_a_pool_stops_the_runs_in_its_helpers(
     with pytest.raises(train._Stopped):
         future.result(timeout=0)
     assert workers.stopping() is False  # outside a helper: never
+
+
+def test_a_busy_helper_takes_no_more_work(helpers: workers.HelperPool) -> None:
+    # queueing behind another caller's run would add that run's time: the caller works itself
+    pool = wait_running()
+    busy = pool.submit(time.sleep, 1.0)
+    assert pool.submit_if_idle(abs, -1) is None
+    assert workers.submit(abs, -1) is None
+    busy.result(timeout=READY_S)
+    deadline = time.monotonic() + 30
+    while (future := workers.submit(abs, -2)) is None:  # its done-callback may lag a moment
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert future.result(timeout=READY_S) == 2
+
+
+def test_cancelling_a_job_stops_it_in_its_helper(
+    helpers: workers.HelperPool, moons: tuple[torch.Tensor, torch.Tensor]
+) -> None:
+    x, y = moons
+    pool = wait_running()
+    payload = pickle.dumps((mlp(width=256, depth=12), x, y, 0.1, 2000))  # ~30 s of training
+    running = pool.submit(train._train_remote, payload)
+    queued = pool.submit(train._train_remote, payload)
+    while not running.running():
+        time.sleep(0.01)
+    time.sleep(0.5)  # into the run
+    workers.cancel(queued)  # dropped, or stopped at its first step if already handed over
+    workers.cancel(running)
+    with pytest.raises(train._Stopped):
+        running.result(timeout=READY_S)
+    assert queued.cancelled() or isinstance(queued.exception(timeout=READY_S), train._Stopped)
+    # the next job in that helper is not taken for a cancelled one
+    assert pool.submit(workers.stopping).result(timeout=READY_S) is False
+
+
+def test_an_interrupted_caller_calls_off_its_run_in_the_helper(
+    helpers: workers.HelperPool, moons: tuple[torch.Tensor, torch.Tensor]
+) -> None:
+    # The calling thread's run raises at step 3 (Ctrl+C, or a lab request nobody waits for):
+    # the other model's run in the helper (~30 s) must stop too, freeing the helper at once.
+    x, y = moons
+    wait_running()
+
+    def interrupt(done: int, total: int) -> None:
+        if done == 3:
+            raise KeyboardInterrupt
+
+    nets = [mlp("batch", width=256, depth=12), mlp(width=256, depth=12)]
+    with pytest.raises(KeyboardInterrupt):
+        train_mlps_fast(nets, x, y, lr=0.1, steps=2000, progress=interrupt)
+    deadline = time.monotonic() + 10
+    while workers.submit(abs, -1) is None:
+        assert time.monotonic() < deadline, "the helper is still training a run nobody reads"
+        time.sleep(0.01)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import pickle
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -311,18 +311,18 @@ def train_mlps_fast(
 
     The costliest model (most BatchNorm layers, then most parameters; the first of equals) trains
     in the calling thread and reports ``progress``. Each other one trains in a helper process of
-    :mod:`normlab.workers` when they are started and ready (``normlab lab`` starts one), else on
-    a thread of its own; every run has one intra-op thread. Results are the same as training the
-    models one after another (each run is single-threaded and deterministic, and a helper runs
-    the same code on the same kernels).
+    :mod:`normlab.workers` when they are started, ready and idle (``normlab lab`` starts one),
+    else on a thread of its own; every run has one intra-op thread. Results are the same as
+    training the models one after another (each run is single-threaded and deterministic, and a
+    helper runs the same code on the same kernels).
 
     Why processes: on threads the Python side of every op holds the GIL, so on a 2-core CPU two
     models on two threads took 1.2-1.7x as long as the longer one alone, and with a helper
     process 1.0-1.5x (``benchmarks/widgets.py`` measures both). A model that cannot be
     pickled, or a helper that dies, falls back to the calling thread. If the calling thread's
-    run raises (Ctrl+C included), runs on other threads stop at their next step and their
-    models keep the weights they had; a run already in a helper finishes there unread, or stops
-    at its next step if the helpers are being stopped (:func:`normlab.workers.stopping`).
+    run raises (Ctrl+C, or a lab run nobody waits for any more), the other runs stop at their
+    next step, in threads or helpers (:func:`normlab.workers.cancel`), and their models keep the
+    weights they had.
 
     Args:
         models: networks as :func:`train_mlp_fast` accepts them, trained in place.
@@ -348,8 +348,13 @@ def train_mlps_fast(
     runs: list[FastRun | None] = [None] * len(models)
     remote = _submit_to_helpers([models[i] for i in others], x, y, lr, steps) if helpers else None
     if remote is not None:
-        with _one_intraop_thread():
-            runs[here] = _train_fast(models[here], x, y, lr, steps, progress, False)
+        try:
+            with _one_intraop_thread():
+                runs[here] = _train_fast(models[here], x, y, lr, steps, progress, False)
+        except BaseException:  # e.g. a lab run stopped: nobody will read the helpers' runs
+            for future in remote:
+                workers.cancel(future)
+            raise
         for i, future in zip(others, remote, strict=True):
             runs[i] = _collect(future, models[i], x, y, lr, steps)
         return [r for r in runs if r is not None]
@@ -419,7 +424,8 @@ def _train_remote(payload: bytes) -> bytes:
 
 
 def _stop_if_closing(done: int, total: int) -> None:
-    """A helper's run ends at the next step once its pool closes (no one will read it)."""
+    """A helper's run ends at the next step once its pool closes or its caller calls it off
+    (no one will read it)."""
     if workers.stopping():
         raise _Stopped
 
@@ -434,22 +440,28 @@ def _cost(model: nn.Module) -> tuple[int, int]:
 
 def _submit_to_helpers(
     models: Sequence[nn.Module], x: torch.Tensor, y: torch.Tensor, lr: float, steps: int
-) -> list[Future[bytes] | None] | None:
-    """Hand each model to a ready helper; ``None`` when there is none or a model won't pickle.
-
-    An entry is ``None`` where the helpers stopped taking work meanwhile (train it here).
-    """
+) -> list[Future[bytes]] | None:
+    """Hand each model to a ready, idle helper; ``None`` (use threads) when there are not
+    enough of those or a model won't pickle."""
     if workers.running() is None:
         return None
     try:
         payloads = [pickle.dumps((m, x.detach(), y.detach(), lr, steps)) for m in models]
     except Exception:  # e.g. a class defined inside a function, or a lambda hook: use threads
         return None
-    return [workers.submit(_train_remote, p) for p in payloads]
+    futures: list[Future[bytes]] = []
+    for payload in payloads:
+        future = workers.submit(_train_remote, payload)
+        if future is None:  # busy with another run (or stopped meanwhile): all go to threads
+            for handed in futures:
+                workers.cancel(handed)
+            return None
+        futures.append(future)
+    return futures
 
 
 def _collect(
-    future: Future[bytes] | None,
+    future: Future[bytes],
     model: nn.Module,
     x: torch.Tensor,
     y: torch.Tensor,
@@ -457,14 +469,13 @@ def _collect(
     steps: int,
 ) -> FastRun:
     """The helper's run of ``model``, its trained state copied in; trained here if it failed."""
-    if future is not None:
-        try:
-            losses, state = pickle.loads(future.result())
-        except (workers.BrokenProcessPool, _PayloadError, _Stopped):
-            pass  # the helper died, closed or could not read the model: train it here
-        else:
-            model.load_state_dict(state)
-            return FastRun(losses=losses)
+    try:
+        losses, state = pickle.loads(future.result())
+    except (workers.BrokenProcessPool, _PayloadError, _Stopped, CancelledError):
+        pass  # the helper died, closed or could not read the model: train it here
+    else:
+        model.load_state_dict(state)
+        return FastRun(losses=losses)
     return train_mlp_fast(model, x, y, lr=lr, steps=steps)
 
 

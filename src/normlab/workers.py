@@ -11,8 +11,10 @@ A helper is a fresh interpreter (the ``spawn`` start method: no state forked fro
 parent) that imports torch and runs its ``initializer`` once, which takes seconds. Nothing
 starts one implicitly: a long-lived process that serves many runs (``normlab lab``) calls
 :func:`start` at startup and :func:`stop` at shutdown, and callers ask :func:`submit`, which
-answers ``None`` until the helpers are ready (and whenever none are), so that the caller does
-the work itself instead of waiting for an import.
+answers ``None`` until the helpers are ready, and while every helper is busy with another
+caller's work, so that the caller does the work itself instead of waiting for an import or
+queueing behind someone else's run. Work handed over can be called off (:func:`cancel`): long
+work checks :func:`stopping` now and then.
 
 Example::
 
@@ -23,6 +25,7 @@ Example::
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import threading
@@ -35,6 +38,7 @@ from typing import Any, TypeVar
 __all__ = [
     "BrokenProcessPool",
     "HelperPool",
+    "cancel",
     "discard",
     "running",
     "start",
@@ -51,21 +55,43 @@ def _ready() -> bool:
     return True
 
 
-# In a helper: its pool's closing flag (a multiprocessing Event), see stopping().
+# In a helper: its pool's closing flag (a multiprocessing Event) and its cancelled jobs (a
+# shared array: slot ``job % _SLOTS`` holds the number of a cancelled job), see stopping(); and
+# the number of the job it runs now (0: none).
+_SLOTS = 64
 _closing: Any = None
+_cancelled: Any = None
+_job = 0
 
 
 def stopping() -> bool:
-    """Whether the pool running this helper is closing: long work should end early.
+    """Whether the work running in this helper should end early.
 
-    ``False`` outside a helper. :meth:`HelperPool.close` sets it before it waits for the work
-    in progress, so work that checks it now and then (``normlab.train``'s runs check it every
-    step) lets a lab shut down without first finishing runs nobody will read.
+    It should when its pool is closing (:meth:`HelperPool.close` says so before it waits for
+    the work in progress) or when its caller called it off (:func:`cancel`). ``False`` outside
+    a helper. Long work that checks it now and then (``normlab.train``'s runs check it every
+    step) stops instead of finishing a result nobody will read.
     """
-    return _closing is not None and bool(_closing.is_set())
+    if _closing is None:
+        return False
+    if _closing.is_set():
+        return True
+    return _job > 0 and _cancelled is not None and _cancelled[_job % _SLOTS] == _job
 
 
-def _start_helper(initializer: Callable[[], None] | None, closing: Any = None) -> None:
+def _run_job(job: int, fn: Callable[..., T], *args: Any) -> T:
+    """Run one submitted call in a helper, numbered so that :func:`cancel` can reach it."""
+    global _job
+    _job = job
+    try:
+        return fn(*args)
+    finally:
+        _job = 0
+
+
+def _start_helper(
+    initializer: Callable[[], None] | None, closing: Any = None, cancelled: Any = None
+) -> None:
     """Run first in every helper: end it when its parent ends, then ``initializer``.
 
     A helper blocks reading its task queue, and holds that queue's write end itself, so it
@@ -73,8 +99,8 @@ def _start_helper(initializer: Callable[[], None] | None, closing: Any = None) -
     crash) would leave it running for good. ``multiprocessing.parent_process().join()`` waits
     on the parent's sentinel, which becomes readable when the parent exits, however it exits.
     """
-    global _closing
-    _closing = closing
+    global _closing, _cancelled
+    _closing, _cancelled = closing, cancelled
     parent = multiprocessing.parent_process()
     if parent is not None:
 
@@ -101,14 +127,19 @@ class HelperPool:
         if processes < 1:
             raise ValueError(f"processes must be at least 1, got {processes}")
         context = multiprocessing.get_context("spawn")
+        self.processes = processes
         self._closing = context.Event()  # see stopping()
+        self._cancelled = context.RawArray("q", _SLOTS)  # see stopping() and cancel()
         self._executor = ProcessPoolExecutor(
             processes,
             mp_context=context,
             initializer=_start_helper,
-            initargs=(initializer, self._closing),
+            initargs=(initializer, self._closing, self._cancelled),
         )
         self._ready: Future[bool] = self._executor.submit(_ready)
+        self._lock = threading.Lock()
+        self._numbers = itertools.count(1)
+        self._jobs: dict[Future[Any], int] = {}  # submitted and not done -> its number
 
     def ready(self) -> bool:
         """Whether a helper has started and initialized (without waiting)."""
@@ -124,7 +155,35 @@ class HelperPool:
 
     def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
         """Run ``fn(*args)`` in a helper (``fn`` and ``args`` must pickle)."""
-        return self._executor.submit(fn, *args)
+        with self._lock:
+            return self._submit(fn, args)
+
+    def submit_if_idle(self, fn: Callable[..., T], *args: Any) -> Future[T] | None:
+        """:meth:`submit`, or ``None`` when every helper has work already (queueing behind it
+        would wait for someone else's run)."""
+        with self._lock:
+            return self._submit(fn, args) if len(self._jobs) < self.processes else None
+
+    def _submit(self, fn: Callable[..., T], args: tuple[Any, ...]) -> Future[T]:
+        number = next(self._numbers)
+        future: Future[T] = self._executor.submit(_run_job, number, fn, *args)
+        self._jobs[future] = number
+        future.add_done_callback(self._forget)
+        return future
+
+    def _forget(self, future: Future[Any]) -> None:
+        with self._lock:
+            self._jobs.pop(future, None)
+
+    def cancel(self, future: Future[Any]) -> None:
+        """Call off ``future``'s work: dropped if it has not started, else :func:`stopping`
+        turns true in its helper. Nothing happens to work that is done or not this pool's."""
+        if future.cancel():
+            return
+        with self._lock:
+            number = self._jobs.get(future)
+        if number is not None:
+            self._cancelled[number % _SLOTS] = number
 
     def close(self) -> None:
         """Cancel what has not started, tell what has to stop (:func:`stopping`), wait for it,
@@ -174,16 +233,20 @@ def running() -> HelperPool | None:
 
 
 def submit(fn: Callable[..., T], *args: Any) -> Future[T] | None:
-    """Run ``fn(*args)`` in a ready helper; ``None`` if there is none (do the work yourself).
+    """Run ``fn(*args)`` in a ready, idle helper; ``None`` if there is none (do the work yourself).
 
-    If the helper dies meanwhile, the future raises :class:`BrokenProcessPool` and fresh
-    helpers replace the dead ones (see :func:`discard`).
+    A helper busy with another caller's work counts as none: waiting for it would add that
+    run's time to this one's (two lab requests at once, or a run whose request was dropped and
+    is still stopping). If the helper dies meanwhile, the future raises
+    :class:`BrokenProcessPool` and fresh helpers replace the dead ones (see :func:`discard`).
     """
     pool = running()
     if pool is None:
         return None
     try:
-        future = pool.submit(fn, *args)
+        future = pool.submit_if_idle(fn, *args)
+        if future is None:
+            return None
     except BrokenProcessPool:
         discard(pool)
         return None
@@ -196,6 +259,15 @@ def submit(fn: Callable[..., T], *args: Any) -> Future[T] | None:
 
     future.add_done_callback(check)
     return future
+
+
+def cancel(future: Future[Any]) -> None:
+    """Call off work handed over by :func:`submit` (see :meth:`HelperPool.cancel`)."""
+    pool = _pool
+    if pool is not None:
+        pool.cancel(future)
+    else:
+        future.cancel()
 
 
 def discard(pool: HelperPool) -> None:

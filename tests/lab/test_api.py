@@ -12,15 +12,17 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+from normlab import workers
 from normlab.experiments import list_experiments
 from normlab.lab.app import create_app
-from normlab.lab.runner import RunCancelled, Runner
+from normlab.lab.runner import RunAbandoned, RunCancelled, Runner, Waiter
 
 # the lab answers loopback Host names only (DNS-rebinding guard); TestClient says "testserver"
 LAB = "http://127.0.0.1"
@@ -218,6 +220,112 @@ def test_runner_cancel_stops_runs_and_refuses_new_ones_until_resumed() -> None:
     assert runner.run("linear-scale", {"seed": 3}) == cached  # cached answers still come
     runner.resume()
     assert runner.run("linear-scale", {"seed": 4})["params"]["seed"] == 4
+
+
+def _in_thread(fn: Callable[..., Any], *args: object) -> tuple[threading.Thread, list[object]]:
+    """Start ``fn(*args)`` on a thread; the list gets its result or its exception."""
+    out: list[object] = []
+
+    def call() -> None:
+        try:
+            out.append(fn(*args))
+        except BaseException as exc:
+            out.append(exc)
+
+    thread = threading.Thread(target=call)
+    thread.start()
+    return thread, out
+
+
+def _wait_for(condition: Callable[[], object], what: str, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_a_run_every_request_has_left_stops_and_is_not_cached() -> None:
+    runner = Runner()
+    waiter = Waiter(runner)
+    thread, out = _in_thread(runner.run, "bn-lr", LONG_BN_LR, waiter)
+    _wait_for(lambda: runner.misses == 1, "the run to start")
+    time.sleep(0.5)  # into its training
+    waiter.leave()
+    thread.join(timeout=120)
+    assert not thread.is_alive()
+    assert [type(o) for o in out] == [RunAbandoned]  # stopped, not finished
+    assert runner.abandoned == 1
+    assert Runner.key("bn-lr", LONG_BN_LR) not in runner._cache  # the next request computes
+
+
+@pytest.mark.parametrize("stays", ["a request", "the warm-up"])
+def test_a_run_goes_on_while_anyone_still_waits(stays: str) -> None:
+    runner = Runner()
+    params = {"steps": 2000, "seed": 11}  # about a second or two
+    leaving = Waiter(runner)
+    staying = Waiter(runner) if stays == "a request" else None  # the warm-up waits without one
+    first, first_out = _in_thread(runner.run, "bn-lr", params, leaving)
+    _wait_for(lambda: runner.misses == 1, "the run to start")
+    second, second_out = _in_thread(runner.run, "bn-lr", params, staying)
+    _wait_for(lambda: runner.hits == 1, "the second caller to join")
+    leaving.leave()
+    for thread in (first, second):
+        thread.join(timeout=120)
+    assert runner.abandoned == 0
+    assert isinstance(second_out[0], dict) and second_out[0]["params"]["seed"] == 11
+    assert first_out == second_out  # the one who left got it too (nobody reads it)
+
+
+def test_a_request_gone_before_its_run_starts_computes_nothing() -> None:
+    runner = Runner()
+    waiter = Waiter(runner)
+    waiter.leave()
+    with pytest.raises(RunAbandoned):
+        runner.run("drift", {}, waiter)
+    assert (runner.misses, runner.hits, runner._cache) == (0, 0, {})
+
+
+def _abandon(port: int, name: str, body: dict, runner: Runner) -> None:
+    """POST through a raw socket, wait until the run starts, then hang up (an aborted fetch)."""
+    data = json.dumps(body).encode()
+    started = runner.misses
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(
+            f"POST /api/experiments/{name} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n".encode()
+            + data
+        )
+        _wait_for(lambda: runner.misses > started, "the run to start")
+        time.sleep(0.5)
+
+
+@pytest.mark.slow
+def test_a_dropped_request_stops_its_runs_here_and_in_the_helper(tmp_path: Path) -> None:
+    """Two requests for a long bn-lr, dropped by their clients (as a widget aborts a superseded
+    fetch), kept training: the next request waited for them (84.7 s measured), both here and
+    queued behind them in the helper. Now both stop, and the helper is free again."""
+    import uvicorn
+
+    runner = Runner()
+    port = _free_port()
+    app = create_app(runner, helpers=True, db_path=tmp_path / "p.db")
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    serving = threading.Thread(target=server.run)
+    serving.start()
+    try:
+        _wait_for(lambda: server.started, "the server")
+        _wait_for(lambda: workers.running() is not None, "the helper")
+        for seed in (1, 2):
+            _abandon(port, "bn-lr", {**LONG_BN_LR, "seed": seed}, runner)
+        _wait_for(lambda: runner.abandoned == 2, "both runs to stop")
+        # the helper's runs were called off too: it takes new work (a queued run would keep
+        # it busy for most of a minute)
+        _wait_for(lambda: workers.submit(abs, -1) is not None, "a free helper", timeout=20)
+        answer = _post(f"http://127.0.0.1:{port}/api/experiments/bn-lr", {"seed": 3})
+        assert answer["params"]["seed"] == 3 and len(answer["losses"]) == 150
+    finally:
+        server.should_exit = True
+        serving.join(timeout=60)
 
 
 @pytest.mark.slow

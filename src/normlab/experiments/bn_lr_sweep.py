@@ -110,18 +110,27 @@ def _summarize(losses: torch.Tensor, tail: int, stable_loss: float) -> tuple[flo
     return final, peak, ok
 
 
+def _offset(progress: Progress, before: int, total: int) -> Progress:
+    """One rate's ``progress(done, steps)`` as the sweep's ``progress(before + done, total)``."""
+
+    def report(done: int, steps: int) -> None:
+        progress(before + done, total)
+
+    return report
+
+
 def run(p: Params, progress: Progress | None = None) -> BnLrSweepResult:
     x, y = data.two_moons(device=p.device)
     lrs = torch.logspace(math.log10(p.lr_min), math.log10(p.lr_max), p.points).tolist()
     base = bn_lr.Params(hidden_layers=p.hidden_layers, width=p.width, seed=p.seed, device=p.device)
     summaries: dict[bool, list[tuple[float, float, bool]]] = {False: [], True: []}
+    total = len(lrs) * p.steps  # progress counts training steps over the whole sweep
     for i, lr in enumerate(lrs):
         nets = [bn_lr._net(base, False), bn_lr._net(base, True)]
-        plain, with_bn = train.train_mlps_fast(nets, x, y, lr=lr, steps=p.steps)
+        step = None if progress is None else _offset(progress, i * p.steps, total)
+        plain, with_bn = train.train_mlps_fast(nets, x, y, lr=lr, steps=p.steps, progress=step)
         summaries[False].append(_summarize(plain.losses, p.tail, p.stable_loss))
         summaries[True].append(_summarize(with_bn.losses, p.tail, p.stable_loss))
-        if progress is not None:
-            progress(i + 1, len(lrs))
     curves = [
         SweepCurve(
             batch_norm=bn,

@@ -33,7 +33,7 @@ from normlab.experiments import (
 )
 from normlab.lab.errors import bad_input
 from normlab.lab.progress import ProgressStore, default_db_path
-from normlab.lab.runner import RunCancelled, Runner
+from normlab.lab.runner import RunAbandoned, RunCancelled, Runner
 from normlab.lab.sandbox import Sandbox, SandboxError
 from normlab.lab.security import LabGuard
 
@@ -180,8 +180,10 @@ def create_app(
         if isinstance(params, JSONResponse):
             return params
         try:
-            return await request.app.state.runner.arun(name, params)
-        except RunCancelled as exc:
+            return await request.app.state.runner.arun(
+                name, params, gone=lambda: _client_gone(request)
+            )
+        except (RunCancelled, RunAbandoned) as exc:  # (abandoned: nobody is there to read it)
             return bad_input(None, str(exc), status=503)
         except UnknownExperiment as exc:
             return bad_input("name", str(exc))
@@ -236,6 +238,17 @@ def serve(app: FastAPI, host: str, port: int) -> None:
         server.run()
     if not server.started:  # e.g. the port is taken: uvicorn has said why (uvicorn.run's 3)
         raise SystemExit(3)
+
+
+async def _client_gone(request: Request) -> None:
+    """Return once the client of ``request`` (its body already read) has disconnected.
+
+    After the body, the server's next ASGI message for the request is ``http.disconnect``: sent
+    when the client closes the connection (a widget's superseded fetch is aborted) or once the
+    response has gone out.
+    """
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _warm(app: FastAPI) -> None:

@@ -4,6 +4,10 @@ The cache key is the experiment name plus every parameter *after* validation and
 ``{}`` and ``{"depth": 10}`` for ``drift`` share one entry. Concurrent requests for the same key
 wait for one computation instead of starting several. Where an experiment declares a ``mirror``
 (``bn-lr``: toggling BatchNorm shows the same two runs), one computation answers both keys.
+
+A run that every one of its requests has given up on stops at its next step: a learner who
+drags a slider past a long setting (a 12 x 256 bn-lr of 2000 steps trains for most of a
+minute) would otherwise wait for it before the run they now want gets the CPU.
 """
 
 from __future__ import annotations
@@ -11,8 +15,9 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio.to_thread
@@ -24,6 +29,45 @@ class RunCancelled(Exception):
     """The lab is shutting down: the run stopped at its next step, or did not start."""
 
 
+class RunAbandoned(Exception):
+    """Every request waiting for the run has gone (its client disconnected): it stopped."""
+
+
+@dataclass(eq=False)
+class _Entry:
+    """One cache entry: the run's future and who waits for it."""
+
+    future: Future[dict[str, Any]] = field(default_factory=Future)
+    waiters: int = 0  # requests waiting that may leave (see Waiter)
+    pinned: bool = False  # someone waits who never leaves (the warm-up, a plain run() call)
+    abandoned: threading.Event = field(default_factory=threading.Event)
+
+
+class Waiter:
+    """One request's interest in a run of ``runner``, given to :meth:`Runner.run`;
+    :meth:`leave` when the client has gone. The run stops once every request waiting for it
+    has left."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.gone = False
+        self._runner = runner
+        self._entry: _Entry | None = None  # the run it waits for (set by Runner.run)
+
+    def leave(self) -> None:
+        runner = self._runner
+        with runner._lock:
+            if self.gone:
+                return
+            self.gone = True
+            entry = self._entry
+            if entry is None:  # not waiting yet: run() will refuse to start for it
+                return
+            entry.waiters -= 1
+            if entry.waiters == 0 and not entry.pinned and not entry.future.done():
+                entry.abandoned.set()
+                runner.abandoned += 1
+
+
 class Runner:
     """A thread-safe LRU cache in front of :func:`normlab.experiments.run_experiment`."""
 
@@ -31,11 +75,12 @@ class Runner:
         if max_entries < 1:
             raise ValueError(f"max_entries must be at least 1, got {max_entries}")
         self.max_entries = max_entries
-        self._cache: OrderedDict[str, Future[dict[str, Any]]] = OrderedDict()
+        self._cache: OrderedDict[str, _Entry] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0  # answered from this key's entry
         self.misses = 0  # computed
         self.mirrored = 0  # answered from the mirror's entry (see run)
+        self.abandoned = 0  # runs stopped because every request for them had gone
         self._cancelled = threading.Event()
 
     def cancel(self) -> None:
@@ -50,20 +95,28 @@ class Runner:
         """Compute again after :meth:`cancel` (an app that is started again)."""
         self._cancelled.clear()
 
-    def _progress(self, done: int, total: int) -> None:
+    def _check(self, entry: _Entry | None) -> None:
         if self._cancelled.is_set():
             raise RunCancelled("the lab is shutting down")
+        if entry is not None and entry.abandoned.is_set():
+            raise RunAbandoned("every request for this run has gone")
 
     @staticmethod
     def key(name: str, params: dict[str, Any]) -> str:
         """Validate ``params`` (raises ``ParameterError``/``ParameterTypeError``) -> cache key."""
         return _key(name, get_experiment(name).make_params(params))
 
-    def run(self, name: str, params: dict[str, Any]) -> dict[str, Any]:
+    def run(
+        self, name: str, params: dict[str, Any], waiter: Waiter | None = None
+    ) -> dict[str, Any]:
         """The ``to_dict()`` of the run, computed once per distinct full parameter set.
 
         An experiment with a ``mirror`` (``bn-lr``: ``batch_norm`` on and off train the same two
         runs) is answered from its mirror's entry when that one is cached or being computed.
+
+        ``waiter``: this request's :class:`Waiter`; when it and every other request waiting for
+        the same run have left, the run stops at its next step and this call raises
+        :class:`RunAbandoned`. Without one, the caller waits for good (the warm-up does).
         """
         experiment = get_experiment(name)
         full = experiment.make_params(params)
@@ -72,56 +125,125 @@ class Runner:
         if experiment.mirror is not None:
             other, convert = experiment.mirror(full)
             mirror = (_key(name, other), convert)
-        source: Future[dict[str, Any]] | None = None
-        with self._lock:
-            future = self._cache.get(key)
-            if future is not None:
-                self._cache.move_to_end(key)
-                self.hits += 1
-                owner = False
-            else:
-                future = Future()
-                self._cache[key] = future
-                owner = True
-                if mirror is not None:
-                    source = self._cache.get(mirror[0])
-                while len(self._cache) > self.max_entries:
-                    self._cache.popitem(last=False)
-        if owner:
-            try:
-                value = None
-                if source is not None and mirror is not None:
-                    try:  # waits if it is being computed
-                        value = {**mirror[1](source.result()), "params": params_dict(full)}
-                    except Exception:  # that run failed: compute this one itself
-                        value = None
-                if value is not None:
-                    with self._lock:
-                        self.mirrored += 1
+        while True:
+            source: Future[dict[str, Any]] | None = None
+            with self._lock:
+                if waiter is not None and waiter.gone:
+                    raise RunAbandoned("the request had gone before its run started")
+                entry = self._cache.get(key)
+                if entry is not None and entry.abandoned.is_set():
+                    entry = None  # stopping: start afresh (its clean-up spares the new entry)
+                if entry is not None:
+                    self._cache.move_to_end(key)
+                    self.hits += 1
+                    owner = False
                 else:
+                    entry = _Entry()
+                    self._cache[key] = entry
+                    owner = True
+                    if mirror is not None:
+                        found = self._cache.get(mirror[0])
+                        if found is not None and not found.abandoned.is_set():
+                            source = found.future
+                    while len(self._cache) > self.max_entries:
+                        self._cache.popitem(last=False)
+                if waiter is None:
+                    entry.pinned = True
+                else:
+                    if waiter._runner is not self:
+                        raise ValueError("waiter belongs to another Runner")
+                    entry.waiters += 1
+                    waiter._entry = entry
+            if owner:
+                self._compute(key, entry, name, params, full, mirror, source)
+            try:
+                return entry.future.result()
+            except RunAbandoned:
+                if waiter is not None and waiter.gone:
+                    raise
+                # joined just as everyone else left: compute it for this caller
+                if waiter is not None:
                     with self._lock:
-                        self.misses += 1
-                    self._progress(0, 0)  # refuse at once while shutting down
-                    value = run_experiment(name, progress=self._progress, **params).to_dict()
-                future.set_result(value)
-            except BaseException as exc:
-                with self._lock:
-                    self._cache.pop(key, None)
-                future.set_exception(exc)
-        return future.result()
+                        waiter._entry = None
 
-    async def arun(self, name: str, params: dict[str, Any]) -> dict[str, Any]:
-        """:meth:`run` in a worker thread, so the event loop keeps answering meanwhile."""
+    def _compute(
+        self,
+        key: str,
+        entry: _Entry,
+        name: str,
+        params: dict[str, Any],
+        full: object,
+        mirror: tuple[str, Callable[[dict[str, Any]], dict[str, Any]]] | None,
+        source: Future[dict[str, Any]] | None,
+    ) -> None:
+        try:
+            value = None
+            if source is not None and mirror is not None:
+                try:  # waits if it is being computed
+                    value = {**mirror[1](source.result()), "params": params_dict(full)}
+                except Exception:  # that run failed or was dropped: compute this one itself
+                    value = None
+            if value is not None:
+                with self._lock:
+                    self.mirrored += 1
+            else:
+                with self._lock:
+                    self.misses += 1
+                self._check(entry)  # refuse at once while shutting down
+
+                def progress(done: int, total: int) -> None:
+                    self._check(entry)
+
+                value = run_experiment(name, progress=progress, **params).to_dict()
+            entry.future.set_result(value)
+        except BaseException as exc:
+            with self._lock:
+                if self._cache.get(key) is entry:
+                    del self._cache[key]
+            entry.future.set_exception(exc)
+
+    async def arun(
+        self,
+        name: str,
+        params: dict[str, Any],
+        gone: Callable[[], Awaitable[None]] | None = None,
+    ) -> dict[str, Any]:
+        """:meth:`run` in a worker thread, so the event loop keeps answering meanwhile.
+
+        ``gone``: an async function that returns when the request's client has disconnected;
+        the run is then left (see :class:`Waiter`), and this raises :class:`RunAbandoned`
+        if it stopped.
+        """
         key = self.key(name, params)  # validate on the loop: bad input answers at once
         with self._lock:
-            future = self._cache.get(key)
-        if future is not None and future.done() and future.exception() is None:
+            entry = self._cache.get(key)
+        if entry is not None and entry.future.done() and entry.future.exception() is None:
             with self._lock:
                 self.hits += 1
                 if key in self._cache:
                     self._cache.move_to_end(key)
-            return future.result()
-        return await anyio.to_thread.run_sync(self.run, name, params)
+            return entry.future.result()
+        if gone is None:
+            return await anyio.to_thread.run_sync(self.run, name, params)
+        waiter = Waiter(self)
+        result: dict[str, Any] | None = None
+        error: Exception | None = None
+
+        async def watch() -> None:
+            await gone()
+            waiter.leave()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(watch)
+            try:
+                result = await anyio.to_thread.run_sync(self.run, name, params, waiter)
+            except Exception as exc:  # raised below, not wrapped in the group's ExceptionGroup
+                error = exc
+            group.cancel_scope.cancel()
+        if error is not None:
+            raise error
+        assert result is not None
+        return result
 
 
 def _key(name: str, full: object) -> str:
