@@ -161,8 +161,9 @@ class HelperPool:
     def submit_if_idle(self, fn: Callable[..., T], *args: Any) -> Future[T] | None:
         """:meth:`submit`, or ``None`` when every helper has work already (queueing behind it
         would wait for someone else's run)."""
-        with self._lock:
-            return self._submit(fn, args) if len(self._jobs) < self.processes else None
+        with self._lock:  # (done futures may wait a moment for _forget: they don't count)
+            busy = sum(not future.done() for future in self._jobs)
+            return self._submit(fn, args) if busy < self.processes else None
 
     def _submit(self, fn: Callable[..., T], args: tuple[Any, ...]) -> Future[T]:
         number = next(self._numbers)
