@@ -276,6 +276,13 @@ def test_a_run_goes_on_while_anyone_still_waits(stays: str) -> None:
     assert first_out == second_out  # the one who left got it too (nobody reads it)
 
 
+def test_a_waiter_serves_one_runner() -> None:
+    runner = Runner()
+    with pytest.raises(ValueError, match="another Runner"):
+        runner.run("drift", {}, Waiter(Runner()))
+    assert runner.run("drift", {}, Waiter(runner))["params"]["depth"] == 10  # still serving
+
+
 def test_a_request_gone_before_its_run_starts_computes_nothing() -> None:
     runner = Runner()
     waiter = Waiter(runner)

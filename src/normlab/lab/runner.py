@@ -118,6 +118,8 @@ class Runner:
         the same run have left, the run stops at its next step and this call raises
         :class:`RunAbandoned`. Without one, the caller waits for good (the warm-up does).
         """
+        if waiter is not None and waiter._runner is not self:
+            raise ValueError("waiter belongs to another Runner: make it with Waiter(this runner)")
         experiment = get_experiment(name)
         full = experiment.make_params(params)
         key = _key(name, full)
@@ -150,8 +152,6 @@ class Runner:
                 if waiter is None:
                     entry.pinned = True
                 else:
-                    if waiter._runner is not self:
-                        raise ValueError("waiter belongs to another Runner")
                     entry.waiters += 1
                     waiter._entry = entry
             if owner:
