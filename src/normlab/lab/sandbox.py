@@ -410,18 +410,33 @@ class _Worker:
     def stop(self) -> None:
         self.ctrl.close()  # the fork server stops on its own when it reads the hang-up
         if self.proc is not None:
-            # The whole process group, not only bwrap/unshare: bwrap's child waits for its
-            # parent's go-ahead before it sets --die-with-parent's signal (and, with
-            # --new-session, leaves the group), so killing bwrap in that window (a lab closed
-            # just after it started) left the child asleep for good, holding the output pipe.
-            # After that window it has its own session and that signal set.
-            if self.proc.poll() is None:  # not reaped: its pid still names its group
+            # Not only bwrap/unshare: its child (the PID namespace's init) arms
+            # --die-with-parent's signal only some way into its start, and may already have
+            # left the group (--new-session) by then, so killing bwrap in that window (a lab
+            # closed just after it started) left the child and the fork server below it alive
+            # for good, holding the output pipe. So: stop bwrap (it can fork no more), kill its
+            # children (an init's death ends its whole namespace), then its group.
+            if self.proc.poll() is None:  # not reaped: its pid still names it and its group
+                pid = self.proc.pid
                 with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
-                    os.killpg(self.proc.pid, signal.SIGKILL)  # the group bwrap/unshare leads
+                    os.kill(pid, signal.SIGSTOP)
+                    for child in _children(pid):
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(child, signal.SIGKILL)
+                    os.killpg(pid, signal.SIGKILL)  # the group bwrap/unshare leads
             self.proc.wait()
         # The keeper ends when the last process of the sandbox is gone; one stuck in a disk
         # read finishes dying on its own, so do not wait for it long.
         self._keeper.join(timeout=2)
+
+
+def _children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (from ``/proc``; none if it has gone)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError):
+            found += [int(c) for c in task.read_text().split()]
+    return found
 
 
 def _read_all(conn: socket.socket) -> bytes:
