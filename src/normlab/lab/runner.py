@@ -127,44 +127,37 @@ class Runner:
         if experiment.mirror is not None:
             other, convert = experiment.mirror(full)
             mirror = (_key(name, other), convert)
-        while True:
-            source: Future[dict[str, Any]] | None = None
-            with self._lock:
-                if waiter is not None and waiter.gone:
-                    raise RunAbandoned("the request had gone before its run started")
-                entry = self._cache.get(key)
-                if entry is not None and entry.abandoned.is_set():
-                    entry = None  # stopping: start afresh (its clean-up spares the new entry)
-                if entry is not None:
-                    self._cache.move_to_end(key)
-                    self.hits += 1
-                    owner = False
-                else:
-                    entry = _Entry()
-                    self._cache[key] = entry
-                    owner = True
-                    if mirror is not None:
-                        found = self._cache.get(mirror[0])
-                        if found is not None and not found.abandoned.is_set():
-                            source = found.future
-                    while len(self._cache) > self.max_entries:
-                        self._cache.popitem(last=False)
-                if waiter is None:
-                    entry.pinned = True
-                else:
-                    entry.waiters += 1
-                    waiter._entry = entry
-            if owner:
-                self._compute(key, entry, name, params, full, mirror, source)
-            try:
-                return entry.future.result()
-            except RunAbandoned:
-                if waiter is not None and waiter.gone:
-                    raise
-                # joined just as everyone else left: compute it for this caller
-                if waiter is not None:
-                    with self._lock:
-                        waiter._entry = None
+        source: Future[dict[str, Any]] | None = None
+        with self._lock:
+            if waiter is not None and waiter.gone:
+                raise RunAbandoned("the request had gone before its run started")
+            entry = self._cache.get(key)
+            if entry is not None and entry.abandoned.is_set():
+                entry = None  # stopping: start afresh (its clean-up spares the new entry)
+            if entry is not None:
+                self._cache.move_to_end(key)
+                self.hits += 1
+                owner = False
+            else:
+                entry = _Entry()
+                self._cache[key] = entry
+                owner = True
+                if mirror is not None:
+                    found = self._cache.get(mirror[0])
+                    if found is not None and not found.abandoned.is_set():
+                        source = found.future
+                while len(self._cache) > self.max_entries:
+                    self._cache.popitem(last=False)
+            # Counted before the lock is let go, so the run cannot be abandoned under a caller
+            # still waiting: RunAbandoned reaches only callers whose waiter has left.
+            if waiter is None:
+                entry.pinned = True
+            else:
+                entry.waiters += 1
+                waiter._entry = entry
+        if owner:
+            self._compute(key, entry, name, params, full, mirror, source)
+        return entry.future.result()
 
     def _compute(
         self,
