@@ -86,13 +86,12 @@ def _build_parser() -> _Parser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     p_list = sub.add_parser("list", help="the experiments and their parameters", allow_abbrev=False)
     p_list.add_argument("--json", action="store_true", help="print the registry as JSON")
-    names = ", ".join(e.name for e in list_experiments())
     p_run = sub.add_parser(
         "run",
         help="run one experiment",
         usage="normlab run NAME [--json] [--plot FILE] [--PARAMETER VALUE ...]",
         description="Run one experiment and print its tables (or JSON); optionally save a figure.",
-        epilog=f"experiments: {names}. `normlab run NAME --help` lists NAME's parameters.",
+        epilog=f"experiments: {_names()}. `normlab run NAME --help` lists NAME's parameters.",
         formatter_class=_HelpFormatter,
         allow_abbrev=False,
         add_help=False,  # -h is answered in main: with a NAME, by that experiment's own help
@@ -123,6 +122,11 @@ def _build_parser() -> _Parser:
         "$XDG_DATA_HOME/normlab/progress.sqlite3, else ~/.local/share/normlab/...)",
     )
     return parser
+
+
+def _names() -> str:
+    """Every experiment's name, in registry order, for help and errors."""
+    return ", ".join(e.name for e in list_experiments())
 
 
 def _port(text: str) -> int:
@@ -336,8 +340,7 @@ def _cmd_run_help(name: str | None, run_parser: argparse.ArgumentParser | None) 
 
 def _cmd_run(args: argparse.Namespace, extra: list[str], console: Console) -> None:
     if args.name is None:
-        names = ", ".join(e.name for e in list_experiments())
-        raise UsageError(f"the following arguments are required: name (one of: {names})")
+        raise UsageError(f"the following arguments are required: name (one of: {_names()})")
     experiment = get_experiment(args.name)
     params = parse_params(experiment, extra)
     plot_path = _check_plot_path(args.plot) if args.plot else None
