@@ -100,6 +100,44 @@ def test_start_and_stop_are_counted(helpers: workers.HelperPool) -> None:
     assert workers.running() is helpers
 
 
+class _HandsBackDone:
+    """An executor that returns a future only once the helper has finished it: what a fast job
+    does when the submitting thread loses the CPU between ``submit`` and its bookkeeping."""
+
+    def __init__(self, executor: object) -> None:
+        self.executor = executor
+
+    def submit(self, *args: object) -> object:
+        future = self.executor.submit(*args)  # type: ignore[attr-defined]
+        future.result(timeout=READY_S)
+        return future
+
+
+@pytest.mark.parametrize("method", ["submit", "submit_if_idle"])
+def test_a_job_done_before_submit_returns_does_not_hang(
+    helpers: workers.HelperPool, method: str
+) -> None:
+    # CI once hung 600 s here: the done-callback ran at once, in the submitting thread, and
+    # waited for the lock that thread held.
+    pool = wait_running()
+    real = pool._executor
+    pool._executor = _HandsBackDone(real)  # type: ignore[assignment]
+    answer: list[object] = []
+    try:
+        caller = threading.Thread(
+            target=lambda: answer.append(getattr(pool, method)(abs, -3)), daemon=True
+        )
+        caller.start()
+        caller.join(timeout=READY_S)
+        assert not caller.is_alive(), f"{method} hung on a job that was already done"
+    finally:
+        pool._executor = real
+    (future,) = answer
+    assert future.result(timeout=0) == 3  # type: ignore[attr-defined]
+    assert future not in pool._jobs  # done work is forgotten, even when it was done at once
+    assert pool.submit_if_idle(abs, -5).result(timeout=READY_S) == 5  # the lock is free
+
+
 def test_a_dead_helper_is_replaced(helpers: workers.HelperPool) -> None:
     pool = wait_running()
     os.kill(helper_pid(pool), signal.SIGKILL)

@@ -156,19 +156,27 @@ class HelperPool:
     def submit(self, fn: Callable[..., T], *args: Any) -> Future[T]:
         """Run ``fn(*args)`` in a helper (``fn`` and ``args`` must pickle)."""
         with self._lock:
-            return self._submit(fn, args)
+            future = self._submit(fn, args)
+        return self._forget_when_done(future)
 
     def submit_if_idle(self, fn: Callable[..., T], *args: Any) -> Future[T] | None:
         """:meth:`submit`, or ``None`` when every helper has work already (queueing behind it
         would wait for someone else's run)."""
         with self._lock:  # (done futures may wait a moment for _forget: they don't count)
             busy = sum(not future.done() for future in self._jobs)
-            return self._submit(fn, args) if busy < self.processes else None
+            if busy >= self.processes:
+                return None
+            future = self._submit(fn, args)
+        return self._forget_when_done(future)
 
     def _submit(self, fn: Callable[..., T], args: tuple[Any, ...]) -> Future[T]:
         number = next(self._numbers)
         future: Future[T] = self._executor.submit(_run_job, number, fn, *args)
         self._jobs[future] = number
+        return future
+
+    def _forget_when_done(self, future: Future[T]) -> Future[T]:
+        # Outside the lock: a job already done runs _forget at once, in this thread.
         future.add_done_callback(self._forget)
         return future
 
