@@ -232,6 +232,36 @@ def test_fast_accepts_torch_batchnorm_and_flat_sequential(
     torch.testing.assert_close(fast.state_dict(), eager.state_dict(), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize(
+    ("widths", "first_bn"),
+    [((1, 8, 8), True), ((8, 8, 5), True), ((5, 3, 7), True), ((3, 6, 6), False)],
+    ids=["1-8-8", "8-8-5", "5-3-7", "3-6-6,first-plain"],
+)
+def test_fast_first_block_shapes(widths: tuple[int, int, int], first_bn: bool) -> None:
+    """The first block's weight is stored transposed when BatchNorm follows it: square,
+    narrow and wide first layers train as eager training does, and the weights come back in
+    their own layout; a first block without BatchNorm is left as it was."""
+    d, h1, h2 = widths
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(40, d, generator=g), (torch.rand(40, 1, generator=g) > 0.5).float()
+
+    def net() -> nn.Sequential:
+        torch.manual_seed(1)
+        first: list[nn.Module] = [nn.Linear(d, h1)]
+        if first_bn:
+            first.append(nn.BatchNorm1d(h1))
+        return nn.Sequential(
+            *first, nn.ReLU(), nn.Linear(h1, h2), nn.BatchNorm1d(h2), nn.ReLU(), nn.Linear(h2, 1)
+        )
+
+    eager, fast = net(), net()
+    expected = train_sgd(eager, x, y, lr=0.3, steps=15)
+    got = train_mlp_fast(fast, x, y, lr=0.3, steps=15).losses
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(fast.state_dict(), eager.state_dict(), rtol=1e-5, atol=1e-5)
+    assert all(p.is_contiguous() for p in fast.parameters())
+
+
 def test_record_init_matches_autograd(moons: tuple[torch.Tensor, torch.Tensor]) -> None:
     x, y = moons
     net = mlp(width=32, depth=3)
