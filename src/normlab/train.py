@@ -25,7 +25,6 @@ is left is mostly matmul.
 
 from __future__ import annotations
 
-import pickle
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import CancelledError, Future
@@ -37,8 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from normlab import _payload, workers
 from normlab import nn as nlnn
-from normlab import workers
 
 OnStep = Callable[[int, nn.Module], None]
 """Called as ``on_step(step, model)`` after backward and before the update (gradients are set)."""
@@ -319,10 +318,10 @@ def train_mlps_fast(
     Why processes: on threads the Python side of every op holds the GIL, so on a 2-core CPU two
     models on two threads took 1.2-1.7x as long as the longer one alone, and with a helper
     process 1.0-1.5x (``benchmarks/widgets.py`` measures both). A model that cannot be
-    pickled, or a helper that dies, falls back to the calling thread. If the calling thread's
-    run raises (Ctrl+C, or a lab run nobody waits for any more), the other runs stop at their
-    next step, in threads or helpers (:func:`normlab.workers.cancel`), and their models keep the
-    weights they had.
+    pickled (or has two tensors on one storage, see :mod:`normlab._payload`), or a helper that
+    dies, falls back to the calling thread. If the calling thread's run raises (Ctrl+C, or a
+    lab run nobody waits for any more), the other runs stop at their next step, in threads or
+    helpers (:func:`normlab.workers.cancel`), and their models keep the weights they had.
 
     Args:
         models: networks as :func:`train_mlp_fast` accepts them, trained in place.
@@ -393,8 +392,8 @@ def train_mlps_fast(
 
 
 # --------------------------------------------------------------------------------------------
-# Runs in helper processes (normlab.workers): the model goes there pickled, and its trained
-# state comes back with the losses.
+# Runs in helper processes (normlab.workers): the model goes there pickled (normlab._payload:
+# tensors as raw bytes), and its trained state comes back with the losses.
 
 
 class _PayloadError(Exception):
@@ -416,11 +415,11 @@ def helper_init() -> None:
 
 def _train_remote(payload: bytes) -> bytes:
     try:
-        model, x, y, lr, steps = pickle.loads(payload)
+        model, x, y, lr, steps = _payload.loads(payload)
     except Exception as exc:
         raise _PayloadError(f"{type(exc).__name__}: {exc}") from None
     run = train_mlp_fast(model, x, y, lr=lr, steps=steps, progress=_stop_if_closing)
-    return pickle.dumps((run.losses, model.state_dict()))
+    return _payload.dumps((run.losses, model.state_dict()))
 
 
 def _stop_if_closing(done: int, total: int) -> None:
@@ -446,7 +445,7 @@ def _submit_to_helpers(
     if workers.running() is None:
         return None
     try:
-        payloads = [pickle.dumps((m, x.detach(), y.detach(), lr, steps)) for m in models]
+        payloads = [_payload.dumps((m, x.detach(), y.detach(), lr, steps)) for m in models]
     except Exception:  # e.g. a class defined inside a function, or a lambda hook: use threads
         return None
     futures: list[Future[bytes]] = []
@@ -470,7 +469,7 @@ def _collect(
 ) -> FastRun:
     """The helper's run of ``model``, its trained state copied in; trained here if it failed."""
     try:
-        losses, state = pickle.loads(future.result())
+        losses, state = _payload.loads(future.result())
     except (workers.BrokenProcessPool, _PayloadError, _Stopped, CancelledError):
         pass  # the helper died, closed or could not read the model: train it here
     else:
