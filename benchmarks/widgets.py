@@ -14,12 +14,16 @@ seed notebook does for the same data, written here from its description: an eage
 
 Every timed call uses a parameter set the process has not seen before (cases differ, and each
 repeat changes the seed, the same on both sides), repeats are interleaved with a rotating order,
-and the table shows medians. The two training widgets have a target: the seed way must take at
-least 4 times as long as ours. Absolute times on a shared machine move from run to run; the
-ratios within one run are the result, and the load average is printed so a noisy run can be told
-apart. The training widgets are also timed with the seed way on one intra-op thread (``seed@1t``):
-that shows how much of the ratio is the thread count (normlab's trainer runs each model on one
-thread) and how much the trainer itself.
+and the table shows medians. Each timed call starts after a short pause (:data:`SETTLE_S`): after
+a parallel region, torch's OpenMP worker threads (libgomp) spin for up to ~10 ms before they
+sleep, and without the pause that spinning lands on the next call, most often ours right after
+the seed way's two threads (through HTTP, init-train measured 63.5 ms without the pause and 58.1
+ms with it, the seed way 234 and 236 ms). The two training widgets have a target: the seed way
+must take at least 4 times as long as ours. Absolute times on a shared machine move from run to
+run; the ratios within one run are the result, and the load average is printed so a noisy run can
+be told apart. The training widgets are also timed with the seed way on one intra-op thread
+(``seed@1t``): that shows how much of the ratio is the thread count (normlab's trainer runs each
+model on one thread) and how much the trainer itself.
 
 After the verdict, bn-lr at its defaults is broken down: the seed way, our two runs together and
 each alone, and the matmuls and BatchNorm kernels of both runs alone on one thread (the work any
@@ -60,6 +64,7 @@ from normlab import data, models, train, workers
 from normlab.experiments import run_experiment
 
 TARGET = 4.0
+SETTLE_S = 0.03  # pause before every timed call: the last call's OpenMP threads stop spinning
 TRAINING = ("bn-lr", "init-train")
 X, Y = data.two_moons()  # the seed's shared dataset: 200 standardized two-moons points
 
@@ -302,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         for key, fns in impls.items():
             names = list(fns)
             for name in names[r % len(names) :] + names[: r % len(names)]:  # rotate the order
+                time.sleep(SETTLE_S)
                 t0 = time.perf_counter()
                 out = fns[name](seed_base + r)
                 times[key][name].append(time.perf_counter() - t0)
@@ -428,6 +434,7 @@ def floor_section(repeats: int) -> None:
     for r in range(repeats + 1):
         names = list(impls)
         for name in names[r % len(names) :] + names[: r % len(names)]:
+            time.sleep(SETTLE_S)
             t0 = time.perf_counter()
             impls[name](2000 + r)
             if r:  # the first round warms up
@@ -518,7 +525,9 @@ def http_section(repeats: int, cached_repeats: int) -> None:
             new: list[float] = []
             seeds: list[float] = []
             for r in range(repeats):
+                time.sleep(SETTLE_S)
                 new.append(_post(url, {**params, "seed": 3000 + r}))  # never asked before
+                time.sleep(SETTLE_S)
                 t0 = time.perf_counter()
                 seed_way(3000 + r)
                 seeds.append((time.perf_counter() - t0) * 1e3)
