@@ -555,7 +555,8 @@ def _train_fast(
         for i, blk in enumerate(blocks):
             buffers = (act_all[i], da_all[i]) if stacked else None
             below = layers[-1] if layers else None
-            layers.append(_Layer(blk, views, below, xi, steps, scratch, buffers))
+            flipped = id(blk.linear.weight) in transposed
+            layers.append(_Layer(blk, views, below, xi, steps, scratch, buffers, flipped))
         if stacked:
             first, depth, width = layers[0], len(blocks), blocks[0].linear.out_features
             start = starts[id(blocks[1].linear.weight)]  # blocks 2..L's weights, one after another
@@ -720,6 +721,7 @@ class _Layer:
         steps: int,
         scratch: dict[tuple[int, ...], torch.Tensor],
         buffers: tuple[torch.Tensor, torch.Tensor] | None = None,
+        transposed: bool = False,
     ) -> None:
         lin = block.linear
         shape = (like.shape[0], lin.out_features)  # (N, H)
@@ -727,10 +729,10 @@ class _Layer:
         self.w, self.gw = views[id(lin.weight)]  # (H, H_in) each
         self.w_t = self.w.t()  # (H_in, H)
         self.gw_t = self.gw.t()  # (H_in, H)
-        # The first block's weight is stored transposed when BatchNorm follows it (see
-        # _train_fast): its gradient is written as x^T da into gw_t, with x^T made once here.
-        first_with_bn = below is None and block.norm is not None
-        self.x_t = like.t().contiguous() if first_with_bn else None  # (D, N)
+        # A weight stored transposed (the first block's, when BatchNorm follows it: see
+        # _train_fast) gets its gradient as x^T da, written into gw_t, with x^T made once here.
+        assert not transposed or below is None, "only the first block's input is the data"
+        self.x_t = like.t().contiguous() if transposed else None  # (D, N)
         self.b, self.gb = _value(views, lin.bias), _grad(views, lin.bias)  # (H,) each
         # the bias as every row of a (N, H) view, made once: addmm would expand it every call
         self.b_rows = None if self.b is None else self.b.expand(shape)
