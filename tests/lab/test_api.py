@@ -24,6 +24,8 @@ from normlab.experiments import list_experiments
 from normlab.lab.app import create_app
 from normlab.lab.runner import RunAbandoned, RunCancelled, Runner, Waiter
 
+from .real_server import free_port, wait_until_serving
+
 # the lab answers loopback Host names only (DNS-rebinding guard); TestClient says "testserver"
 LAB = "http://127.0.0.1"
 
@@ -314,7 +316,7 @@ def test_a_dropped_request_stops_its_runs_here_and_in_the_helper(tmp_path: Path)
     import uvicorn
 
     runner = Runner()
-    port = _free_port()
+    port = free_port()
     app = create_app(runner, helpers=True, db_path=tmp_path / "p.db")
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     serving = threading.Thread(target=server.run)
@@ -338,14 +340,8 @@ def test_a_dropped_request_stops_its_runs_here_and_in_the_helper(tmp_path: Path)
 @pytest.mark.slow
 def test_ctrl_c_cancels_a_long_run_in_progress(tmp_path: Path) -> None:
     """Ctrl+C used to wait for the run in progress (41.9 s for this one) before the lab ended."""
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "normlab", "lab", "--port", str(port)]
-    server = subprocess.Popen(
-        [*cmd, "--db", str(tmp_path / "p.db")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in a terminal
-    )
     answers: list[int] = []
 
     def long_request() -> None:
@@ -360,25 +356,25 @@ def test_ctrl_c_cancels_a_long_run_in_progress(tmp_path: Path) -> None:
         except urllib.error.HTTPError as exc:
             answers.append(exc.code)
 
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/experiments", timeout=60)
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the lab did not start"
-                time.sleep(0.1)
-        client = threading.Thread(target=long_request)
-        client.start()
-        time.sleep(3)  # into the run
-        server.send_signal(signal.SIGINT)
-        _, err = server.communicate(timeout=120)
-        client.join(timeout=120)
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
+    # ``with``: the stderr pipe is closed even when the test fails (left to the garbage
+    # collector, it fails whichever later test is running with a ResourceWarning)
+    with subprocess.Popen(
+        [*cmd, "--db", str(tmp_path / "p.db")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in a terminal
+    ) as server:
+        try:
+            assert wait_until_serving(server, f"http://127.0.0.1:{port}") == 200
+            client = threading.Thread(target=long_request)
+            client.start()
+            time.sleep(3)  # into the run
+            server.send_signal(signal.SIGINT)
+            _, err = server.communicate(timeout=120)
+            client.join(timeout=120)
+        finally:
+            if server.poll() is None:
+                server.kill()
     assert server.returncode == 0, err.decode()
     assert answers == [503]  # cancelled, not trained to the end
 
@@ -446,12 +442,6 @@ def test_a_failing_mirror_falls_back_to_computing(monkeypatch: pytest.MonkeyPatc
     assert json.loads(json.dumps(on)) == _fresh("bn-lr", {**BN_LR, "batch_norm": True})
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _post(url: str, body: dict) -> dict:
     req = urllib.request.Request(
         url, data=json.dumps(body).encode(), headers={"content-type": "application/json"}
@@ -462,7 +452,7 @@ def _post(url: str, body: dict) -> dict:
 
 @pytest.mark.slow
 def test_a_real_server_keeps_answering_while_a_training_runs() -> None:
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "normlab", "lab", "--port", str(port)],
         stdout=subprocess.DEVNULL,
@@ -470,12 +460,7 @@ def test_a_real_server_keeps_answering_while_a_training_runs() -> None:
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(base + "/api/experiments", timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        assert wait_until_serving(server, base) == 200
         done: dict[str, float] = {}
 
         def slow() -> None:
@@ -592,26 +577,26 @@ def test_ctrl_c_while_warming_exits_cleanly_and_ends_the_helper(tmp_path: Path) 
     """Stopping ``normlab lab`` during its warm-up used to abort the interpreter (a training on
     a daemon thread at exit: "terminate called without an active exception", exit 134; in my
     runs with Ctrl+C about 12 s after the start)."""
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "normlab", "lab", "--port", str(port)]
-    server = subprocess.Popen(
+    with subprocess.Popen(  # ``with``: the stderr pipe is closed even if the test fails
         [*cmd, "--db", str(tmp_path / "p.db")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
-    try:
-        helpers: set[int] = set()
-        deadline = time.monotonic() + 120
-        while not helpers and time.monotonic() < deadline:  # the helper process of normlab.workers
-            helpers = {c for c in _children(server.pid) if _is_helper(c)}
-            time.sleep(0.1)
-        assert helpers, "no helper process started"
-        urllib.request.urlopen(f"http://127.0.0.1:{port}/api/experiments", timeout=60).close()
-        time.sleep(10)  # into the warm-up's training runs
-        server.send_signal(signal.SIGINT)
-        _, err = server.communicate(timeout=120)
-    finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
+    ) as server:
+        try:
+            helpers: set[int] = set()
+            deadline = time.monotonic() + 120
+            while not helpers and time.monotonic() < deadline:  # the helper of normlab.workers
+                helpers = {c for c in _children(server.pid) if _is_helper(c)}
+                time.sleep(0.1)
+            assert helpers, "no helper process started"
+            # the helper starts before uvicorn binds the port (CI once found it refused here)
+            assert wait_until_serving(server, f"http://127.0.0.1:{port}") == 200
+            time.sleep(10)  # into the warm-up's training runs
+            server.send_signal(signal.SIGINT)
+            _, err = server.communicate(timeout=120)
+        finally:
+            if server.poll() is None:
+                server.kill()
     assert server.returncode == 0, err.decode()
     assert b"terminate called" not in err
     time.sleep(0.5)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -25,6 +24,8 @@ from normlab.lab import exercises
 from normlab.lab.app import create_app
 from normlab.lab.lessons import LESSONS
 from normlab.lab.progress import ProgressStore, ProgressStoreError, default_db_path
+
+from .real_server import free_port, wait_until_serving
 
 LAB = "http://127.0.0.1"  # the lab answers loopback Host names only
 ROOT = Path(__file__).resolve().parents[2]
@@ -246,13 +247,6 @@ def test_progress_has_every_lesson_and_exercise(client: TestClient) -> None:
 # -- a real server, killed --------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _call(base: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(
@@ -268,18 +262,13 @@ def _call(base: str, method: str, path: str, body: Any = None) -> tuple[int, Any
 def _lab(db: Path, port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "normlab", "lab", "--port", str(port), "--db", str(db)]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the lab exited with status {proc.returncode}")
-        try:
-            if _call(f"http://127.0.0.1:{port}", "GET", "/api/progress")[0] == 200:
-                return proc
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("the lab did not answer within 120 s")
+    try:
+        assert wait_until_serving(proc, f"http://127.0.0.1:{port}", "/api/progress") == 200
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -288,7 +277,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_acknowledged_progress_survives_sigkill(tmp_path: Path) -> None:
-    db, port = tmp_path / "kill" / "progress.sqlite3", _free_port()
+    db, port = tmp_path / "kill" / "progress.sqlite3", free_port()
     base = f"http://127.0.0.1:{port}"
     env = _env(tmp_path)
     proc = _lab(db, port, env)
