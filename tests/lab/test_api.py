@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -17,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import JSONResponse
 from fastapi.testclient import TestClient
 
 from normlab import workers
-from normlab.experiments import list_experiments
+from normlab.experiments import ParameterError, list_experiments
 from normlab.lab.app import create_app
 from normlab.lab.runner import RunAbandoned, RunCancelled, Runner, Waiter
 
@@ -90,9 +93,16 @@ def test_every_experiment_with_defaults_carries_the_seed_figures(
 ) -> None:
     r = client.post(f"/api/experiments/{name}", json={})
     assert r.status_code == 200, r.text
+    assert r.headers["content-type"] == "application/json"
     d = r.json()
     assert d["experiment"] == name and d["params"]["device"] == "cpu"
     assert SEED_FIGURES[name](d)
+    # the body is rendered by the Runner, once: byte for byte what FastAPI renders from the
+    # result's dict (jsonable_encoder, then JSONResponse), which the route used to return
+    value = client.app.state.runner.run(name, {})  # type: ignore[attr-defined]
+    assert r.content == JSONResponse(jsonable_encoder(value)).body
+    again = client.post(f"/api/experiments/{name}", json={})
+    assert again.content == r.content
 
 
 def test_params_change_the_run(client: TestClient) -> None:
@@ -166,6 +176,20 @@ def test_results_are_cached_by_their_full_parameter_set() -> None:
         assert a == b and (runner.misses, runner.hits) == (1, 1)
         c.post("/api/experiments/drift", json={"depth": 9})
         assert runner.misses == 2
+
+
+def test_an_answer_is_rendered_once_and_sent_as_is_when_cached() -> None:
+    runner = Runner()
+    params = {"depth": 3, "seed": 2}
+    first = asyncio.run(runner.arun_json("drift", params))
+    assert json.loads(first) == json.loads(json.dumps(runner.run("drift", params)))
+    cached = asyncio.run(runner.arun_json("drift", {**params, "width": 16}))  # the default width
+    assert cached is first and (runner.misses, runner.hits) == (1, 2)
+    # a run computed without JSON (a lesson page's) is rendered on its first request
+    runner.run("drift", {"depth": 4})
+    assert json.loads(asyncio.run(runner.arun_json("drift", {"depth": 4})))["params"]["depth"] == 4
+    with pytest.raises(ParameterError):  # bad input is refused before any thread is used
+        asyncio.run(runner.arun_json("drift", {"depth": 0}))
 
 
 def test_runner_computes_once_for_concurrent_identical_requests() -> None:

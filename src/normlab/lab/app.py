@@ -20,7 +20,7 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from normlab import __version__, train, workers
 from normlab.experiments import (
@@ -180,9 +180,10 @@ def create_app(
         if isinstance(params, JSONResponse):
             return params
         try:
-            return await request.app.state.runner.arun(
+            body = await request.app.state.runner.arun_json(
                 name, params, gone=lambda: _client_gone(request)
             )
+            return Response(content=body, media_type="application/json")
         except (RunCancelled, RunAbandoned) as exc:  # (abandoned: nobody is there to read it)
             return bad_input(None, str(exc), status=503)
         except UnknownExperiment as exc:

@@ -41,6 +41,7 @@ class _Entry:
     waiters: int = 0  # requests waiting that may leave (see Waiter)
     pinned: bool = False  # someone waits who never leaves (the warm-up, a plain run() call)
     abandoned: threading.Event = field(default_factory=threading.Event)
+    body: bytes | None = None  # the value as JSON, rendered once (see Runner.arun_json)
 
 
 class Waiter:
@@ -118,6 +119,11 @@ class Runner:
         the same run have left, the run stops at its next step and this call raises
         :class:`RunAbandoned`. Without one, the caller waits for good (the warm-up does).
         """
+        return self._run(name, params, waiter).future.result()
+
+    def _run(self, name: str, params: dict[str, Any], waiter: Waiter | None) -> _Entry:
+        """:meth:`run`, returning the finished cache entry (its future raises a failed run's
+        error here)."""
         if waiter is not None and waiter._runner is not self:
             raise ValueError("waiter belongs to another Runner: make it with Waiter(this runner)")
         experiment = get_experiment(name)
@@ -157,7 +163,8 @@ class Runner:
                 waiter._entry = entry
         if owner:
             self._compute(key, entry, name, params, full, mirror, source)
-        return entry.future.result()
+        entry.future.result()
+        return entry
 
     def _compute(
         self,
@@ -195,13 +202,14 @@ class Runner:
                     del self._cache[key]
             entry.future.set_exception(exc)
 
-    async def arun(
+    async def arun_json(
         self,
         name: str,
         params: dict[str, Any],
         gone: Callable[[], Awaitable[None]] | None = None,
-    ) -> dict[str, Any]:
-        """:meth:`run` in a worker thread, so the event loop keeps answering meanwhile.
+    ) -> bytes:
+        """:meth:`run` in a worker thread, so the event loop keeps answering meanwhile, and the
+        answer as UTF-8 JSON, rendered once per cache entry (a cached answer is sent as is).
 
         ``gone``: an async function that returns when the request's client has disconnected;
         the run is then left (see :class:`Waiter`), and this raises :class:`RunAbandoned`
@@ -215,11 +223,11 @@ class Runner:
                 self.hits += 1
                 if key in self._cache:
                     self._cache.move_to_end(key)
-            return entry.future.result()
+            return _body(entry)
         if gone is None:
-            return await anyio.to_thread.run_sync(self.run, name, params)
+            return await anyio.to_thread.run_sync(self._run_json, name, params, None)
         waiter = Waiter(self)
-        result: dict[str, Any] | None = None
+        result: bytes | None = None
         error: Exception | None = None
 
         async def watch() -> None:
@@ -229,7 +237,7 @@ class Runner:
         async with anyio.create_task_group() as group:
             group.start_soon(watch)
             try:
-                result = await anyio.to_thread.run_sync(self.run, name, params, waiter)
+                result = await anyio.to_thread.run_sync(self._run_json, name, params, waiter)
             except Exception as exc:  # raised below, not wrapped in the group's ExceptionGroup
                 error = exc
             group.cancel_scope.cancel()
@@ -237,6 +245,22 @@ class Runner:
             raise error
         assert result is not None
         return result
+
+    def _run_json(self, name: str, params: dict[str, Any], waiter: Waiter | None) -> bytes:
+        return _body(self._run(name, params, waiter))  # rendered here, off the event loop
+
+
+def _body(entry: _Entry) -> bytes:
+    """``entry``'s value as JSON, rendered on first use (two threads at once render the same)."""
+    body = entry.body
+    if body is None:
+        # as Starlette's JSONResponse renders; to_dict() values are plain JSON types, NaN and
+        # infinities already None, so FastAPI's jsonable_encoder walk is not needed
+        text = json.dumps(
+            entry.future.result(), ensure_ascii=False, allow_nan=False, separators=(",", ":")
+        )
+        body = entry.body = text.encode()
+    return body
 
 
 def _key(name: str, full: object) -> str:
