@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ from fastapi.testclient import TestClient
 
 from normlab.lab.app import create_app
 from normlab.lab.security import COOKIE, LabGuard, is_loopback, new_token
+
+from .real_server import free_port
 
 LAB = "http://127.0.0.1"
 TOKEN = "t0k3n-for-tests-only-0123456789"
@@ -149,16 +150,10 @@ def test_malformed_cookie_is_no_token(guarded: TestClient) -> None:
     _refused(guarded.get("/", headers={"Cookie": '"; =;; \\'}), "token")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.slow
 def test_real_server_off_loopback_needs_token(tmp_path: os.PathLike[str]) -> None:
     """``normlab lab --host 0.0.0.0`` prints a token URL and refuses requests without it."""
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "XDG_DATA_HOME": str(tmp_path)}
     cmd = [sys.executable, "-m", "normlab", "lab", "--host", "0.0.0.0", "--port", str(port)]
     proc = subprocess.Popen(
