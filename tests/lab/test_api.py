@@ -13,9 +13,10 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from fastapi.encoders import jsonable_encoder
@@ -31,6 +32,7 @@ from .real_server import free_port, wait_until_serving
 
 # the lab answers loopback Host names only (DNS-rebinding guard); TestClient says "testserver"
 LAB = "http://127.0.0.1"
+T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
@@ -178,18 +180,25 @@ def test_results_are_cached_by_their_full_parameter_set() -> None:
         assert runner.misses == 2
 
 
+def _on_own_loop(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Await ``coroutine`` on a new event loop in another thread: the browser tests' sync
+    Playwright leaves its loop marked as running in this one, where ``asyncio.run`` refuses."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
 def test_an_answer_is_rendered_once_and_sent_as_is_when_cached() -> None:
     runner = Runner()
     params = {"depth": 3, "seed": 2}
-    first = asyncio.run(runner.arun_json("drift", params))
+    first = _on_own_loop(runner.arun_json("drift", params))
     assert json.loads(first) == json.loads(json.dumps(runner.run("drift", params)))
-    cached = asyncio.run(runner.arun_json("drift", {**params, "width": 16}))  # the default width
+    cached = _on_own_loop(runner.arun_json("drift", {**params, "width": 16}))  # the default width
     assert cached is first and (runner.misses, runner.hits) == (1, 2)
     # a run computed without JSON (a lesson page's) is rendered on its first request
     runner.run("drift", {"depth": 4})
-    assert json.loads(asyncio.run(runner.arun_json("drift", {"depth": 4})))["params"]["depth"] == 4
+    assert json.loads(_on_own_loop(runner.arun_json("drift", {"depth": 4})))["params"]["depth"] == 4
     with pytest.raises(ParameterError):  # bad input is refused before any thread is used
-        asyncio.run(runner.arun_json("drift", {"depth": 0}))
+        _on_own_loop(runner.arun_json("drift", {"depth": 0}))
 
 
 def test_runner_computes_once_for_concurrent_identical_requests() -> None:
