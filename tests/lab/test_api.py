@@ -201,6 +201,22 @@ def test_an_answer_is_rendered_once_and_sent_as_is_when_cached() -> None:
         _on_own_loop(runner.arun_json("drift", {"depth": 0}))
 
 
+def test_answers_benchmark_runs() -> None:
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "answers.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(root / "src")},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines()[2:]]
+    assert [row[0] for row in rows] == ["bn-lr", "init-train", "symmetry", "variance"], proc.stdout
+    assert all(len(row) == 6 and row[3].endswith("x") for row in rows), proc.stdout
+
+
 def test_runner_computes_once_for_concurrent_identical_requests() -> None:
     runner = Runner()
     out: list[dict] = []
