@@ -48,3 +48,5 @@ bench: install
 	$(PY) benchmarks/widgets.py
 	$(PY) benchmarks/playground.py
 	$(PY) benchmarks/probe.py
+	$(PY) benchmarks/payload.py
+	$(PY) benchmarks/answers.py
