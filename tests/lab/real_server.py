@@ -7,6 +7,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from typing import Any
 
 
 def free_port() -> int:
@@ -17,7 +18,7 @@ def free_port() -> int:
 
 
 def wait_until_serving(
-    proc: subprocess.Popen[bytes], base: str, path: str = "/api/experiments", timeout: float = 120
+    proc: subprocess.Popen[Any], base: str, path: str = "/api/experiments", timeout: float = 120
 ) -> int:
     """Poll ``base + path`` until the server answers; return the HTTP status it answered with.
 

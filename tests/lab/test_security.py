@@ -11,7 +11,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ from fastapi.testclient import TestClient
 from normlab.lab.app import create_app
 from normlab.lab.security import COOKIE, LabGuard, is_loopback, new_token
 
-from .real_server import free_port
+from .real_server import free_port, wait_until_serving
 
 LAB = "http://127.0.0.1"
 TOKEN = "t0k3n-for-tests-only-0123456789"
@@ -166,19 +165,12 @@ def test_real_server_off_loopback_needs_token(tmp_path: os.PathLike[str]) -> Non
         assert found, banner
         token = found.group(1)
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{base}/api/experiments", timeout=5)
-            except urllib.error.HTTPError as exc:
-                assert exc.code == 403
-                assert json.loads(exc.read())["detail"]["parameter"] == "token"
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the lab did not start"
-                time.sleep(0.2)
-            else:
-                pytest.fail("the lab answered without its token")
+        assert wait_until_serving(proc, base) == 403, "the lab answered without its token"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{base}/api/experiments", timeout=10)
+        with refused.value as answer:
+            assert answer.code == 403
+            assert json.loads(answer.read())["detail"]["parameter"] == "token"
         with urllib.request.urlopen(f"{base}/api/experiments?token={token}", timeout=10) as r:
             assert r.status == 200
     finally:
