@@ -179,22 +179,70 @@ def test_bad_token_from_the_environment_exits_2(monkeypatch: pytest.MonkeyPatch)
     assert lines == [lines[0]] and lines[0].startswith("normlab: error: $NORMLAB_TOKEN: ")
 
 
+def _importing_torch(proc: subprocess.Popen[str], timeout: float = 120) -> bool:
+    """Wait until ``proc`` has loaded torch's C++ library, i.e. is inside ``import torch``
+    (the rest of the import takes about a second more here); False if it exits first."""
+    maps = Path(f"/proc/{proc.pid}/maps")
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            if "libtorch" in maps.read_text():
+                return True
+        except OSError:
+            pass
+        time.sleep(0.005)
+    return False
+
+
+@pytest.mark.parametrize(
+    "command",
+    [[sys.executable, "-m", "normlab"], [str(Path(sys.executable).with_name("normlab"))]],
+    ids=["python -m normlab", "normlab script"],
+)
+def test_ctrl_c_while_importing_exits_130_with_one_line(command: list[str]) -> None:
+    # Ctrl+C during the first seconds, while torch is being imported (before normlab.cli.main
+    # runs): the same one line and status as later, not a traceback through the imports.
+    with subprocess.Popen(
+        [*command, "run", "bn-lr", "--steps", "2000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    ) as proc:
+        try:
+            assert _importing_torch(proc), "the command exited before importing torch"
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:  # a failed wait or a hang: end it before `with` waits
+                proc.kill()
+    assert proc.returncode == 130, err
+    assert err == "normlab: interrupted\n"
+    assert out == ""
+
+
 def test_ctrl_c_exits_130_with_one_line() -> None:
     # A long run (12 x 256 blocks, 2000 steps: most of a minute), interrupted after 4 s, while
     # importing torch on a slow machine or while training here; either way one line, no
     # traceback, and the run on the other thread stops too (the timeout guards a hang).
     args = ["run", "bn-lr", "--steps", "2000", "--hidden-layers", "12", "--width", "256"]
-    proc = subprocess.Popen(
+    # `with`: the pipes are closed here even when the test fails, not left to the garbage
+    # collector (whose ResourceWarning would fail a later test)
+    with subprocess.Popen(
         [sys.executable, "-m", "normlab", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         # as a terminal's Ctrl+C finds it, even where the tests run as a background job
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-    time.sleep(4.0)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
+    ) as proc:
+        try:
+            time.sleep(4.0)
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:  # a hang: end it before `with` waits
+                proc.kill()
     assert proc.returncode == 130, err
     assert err == "normlab: interrupted\n"
     assert out == ""

@@ -1,8 +1,69 @@
-"""``python -m normlab`` runs the command line."""
+"""``python -m normlab`` and the ``normlab`` script: the command line of :mod:`normlab.cli`.
 
+A Ctrl+C ends the command line with one line and exit status 130, never a traceback, whenever
+it comes. Two details make that hold:
+
+- Importing :mod:`normlab.cli` imports torch, which takes seconds on a cold start, so a Ctrl+C
+  can come before :func:`normlab.cli.main` is there to catch it: :func:`main` catches that one.
+- CPython marks a ``KeyboardInterrupt`` that propagates out of an ``exec`` of a string as never
+  handled, even when code further up handles it, and then ends the process by SIGINT at exit
+  (status -2, not 130) unless a later ``exec`` clears the mark. Libraries ``exec`` strings while
+  they import (scipy builds every distribution's methods that way, and scikit-learn's datasets
+  import scipy during a run), so a Ctrl+C there was handled and still ended by SIGINT. The
+  interpreter's mark tests for exactly ``KeyboardInterrupt``: :func:`main` has Ctrl+C raise
+  :class:`Interrupted`, a subclass, which every ``except KeyboardInterrupt`` still catches.
+- Python runs a signal's handler wherever the main thread is, a weakref callback or a
+  ``__del__`` included, and drops what those raise ("Exception ignored in ..."): the Ctrl+C was
+  lost and the run went on (the import system's module locks have such callbacks). When an
+  :class:`Interrupted` is dropped that way, :func:`main` delivers the Ctrl+C again a moment
+  later, so that it is raised at an ordinary line.
+"""
+
+import _thread
+import signal
 import sys
+import threading
+from types import FrameType
 
-from normlab.cli import main
+
+class Interrupted(KeyboardInterrupt):
+    """What a Ctrl+C raises in the command line (see the module docstring)."""
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise Interrupted
+
+
+def _redeliver_dropped(info: "sys.UnraisableHookArgs") -> None:
+    """``sys.unraisablehook``: an :class:`Interrupted` raised where Python drops exceptions is
+    delivered again; anything else goes to the hook that was there before."""
+    if isinstance(info.exc_value, Interrupted) and not sys.is_finalizing():
+        # Not from here: the handler would run again before this hook returns, where Python
+        # drops it too. A millisecond later, from another thread, it runs at an ordinary line.
+        again = threading.Timer(0.001, _thread.interrupt_main, args=(signal.SIGINT,))
+        again.daemon = True
+        again.start()
+        return
+    _previous_hook(info)
+
+
+_previous_hook = sys.unraisablehook
+
+
+def main() -> int:
+    """Entry point of the ``normlab`` script; returns the exit status."""
+    # Left alone where Ctrl+C is ignored (a background job) or handled by an embedding program.
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _interrupt)
+        sys.unraisablehook = _redeliver_dropped
+    try:
+        from normlab import cli
+    except KeyboardInterrupt:
+        # cli.EXIT_INTERRUPTED and cli.main's line; cli itself is what could not be imported
+        print("normlab: interrupted", file=sys.stderr)
+        return 130
+    return cli.main()
+
 
 # Guarded: helper processes (normlab.workers, "spawn") import the main module of their parent.
 if __name__ == "__main__":

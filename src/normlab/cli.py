@@ -564,9 +564,9 @@ def _cmd_doctor(args: argparse.Namespace, console: Console) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``normlab`` script; returns the exit status."""
-    console = Console()
+    """Run the command line on ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
     try:
+        console = Console()
         parser = _build_parser()
         args, extra = parser.parse_known_args(argv)
         if args.command == "list":
