@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -179,19 +180,43 @@ def test_bad_token_from_the_environment_exits_2(monkeypatch: pytest.MonkeyPatch)
     assert lines == [lines[0]] and lines[0].startswith("normlab: error: $NORMLAB_TOKEN: ")
 
 
-def _importing_torch(proc: subprocess.Popen[str], timeout: float = 120) -> bool:
-    """Wait until ``proc`` has loaded torch's C++ library, i.e. is inside ``import torch``
-    (the rest of the import takes about a second more here); False if it exits first."""
+def _wait_until_importing_torch(proc: subprocess.Popen[str], timeout: float = 120) -> None:
+    """Return once ``proc`` has loaded torch's C++ library, i.e. is inside ``import torch``
+    (the rest of the import takes about a second more here); fail if it exits first."""
     maps = Path(f"/proc/{proc.pid}/maps")
     deadline = time.monotonic() + timeout
     while proc.poll() is None and time.monotonic() < deadline:
         try:
             if "libtorch" in maps.read_text():
-                return True
+                return
         except OSError:
             pass
         time.sleep(0.005)
-    return False
+    pytest.fail("the command exited (or hung) before importing torch")
+
+
+def _ctrl_c(
+    command: list[str], wait: Callable[[subprocess.Popen[str]], object]
+) -> tuple[int, str, str]:
+    """Start ``command``, ``wait(proc)``, press Ctrl+C; return its status, stdout and stderr."""
+    # `with`: the pipes are closed here even when the test fails, not left to the garbage
+    # collector (whose ResourceWarning would fail a later test)
+    with subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # as a terminal's Ctrl+C finds it, even where the tests run as a background job
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    ) as proc:
+        try:
+            wait(proc)
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:  # a failed wait or a hang: end it before `with` waits
+                proc.kill()
+    return proc.returncode, out, err
 
 
 @pytest.mark.parametrize(
@@ -202,23 +227,9 @@ def _importing_torch(proc: subprocess.Popen[str], timeout: float = 120) -> bool:
 def test_ctrl_c_while_importing_exits_130_with_one_line(command: list[str]) -> None:
     # Ctrl+C during the first seconds, while torch is being imported (before normlab.cli.main
     # runs): the same one line and status as later, not a traceback through the imports.
-    with subprocess.Popen(
-        [*command, "run", "bn-lr", "--steps", "2000"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    ) as proc:
-        try:
-            assert _importing_torch(proc), "the command exited before importing torch"
-            proc.send_signal(signal.SIGINT)
-            out, err = proc.communicate(timeout=120)
-        finally:
-            if proc.poll() is None:  # a failed wait or a hang: end it before `with` waits
-                proc.kill()
-    assert proc.returncode == 130, err
-    assert err == "normlab: interrupted\n"
-    assert out == ""
+    args = [*command, "run", "bn-lr", "--steps", "2000"]
+    status, out, err = _ctrl_c(args, _wait_until_importing_torch)
+    assert (status, err, out) == (130, "normlab: interrupted\n", "")
 
 
 def test_ctrl_c_exits_130_with_one_line() -> None:
@@ -226,23 +237,7 @@ def test_ctrl_c_exits_130_with_one_line() -> None:
     # importing torch on a slow machine or while training here; either way one line, no
     # traceback, and the run on the other thread stops too (the timeout guards a hang).
     args = ["run", "bn-lr", "--steps", "2000", "--hidden-layers", "12", "--width", "256"]
-    # `with`: the pipes are closed here even when the test fails, not left to the garbage
-    # collector (whose ResourceWarning would fail a later test)
-    with subprocess.Popen(
-        [sys.executable, "-m", "normlab", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        # as a terminal's Ctrl+C finds it, even where the tests run as a background job
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    ) as proc:
-        try:
-            time.sleep(4.0)
-            proc.send_signal(signal.SIGINT)
-            out, err = proc.communicate(timeout=120)
-        finally:
-            if proc.poll() is None:  # a hang: end it before `with` waits
-                proc.kill()
-    assert proc.returncode == 130, err
-    assert err == "normlab: interrupted\n"
-    assert out == ""
+    status, out, err = _ctrl_c(
+        [sys.executable, "-m", "normlab", *args], lambda proc: time.sleep(4.0)
+    )
+    assert (status, err, out) == (130, "normlab: interrupted\n", "")
