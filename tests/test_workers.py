@@ -93,6 +93,14 @@ def test_helpers_run_work_in_another_process(helpers: workers.HelperPool) -> Non
     assert helpers.submit(torch.get_num_threads).result(timeout=READY_S) == 1
 
 
+def test_helpers_leave_ctrl_c_to_their_parent(helpers: workers.HelperPool) -> None:
+    # A terminal's Ctrl+C reaches the whole process group: a helper keeps SIGINT blocked from
+    # its start (the lab stops it), and the parent's own mask is left as it was.
+    mask = helpers.submit(signal.pthread_sigmask, signal.SIG_BLOCK, set()).result(READY_S)
+    assert signal.SIGINT in mask
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, set())
+
+
 def test_start_and_stop_are_counted(helpers: workers.HelperPool) -> None:
     again = workers.start(1, train.helper_init)
     assert again is helpers  # already running: shared, not a second pool

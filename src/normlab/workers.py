@@ -28,10 +28,12 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
+import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
@@ -113,6 +115,23 @@ def _start_helper(
         initializer()
 
 
+@contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """Block SIGINT in this thread for the body: helpers spawned meanwhile keep it blocked.
+
+    Ctrl+C is the parent's to handle (it stops its helpers). A terminal sends it to the whole
+    foreground process group, helpers included, and a helper that took it printed a traceback
+    from wherever it was (its task queue, or its imports while starting). A child starts with
+    the signal mask of the thread that forked it, so SIGINT never reaches a helper spawned in
+    the body; a Ctrl+C that comes meanwhile stays pending and reaches this process after it.
+    """
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 class HelperPool:
     """``processes`` spawned helper processes, each running ``initializer`` once at start.
 
@@ -136,7 +155,8 @@ class HelperPool:
             initializer=_start_helper,
             initargs=(initializer, self._closing, self._cancelled),
         )
-        self._ready: Future[bool] = self._executor.submit(_ready)
+        with _sigint_blocked():  # submit() spawns helpers as work needs them
+            self._ready: Future[bool] = self._executor.submit(_ready)
         self._lock = threading.Lock()
         self._numbers = itertools.count(1)
         self._jobs: dict[Future[Any], int] = {}  # submitted and not done -> its number
@@ -171,7 +191,8 @@ class HelperPool:
 
     def _submit(self, fn: Callable[..., T], args: tuple[Any, ...]) -> Future[T]:
         number = next(self._numbers)
-        future: Future[T] = self._executor.submit(_run_job, number, fn, *args)
+        with _sigint_blocked():
+            future: Future[T] = self._executor.submit(_run_job, number, fn, *args)
         self._jobs[future] = number
         return future
 
