@@ -1,7 +1,7 @@
 """``python -m normlab`` and the ``normlab`` script: the command line of :mod:`normlab.cli`.
 
 A Ctrl+C ends the command line with one line and exit status 130, never a traceback, whenever
-it comes. Two details make that hold:
+it comes. Three details make that hold:
 
 - Importing :mod:`normlab.cli` imports torch, which takes seconds on a cold start, so a Ctrl+C
   can come before :func:`normlab.cli.main` is there to catch it: :func:`main` catches that one.
@@ -34,6 +34,9 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise Interrupted
 
 
+_previous_hook = sys.unraisablehook
+
+
 def _redeliver_dropped(info: "sys.UnraisableHookArgs") -> None:
     """``sys.unraisablehook``: an :class:`Interrupted` raised where Python drops exceptions is
     delivered again; anything else goes to the hook that was there before."""
@@ -45,9 +48,6 @@ def _redeliver_dropped(info: "sys.UnraisableHookArgs") -> None:
         again.start()
         return
     _previous_hook(info)
-
-
-_previous_hook = sys.unraisablehook
 
 
 def main() -> int:
