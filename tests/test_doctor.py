@@ -86,6 +86,48 @@ def test_constant_weights_make_every_layer_symmetric() -> None:
     assert d.problems == ["symmetric"] and "identical units" in d.verdict
 
 
+def test_sigmoid_stack_keeps_its_scale_while_its_gradient_vanishes_on_the_way_back() -> None:
+    d = diagnosis("vanishing-sigmoid")
+    assert d.problems == ["vanishing"]
+    # forward, every layer is within the scale bounds: the pooled std alone says healthy
+    assert all(doctor.VANISHING <= layer.scale <= doctor.EXPLODING for layer in d.layers)
+    weights = [layer for layer in d.layers if layer.kind == "Linear"]
+    assert len(weights) == 21 and weights[-1].grad_ratio == 1.0
+    assert all(
+        layer.grad_ratio != layer.grad_ratio for layer in d.layers if layer.kind == "Sigmoid"
+    )
+    # about 1/sqrt(3) (torch's default weight scale) times sigmoid's slope, <= 1/4, per layer
+    assert weights[0].grad_ratio < 1e-15
+    ratios = [layer.grad_ratio for layer in weights]
+    assert ratios == sorted(ratios)  # it shrinks at every layer on the way back
+    hit = d.with_label("vanishing")
+    assert hit == [layer.name for layer in weights[: len(hit)]] and 10 <= len(hit) <= 19
+    assert "the gradient is vanishing on its way back" in d.verdict and "'20'" in d.verdict
+    assert "the scale is" not in d.verdict
+    text = " ".join(d.suggestions)
+    assert "feed a sigmoid" in text and "BatchNorm" in text
+    assert "--fix lsuv" not in text and "use Xavier" not in text  # no re-init can cure it
+
+
+@pytest.mark.parametrize("method", doctor.FIX_METHODS)
+def test_no_initializer_cures_the_sigmoid_stack(method: str) -> None:
+    net = zoo.build("vanishing-sigmoid")
+    xs = batches("vanishing-sigmoid")
+    doctor.fix(net, method, xs[0], generator=torch.Generator().manual_seed(0))
+    after = doctor.diagnose(net, xs)
+    assert after.problems == ["vanishing"] and "the gradient is vanishing" in after.verdict
+    assert min(layer.grad_ratio for layer in after.layers if layer.kind == "Linear") < 1e-6
+
+
+def test_batch_norm_cures_the_sigmoid_stack_and_layer_norm_does_not() -> None:
+    xs = batches("vanishing-sigmoid")
+    bn = doctor.diagnose(zoo.build("vanishing-sigmoid", norm="batch"), xs)
+    assert bn.healthy, bn.labels()
+    assert min(layer.grad_ratio for layer in bn.layers if layer.kind == "Linear") > 0.05
+    ln = doctor.diagnose(zoo.build("vanishing-sigmoid", norm="layer"), xs)
+    assert ln.problems == ["vanishing"] and "the gradient is vanishing" in ln.verdict
+
+
 @pytest.mark.parametrize("name", ["transformer", "lstm"])
 def test_sequence_models_get_sensible_labels(name: str) -> None:
     d = diagnosis(name)
@@ -180,6 +222,55 @@ def test_scale_thresholds(gain: float, labels: list[str]) -> None:
     assert d.layers[0].labels == labels
 
 
+def two_scaled_identities(a: float, b: float) -> nn.Sequential:
+    """``x -> b (a x)``: two bias-free Linear layers whose weights are ``a I`` and ``b I``."""
+    layers = [nn.Linear(8, 8, bias=False), nn.Linear(8, 8, bias=False)]
+    with torch.no_grad():
+        for layer, gain in zip(layers, (a, b), strict=True):
+            layer.weight.copy_(gain * torch.eye(8))
+    return nn.Sequential(*layers)
+
+
+@pytest.mark.parametrize(
+    ("rho", "labels"),
+    [
+        (0.5 * doctor.GRAD_VANISHING, ["vanishing"]),
+        (2.0 * doctor.GRAD_VANISHING, ["ok"]),
+        (0.5 * doctor.GRAD_EXPLODING, ["ok"]),
+        (2.0 * doctor.GRAD_EXPLODING, ["exploding"]),
+    ],
+)
+def test_gradient_ratio_thresholds(rho: float, labels: list[str]) -> None:
+    # With readout gradient R: dL/dW_2 = a R^T x and dL/dW_1 = b R^T x, |W_1| = a sqrt(8) and
+    # |W_2| = b sqrt(8), so rho_1 = (b / a)^2. The forward scale stays within its bounds.
+    x = torch.randn(256, 8, generator=torch.Generator().manual_seed(0))
+    d = doctor.diagnose(two_scaled_identities(1.0, rho**0.5), x)
+    first, last = d.layers
+    assert first.grad_ratio == pytest.approx(rho, rel=1e-4) and last.grad_ratio == 1.0
+    assert doctor.VANISHING < last.scale < doctor.EXPLODING
+    assert first.labels == labels and last.labels == ["ok"]
+
+
+def test_gradient_ratio_is_the_relative_weight_gradient_over_the_last_layer_s() -> None:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 3))
+    xs = [torch.randn(32, 6, generator=torch.Generator().manual_seed(k)) for k in range(2)]
+    d = doctor.diagnose(net, xs, generator=torch.Generator().manual_seed(7))
+    readout_gen = torch.Generator().manual_seed(7)
+    readout = torch.randn(32, 3, generator=readout_gen)  # the doctor draws it once, first
+    steps = []
+    for x in xs:
+        net.zero_grad()
+        ((net(x) * readout).sum() / 32).backward()
+        steps.append([float(m.weight.grad.norm() / m.weight.detach().norm()) for m in net[::2]])
+    want = [sum(s[j] for s in steps) / 2 for j in range(3)]  # averaged over the steps
+    got = {layer.name: layer.grad_ratio for layer in d.layers}
+    assert got["0"] == pytest.approx(want[0] / want[2], rel=1e-5)
+    assert got["2"] == pytest.approx(want[1] / want[2], rel=1e-5)
+    assert got["4"] == 1.0
+    assert all(got[name] != got[name] for name in ("1", "3"))  # no weights: nan
+
+
 @pytest.mark.parametrize(("dead_units", "labelled"), [(4, False), (5, True)])
 def test_dead_threshold(dead_units: int, labelled: bool) -> None:
     layer = nn.Linear(8, 8)
@@ -265,7 +356,8 @@ def test_to_dict_is_strict_json_with_the_documented_keys() -> None:
         "steps",
     }
     first = back["layers"][0]
-    assert {"name", "labels", "act_mean", "act_std", "dead_frac", "grad_std"} <= set(first)
+    keys = {"name", "labels", "act_mean", "act_std", "dead_frac", "grad_std", "grad_ratio"}
+    assert keys <= set(first)
     linear, tanh = back["layers"][0], back["layers"][1]
     assert linear["saturated_frac"] is None and tanh["saturated_frac"] is not None  # nan -> null
     assert back["input_shape"] == [BATCH, zoo.MLP_IN]

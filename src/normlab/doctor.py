@@ -12,8 +12,10 @@ layer (activation, dropout) takes the unit dimension of the layer before it.
 =============  ==================================================================================
 label          when (thresholds are module constants)
 =============  ==================================================================================
-``vanishing``  :math:`s_l < 10^{-2}\, s_0` (:data:`VANISHING`)
-``exploding``  :math:`s_l > 10^{2}\, s_0` (:data:`EXPLODING`)
+``vanishing``  :math:`s_l < 10^{-2}\, s_0` (:data:`VANISHING`), or a weight layer whose
+               gradient ratio :math:`\rho_l < 10^{-3}` (:data:`GRAD_VANISHING`, below)
+``exploding``  :math:`s_l > 10^{2}\, s_0` (:data:`EXPLODING`), or
+               :math:`\rho_l > 10^{3}` (:data:`GRAD_EXPLODING`)
 ``dead``       at least 60% of the units (:data:`DEAD_FRAC`) are exactly 0 for every element of
                the batch (a ReLU whose pre-activation is negative on every input); depth alone
                leaves up to ~45% of a 20-layer He-initialized ReLU stack's units off on a batch
@@ -33,9 +35,31 @@ so an output whose std is below roughly 1e-20 reads 0: vanishing either way); th
 (dead units, unit spread, sigmoid saturation) are typed statistic functions passed to the probe
 through ``stats=``, each computed once per layer and step for the channel dim and, on 3+
 dimensional outputs, for the last dim, and picked afterwards by the layer's kind. The labels
-read the forward pass only; the gradient standard deviation of each layer's output (the loss is a
-fixed random linear readout of the model's output, so the gradient that enters the model has the
-same scale whatever its output scale) is reported beside them and quoted in the verdict.
+read the forward pass, and the backward pass through the gradient ratio of the weight layers
+(those with a weight of 2+ dimensions: Linear, convolutions, LSTM, attention, embeddings):
+
+.. math::
+
+    \rho_l = \frac{\lVert \partial L / \partial W_l \rVert \,/\, \lVert W_l \rVert}
+                 {\lVert \partial L / \partial W_L \rVert \,/\, \lVert W_L \rVert}
+
+over all of the layer's weights of 2+ dimensions, with :math:`W_L` those of the last weight layer
+(the one nearest the output) and the ratios averaged over the steps. With one learning rate
+for the whole model, :math:`\rho_l` is how fast layer :math:`l`'s weights move, relative to their
+size, against the last layer's: below :math:`10^{-3}` they barely learn (the gradient vanished
+on its way back), above :math:`10^3` they take steps a thousand times larger (it exploded). The
+bounds are wider than the forward ones because the last layer, next to the loss, differs from
+the rest even in a sound model: over every zoo model, norm and init (three seeds and batch
+sizes each), the healthy ones spread :math:`\rho` over 0.02..72. The forward scale alone misses
+a vanishing gradient: the zoo's ``vanishing-sigmoid`` (20 sigmoid layers, PyTorch's default
+init) keeps an output std near 0.07 in every layer, while its first layer's :math:`\rho` is
+about :math:`10^{-17}`. A scale that vanishes evenly in both directions (the zoo's
+``vanishing-tanh``) leaves :math:`\rho` near 1 (each layer's weight gradient is its input, which
+shrinks going forward, times the gradient at its output, which shrinks going back) and is found
+by :math:`s_l`. The gradient standard deviation of each layer's output (the loss is a fixed
+random linear readout of the model's output, so the gradient that enters the model has the same
+scale whatever its output scale) is reported beside them; it is per element, so it also shrinks
+where a pooling or a mean spreads the gradient over more elements, and no label reads it.
 
 Suggestions name the initializer that suits the activation that consumes each weight layer's
 output, found in the autograd graph of one forward pass (through residual adds and other tensor
@@ -68,6 +92,8 @@ LABELS = ("vanishing", "exploding", "dead", "saturated", "symmetric", "ok")
 """The label vocabulary, problems first in order of severity for the verdict's sake."""
 VANISHING = 1e-2
 EXPLODING = 1e2
+GRAD_VANISHING = 1e-3
+GRAD_EXPLODING = 1e3
 DEAD_FRAC = 0.6
 SATURATED_FRAC = 0.25
 SYMMETRIC_SPREAD = 1e-5
@@ -204,6 +230,25 @@ class LayerDiagnosis:
     saturated_frac: float  # nan unless the layer is tanh- or sigmoid-like
     unit_spread: float  # max |y_u - y_0| / max |y|; 0 when every unit is identical
     grad_std: float  # std of the loss gradient w.r.t. the layer's output
+    grad_ratio: float  # rho: relative weight gradient over the last weight layer's; nan: none
+
+    @property
+    def scale_vanishing(self) -> bool:
+        """The forward scale fell below :data:`VANISHING` times the input's (or to 0)."""
+        return self.scale < VANISHING or self.act_std == 0
+
+    @property
+    def scale_exploding(self) -> bool:
+        return self.scale > EXPLODING or math.isinf(self.act_std)
+
+    @property
+    def grad_vanishing(self) -> bool:
+        """The weights' relative gradient is below :data:`GRAD_VANISHING` of the last layer's."""
+        return self.grad_ratio < GRAD_VANISHING
+
+    @property
+    def grad_exploding(self) -> bool:
+        return self.grad_ratio > GRAD_EXPLODING
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = finite_or_none(dataclasses.asdict(self))
@@ -483,6 +528,8 @@ def diagnose(
     stats = dict(_STATS)
     if any(isinstance(m, _SIGMOID_LIKE) for m in model.modules()):
         stats["sigmoid_saturated"] = _sigmoid_saturated  # only then: it costs a pass per layer
+    weights = _weights(model)
+    relative: list[torch.Tensor] = []  # per step: each weight layer's |dL/dW| / |W|, (layers,)
     with _preserved(model):
         with (
             ActivationProbe(model, stats=stats, saturation=TANH_SATURATION, sample_size=None) as ap,
@@ -496,11 +543,13 @@ def diagnose(
                 if out.requires_grad and out.is_floating_point():
                     scale = out.shape[0] if out.dim() > 0 else 1
                     ((out * readout).sum() / scale).backward()
+                    relative.append(_relative_gradients(weights))
                 ap.step()
                 gp.step()
         acts, grad_stats = ap.result(), gp.result()
     modules = dict(model.named_modules())
     grad_std = {name: _mean(grad_stats.grad_std, j) for j, name in enumerate(grad_stats.layers)}
+    grad_ratio = _grad_ratios(list(weights), relative, acts.layers)
     layers = []
     unit_first = False
     for j, (name, kind) in enumerate(zip(acts.layers, acts.kinds, strict=True)):
@@ -528,6 +577,7 @@ def diagnose(
             saturated_frac=saturated,
             unit_spread=_max(acts.extra[f"spread_{where}"], j),
             grad_std=grad_std.get(name, math.nan),
+            grad_ratio=grad_ratio.get(name, math.nan),
         )
         layer.labels = _labels(layer)
         layers.append(layer)
@@ -545,6 +595,54 @@ def diagnose(
     )
 
 
+def _weights(model: nn.Module) -> dict[str, list[nn.Parameter]]:
+    """Each layer's own trainable weights of 2+ dimensions (biases and norm scales left out)."""
+    found: dict[str, list[nn.Parameter]] = {}
+    for name, m in model.named_modules():
+        ps = [p for p in m.parameters(recurse=False) if p.dim() >= 2 and p.requires_grad]
+        if ps and _is_layer(m):
+            found[name] = ps
+    return found
+
+
+def _relative_gradients(weights: dict[str, list[nn.Parameter]]) -> torch.Tensor:
+    """``|dL/dW| / |W|`` per weight layer after one backward pass, in float64, (layers,).
+
+    A layer whose weights got no gradient (not used, or frozen) or are all 0 gives nan.
+    """
+    out = []
+    for ps in weights.values():
+        grads = [p.grad for p in ps if p.grad is not None]
+        if not grads:
+            out.append(torch.tensor(math.nan, dtype=torch.float64))
+            continue
+        g2 = sum(g.detach().double().square().sum() for g in grads)  # float64: 1e-20 squares
+        w2 = sum(p.detach().double().square().sum() for p in ps)
+        out.append(torch.as_tensor(g2 / w2).sqrt().cpu())  # 0 / 0 = nan, x / 0 = inf
+    return torch.stack(out) if out else torch.empty(0, dtype=torch.float64)
+
+
+def _grad_ratios(
+    names: list[str], relative: Sequence[torch.Tensor], order: Sequence[str]
+) -> dict[str, float]:
+    """rho per weight layer: its step-averaged relative gradient over the last weight layer's.
+
+    The last weight layer is the last in ``order`` (the probe's forward order) with a finite,
+    positive relative gradient; without one, no layer gets a ratio.
+    """
+    if not relative or not names:
+        return {}
+    rel = torch.stack(list(relative)).tolist()  # (steps, layers): one host sync
+    mean = {name: _mean(rel, j) for j, name in enumerate(names)}
+    ref = next(
+        (mean[n] for n in reversed(order) if n in mean and math.isfinite(mean[n]) and mean[n] > 0),
+        None,
+    )
+    if ref is None:
+        return {}
+    return {name: r / ref for name, r in mean.items() if math.isfinite(r)}
+
+
 def _input_std(xs: Sequence[torch.Tensor]) -> float:
     if not all(x.is_floating_point() for x in xs):
         return 1.0  # token ids and the like have no scale to compare with
@@ -554,9 +652,9 @@ def _input_std(xs: Sequence[torch.Tensor]) -> float:
 
 def _labels(layer: LayerDiagnosis) -> list[str]:
     labels = []
-    if layer.scale < VANISHING or layer.act_std == 0:
+    if layer.scale_vanishing or layer.grad_vanishing:
         labels.append("vanishing")
-    if layer.scale > EXPLODING or math.isinf(layer.act_std):
+    if layer.scale_exploding or layer.grad_exploding:
         labels.append("exploding")
     if layer.dead_frac >= DEAD_FRAC:
         labels.append("dead")
@@ -586,23 +684,15 @@ def _verdict(layers: Sequence[LayerDiagnosis], problems: Sequence[str]) -> str:
     if not problems:
         return (
             f"healthy: every layer keeps its scale within {VANISHING:g}x..{EXPLODING:g}x of the "
-            "input's, with no dead, saturated or identical units"
+            f"input's and its weights' gradient within {GRAD_VANISHING:g}x..{GRAD_EXPLODING:g}x "
+            "of the last layer's, with no dead, saturated or identical units"
         )
     parts = []
     for problem in problems:
         hit = [layer for layer in layers if problem in layer.labels]
-        first, last = hit[0], layers[-1]
+        first = hit[0]
         if problem in ("vanishing", "exploding"):
-            grads = [layer.grad_std for layer in layers if math.isfinite(layer.grad_std)]
-            grad_words = (
-                f"; gradient std {_g(grads[-1])} at the last layer, {_g(grads[0])} at the first"
-                if grads
-                else ""
-            )
-            parts.append(
-                f"the scale is {problem} from {first.name!r} on ({_g(first.scale)}x the input's "
-                f"std there, {_g(last.scale)}x at the output){grad_words}"
-            )
+            parts += _scale_words(layers, problem)
         elif problem == "dead":
             parts.append(
                 f"dead units in {len(hit)} layer(s), from {first.name!r} "
@@ -619,6 +709,46 @@ def _verdict(layers: Sequence[LayerDiagnosis], problems: Sequence[str]) -> str:
                 "computes the same value, so training cannot tell them apart"
             )
     return "; ".join(parts)
+
+
+def _scale_words(layers: Sequence[LayerDiagnosis], problem: str) -> list[str]:
+    """The verdict's words on a vanishing or exploding scale: forward, backward, or both."""
+    out = []
+    forward = [
+        layer
+        for layer in layers
+        if (layer.scale_vanishing if problem == "vanishing" else layer.scale_exploding)
+    ]
+    if forward:
+        first, last = forward[0], layers[-1]
+        grads = [layer.grad_std for layer in layers if math.isfinite(layer.grad_std)]
+        grad_words = (
+            f"; gradient std {_g(grads[-1])} at the last layer, {_g(grads[0])} at the first"
+            if grads
+            else ""
+        )
+        out.append(
+            f"the scale is {problem} from {first.name!r} on ({_g(first.scale)}x the input's "
+            f"std there, {_g(last.scale)}x at the output){grad_words}"
+        )
+    backward = [
+        layer
+        for layer in layers
+        if (layer.grad_vanishing if problem == "vanishing" else layer.grad_exploding)
+    ]
+    if backward:
+        weighted = [layer for layer in layers if math.isfinite(layer.grad_ratio)]
+        extreme = (min if problem == "vanishing" else max)(backward, key=lambda la: la.grad_ratio)
+        bound, limit = (
+            ("under", GRAD_VANISHING) if problem == "vanishing" else ("over", GRAD_EXPLODING)
+        )
+        out.append(
+            f"the gradient is {problem} on its way back: {len(backward)} of {len(weighted)} "
+            f"weight layers get {bound} {limit:g}x the relative weight gradient of the last one, "
+            f"{weighted[-1].name!r} ({_g(backward[-1].grad_ratio)}x at {backward[-1].name!r}, "
+            f"{_g(extreme.grad_ratio)}x at {extreme.name!r})"
+        )
+    return out
 
 
 def _suggestions(
@@ -672,14 +802,33 @@ def _suggestions(
                 wanted = gain * math.sqrt(2.0 / (fan_in + fan_out))
                 rule = f"Xavier (init.xavier_normal_, gain={gain:.4g})"
             groups.setdefault(act, []).append((name, now, wanted, rule))
-        for act, entries in groups.items():
-            shown = ", ".join(repr(e[0]) for e in entries[:3])
-            shown += f", ... {len(entries) - 3} more" if len(entries) > 3 else ""
+        stuck = {layer.name for layer in layers if layer.grad_vanishing}
+        sigmoids = [e[0] for e in groups.get("sigmoid", []) if e[0] in stuck]
+        if sigmoids:
             out.append(
-                f"{len(entries)} weight layer(s) followed by {act} ({shown}): use {entries[0][3]}; "
-                f"their weight std is {_span([e[1] for e in entries])}, that init gives "
-                f"{_span([e[2] for e in entries])}"
+                f"{len(sigmoids)} of the layers whose gradient vanishes feed a sigmoid, whose "
+                "slope is at most 1/4: each sigmoid layer passes back at most a quarter of the "
+                "gradient unless its weights are large, and large weights push it onto its flat "
+                "ends: the usual re-initializations keep the forward scale, not the gradient. "
+                "Use tanh or ReLU in the hidden layers (keep sigmoid for the output), or "
+                "BatchNorm before each sigmoid"
             )
+        # Scale problems the sigmoids do not explain: an initializer matched to each activation
+        rest = "saturated" in problems or any(
+            layer.scale_vanishing
+            or layer.scale_exploding
+            or ((layer.grad_exploding or layer.grad_vanishing) and layer.name not in sigmoids)
+            for layer in layers
+        )
+        if rest:
+            for act, entries in groups.items():
+                shown = ", ".join(repr(e[0]) for e in entries[:3])
+                shown += f", ... {len(entries) - 3} more" if len(entries) > 3 else ""
+                out.append(
+                    f"{len(entries)} weight layer(s) followed by {act} ({shown}): use "
+                    f"{entries[0][3]}; their weight std is {_span([e[1] for e in entries])}, "
+                    f"that init gives {_span([e[2] for e in entries])}"
+                )
         if not any(isinstance(m, _NORMS) for m in model.modules()):
             conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in modules.values())
             where = "BatchNorm2d after each conv" if conv else "BatchNorm1d after each Linear"
@@ -687,7 +836,8 @@ def _suggestions(
                 f"add a normalization layer: {where}, before its activation (LayerNorm for "
                 "sequences or small batches), so each layer's output is rescaled whatever the init"
             )
-        out.append("or re-initialize data-driven: normlab doctor ... --fix lsuv (init.lsuv_)")
+        if rest:
+            out.append("or re-initialize data-driven: normlab doctor ... --fix lsuv (init.lsuv_)")
     return out
 
 

@@ -44,7 +44,17 @@ def _frac(x: float) -> str:
 def _table(d: Diagnosis) -> str:
     head = "".join(
         f"<th>{c}</th>"
-        for c in ("layer", "kind", "act mean", "act std", "dead", "saturated", "grad std", "labels")
+        for c in (
+            "layer",
+            "kind",
+            "act mean",
+            "act std",
+            "dead",
+            "saturated",
+            "grad std",
+            "grad ratio",
+            "labels",
+        )
     )
     rows = []
     for layer in d.layers:
@@ -61,6 +71,7 @@ def _table(d: Diagnosis) -> str:
             _frac(layer.dead_frac),
             _frac(layer.saturated_frac),
             _num(layer.grad_std),
+            _num(layer.grad_ratio),
         )
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + f"<td>{labels}</td></tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"

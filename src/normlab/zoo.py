@@ -12,6 +12,9 @@ name            what it is                                                 the d
 resnet          ResNet-style CNN, BatchNorm2d after every conv, residuals  ok everywhere
 vanishing-tanh  30 x (Linear 64 -> tanh), weights N(0, 0.01^2)             vanishing
 exploding-relu  20 x (Linear 64 -> ReLU), weights N(0, 1)                  exploding
+vanishing-      20 x (Linear 64 -> sigmoid), torch's default init          vanishing (the
+sigmoid                                                                    gradient), below
+                                                                           the last layers
 dead-relu       8 He-initialized ReLU layers; layer 4's bias is -10 on     dead at layer 4
                 56 of its 64 units
 symmetric       6 x (Linear 64 -> tanh), every weight 1/fan_in, bias 0     symmetric
@@ -114,6 +117,19 @@ def exploding_relu(seed: int = 0, norm: str = "none") -> nn.Sequential:
             init.normal_(layer.weight, 0.0, 1.0, generator=g)
             init.zeros_(layer.bias)
     return net
+
+
+def vanishing_sigmoid(seed: int = 0, norm: str = "none") -> nn.Sequential:
+    r"""20 sigmoid layers as ``nn.Linear`` initializes them: the gradient dies on its way back.
+
+    Every output keeps a std near 0.07 around sigmoid's 0.5, so the forward scale looks sound.
+    Backward, each layer multiplies the gradient by :math:`W^T` (std
+    :math:`1/\sqrt{3 \cdot 64}` from torch's ``kaiming_uniform_(a=sqrt(5))``, so about
+    :math:`1/\sqrt{3}` in scale) and by sigmoid's slope, at most 1/4: about 0.14 a layer, so
+    the first layer's weights get a relative gradient near :math:`10^{-17}` of the last one's.
+    """
+    with _seeded(seed):
+        return _mlp(20, nn.Sigmoid, norm)
 
 
 def dead_relu(seed: int = 0, norm: str = "none") -> nn.Sequential:
@@ -259,6 +275,13 @@ MODELS: dict[str, ZooModel] = {
         ),
         ZooModel(
             "exploding-relu", exploding_relu, (MLP_IN,), "20 ReLU layers, weights std 1.0", True
+        ),
+        ZooModel(
+            "vanishing-sigmoid",
+            vanishing_sigmoid,
+            (MLP_IN,),
+            "20 sigmoid layers, torch's default init",
+            True,
         ),
         ZooModel("dead-relu", dead_relu, (MLP_IN,), "ReLU MLP, layer 4 biased far negative", True),
         ZooModel("symmetric", symmetric, (MLP_IN,), "tanh MLP, every weight constant", True),

@@ -6,8 +6,8 @@ random standard-normal batches of ``batch`` examples. ``norm`` inserts a normali
 after each hidden Linear, before its activation; only the MLP models take it (``resnet`` already
 has BatchNorm2d after every conv; the transformer and the LSTM have their own structure), and any
 other model refuses a norm other than ``none``. The result holds the per-layer table (labels,
-activation mean and std, dead and saturated fractions, gradient std), the verdict and the
-suggestions.
+activation mean and std, dead and saturated fractions, gradient std and the weights' gradient
+ratio), the verdict and the suggestions.
 """
 
 from __future__ import annotations
@@ -76,11 +76,22 @@ def diagnosis_tables(d: doctor.Diagnosis, title: str) -> list[Table]:
             _frac(layer.dead_frac),
             _frac(layer.saturated_frac),
             _cell(layer.grad_std),
+            _cell(layer.grad_ratio),
             ", ".join(layer.labels),
         )
         for layer in d.layers
     ]
-    columns = ("layer", "kind", "act mean", "act std", "dead", "saturated", "grad std", "labels")
+    columns = (
+        "layer",
+        "kind",
+        "act mean",
+        "act std",
+        "dead",
+        "saturated",
+        "grad std",
+        "grad ratio",
+        "labels",
+    )
     note = f"input {tuple(d.input_shape)}, std {_cell(d.input_std)}; {d.steps} step(s)"
     return [
         Table(title, columns, rows, notes=(note,)),

@@ -73,6 +73,8 @@ def environment() -> Environment:
     env.globals["thresholds"] = {
         "vanishing": doctor.VANISHING,
         "exploding": doctor.EXPLODING,
+        "grad_vanishing": doctor.GRAD_VANISHING,
+        "grad_exploding": doctor.GRAD_EXPLODING,
         "dead_frac": doctor.DEAD_FRAC,
         "saturated_frac": doctor.SATURATED_FRAC,
         "tanh_saturation": doctor.TANH_SATURATION,

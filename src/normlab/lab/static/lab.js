@@ -1051,9 +1051,10 @@
       tables: [
         {
           caption: `verdict: ${r.verdict}`,
-          columns: ["layer", "kind", "act mean", "act std", "dead", "saturated", "grad std", "labels"],
+          columns: ["layer", "kind", "act mean", "act std", "dead", "saturated", "grad std", "grad ratio", "labels"],
           rows: r.layers.map((l) => [l.name, l.kind, sig(l.act_mean, 3), sig(l.act_std, 3),
-            frac(l.dead_frac), frac(l.saturated_frac), sig(l.grad_std, 3), l.labels.join(", ")]),
+            frac(l.dead_frac), frac(l.saturated_frac), sig(l.grad_std, 3), sig(l.grad_ratio, 3),
+            l.labels.join(", ")]),
         },
         { caption: "what to change", columns: ["suggestion"], rows: r.suggestions.map((s) => [s]) },
       ],
