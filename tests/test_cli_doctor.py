@@ -72,8 +72,10 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-def normlab(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "250"}  # wide tables: no wrapped cells to parse around
+def normlab(*args: str, cwd: Path, columns: str | None = "250") -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if columns is not None:
+        env["COLUMNS"] = columns  # wide tables: no wrapped cells to parse around
     return subprocess.run(
         [sys.executable, "-m", "normlab", "doctor", *args],
         capture_output=True,
@@ -93,6 +95,30 @@ def test_text_report_names_the_exploding_layers_and_the_cure(workdir: Path) -> N
     assert any(line.startswith("Verdict: the scale is exploding from") for line in lines)
     assert "He (init.kaiming_normal_, nonlinearity='relu')" in out.stdout
     assert "input (32, 32)" in out.stdout and "2 step(s)" in out.stdout
+
+
+def test_piped_report_shows_every_digit_of_the_gradient_ratio(workdir: Path) -> None:
+    # no COLUMNS and no terminal: rich would fit 80 columns and cut the nine-column table's cells
+    out = normlab(f"{ZOO}:vanishing_sigmoid", "--input-shape", "64,32", cwd=workdir, columns=None)
+    assert out.returncode == 0, out.stderr
+    assert "…" not in out.stdout
+    lines = out.stdout.splitlines()
+    header = next(line for line in lines if "grad ratio" in line)
+    names = [cell.strip() for cell in header.split("┃")[1:-1]]
+    assert names == [
+        "layer", "kind", "act mean", "act std", "dead", "saturated", "grad std", "grad ratio",
+        "labels",
+    ]  # fmt: skip  # each header whole, on one line
+    first = next(line for line in lines if line.strip("│ ").startswith("0.0 "))
+    cells = [c.strip() for c in first.split("│")[1:-1]]
+    assert cells[1] == "Linear" and cells[-1] == "vanishing" and "e-1" in cells[7]
+    assert any(
+        line.startswith("Verdict: the gradient is vanishing on its way back") for line in lines
+    )
+    narrow = normlab(
+        f"{ZOO}:vanishing_sigmoid", "--input-shape", "64,32", cwd=workdir, columns="80"
+    )
+    assert "…" in narrow.stdout  # COLUMNS still rules: rich fits the table as it is told
 
 
 def test_json_has_layers_labels_verdict_and_suggestions(workdir: Path) -> None:

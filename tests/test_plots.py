@@ -69,7 +69,7 @@ N_AXES = {
     "bn-from-scratch": 3,
     "bn-lr": 1,
     "bn-lr-sweep": 1,
-    "doctor": 3,
+    "doctor": 4,
 }
 
 NAMES = [e.name for e in list_experiments()]
@@ -571,3 +571,21 @@ def test_probe_figures_from_json_with_nulls() -> None:
     plots.probe_heatmap(again).canvas.draw()
     rebuilt = GradientStats(**grads.to_dict())
     plots.probe_curves(rebuilt).canvas.draw()
+
+
+def test_doctor_figure_draws_each_weight_layer_s_gradient_ratio_against_its_bounds() -> None:
+    r = run_experiment("doctor", model="vanishing-sigmoid", steps=1)
+    fixed = run_experiment("doctor", model="vanishing-sigmoid", init="lsuv", steps=1)
+    before, after = r.diagnosis, fixed.diagnosis  # type: ignore[attr-defined]
+    fig = plots.diagnosis_figure(before, after, "lsuv")  # the same layers, re-initialized
+    ax_act, ax_rho, ax_grad, _ = fig.axes
+    for name, d in (("as given", before), ("lsuv", after)):
+        weighted = [(j, la.grad_ratio) for j, la in enumerate(d.layers) if la.kind == "Linear"]
+        rho = line(ax_rho, name)
+        assert xdata(rho) == [j for j, _ in weighted]  # weight layers only, joined
+        assert ydata(rho) == [max(v, plots.DIAGNOSIS_FLOOR) for _, v in weighted]
+        assert ydata(line(ax_act, name)) == [la.scale for la in d.layers]
+    dotted = sorted(ln.get_ydata()[0] for ln in ax_rho.lines if ln.get_linestyle() == ":")
+    assert dotted == [plots.GRAD_VANISHING, plots.GRAD_EXPLODING]
+    assert ax_rho.get_yscale() == "log" and ax_grad.get_yscale() == "log"
+    assert min(ydata(line(ax_rho, "as given"))) < 1e-15  # the stack's first layer, far below

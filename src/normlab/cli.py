@@ -563,10 +563,26 @@ def _cmd_doctor(args: argparse.Namespace, console: Console) -> None:
         notes.print(f"report written to {html_path}")
 
 
+PIPE_WIDTH = 160
+"""Width of tables written to a file or a pipe (no terminal to fit, unless ``COLUMNS`` says)."""
+
+
+def _stdout_console() -> Console:
+    """rich's console, but 160 columns wide into a file or a pipe rather than rich's 80.
+
+    A terminal is fitted as rich does. Elsewhere 80 columns would cut wide tables' cells to "…"
+    (the doctor's nine columns need about 92), and nobody reads the file at a fixed width.
+    """
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = PIPE_WIDTH
+    return console
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line on ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
     try:
-        console = Console()
+        console = _stdout_console()
         parser = _build_parser()
         args, extra = parser.parse_known_args(argv)
         if args.command == "list":

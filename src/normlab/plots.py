@@ -30,7 +30,14 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from normlab.doctor import EXPLODING, VANISHING, Diagnosis, LayerDiagnosis
+from normlab.doctor import (
+    EXPLODING,
+    GRAD_EXPLODING,
+    GRAD_VANISHING,
+    VANISHING,
+    Diagnosis,
+    LayerDiagnosis,
+)
 from normlab.experiments.base import Histogram, Result
 from normlab.experiments.bn_columns import BnColumnsResult
 from normlab.experiments.bn_from_scratch import BnFromScratchResult
@@ -702,6 +709,17 @@ def _layer_values(
     return a
 
 
+def _shade(ax: Axes, curves: Sequence[npt.NDArray[np.float64]], low: float, high: float) -> None:
+    """A log axis for ``curves``, dotted lines at ``low`` and ``high`` and the bands beyond."""
+    for limit in (low, high):
+        ax.axhline(limit, color="#999", lw=0.8, ls=":")
+    _log_y(ax, *curves)
+    lo, hi = ax.get_ylim()  # shade within the data's range, not out to the floor
+    ax.axhspan(lo, low, color=LABEL_COLORS["vanishing"], alpha=0.08)
+    ax.axhspan(high, hi, color=LABEL_COLORS["exploding"], alpha=0.08)
+    ax.set_ylim(lo, hi)
+
+
 def _fraction(a: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     """Bar heights in [0, 1]; a missing fraction draws no bar."""
     return np.clip(np.nan_to_num(a, nan=0.0), 0.0, 1.0)
@@ -710,28 +728,32 @@ def _fraction(a: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
 def diagnosis_figure(
     diagnosis: Diagnosis, after: Diagnosis | None = None, label: str = "fixed"
 ) -> Figure:
-    """Three panels over the layers: activation std / input std, gradient std, dead/saturated."""
+    """Four panels over the layers: activation std / input std, the weights' gradient ratio,
+    gradient std, dead/saturated fractions."""
     runs = [("as given", diagnosis)] + ([(label, after)] if after is not None else [])
-    fig = Figure(figsize=(10, 8.5), layout="constrained")
+    fig = Figure(figsize=(10, 11), layout="constrained")
     FigureCanvasAgg(fig)
-    ax_act, ax_grad, ax_frac = fig.subplots(3, 1, sharex=True)
+    ax_act, ax_rho, ax_grad, ax_frac = fig.subplots(4, 1, sharex=True)
     names = [layer.name for layer in diagnosis.layers]
     x = np.arange(len(names))
     act = [_layer_values(d.layers, "scale", DIAGNOSIS_FLOOR) for _, d in runs]
+    rho = [_layer_values(d.layers, "grad_ratio", DIAGNOSIS_FLOOR) for _, d in runs]
     grad = [_layer_values(d.layers, "grad_std", DIAGNOSIS_FLOOR) for _, d in runs]
-    for (name, _), a, g, style in zip(runs, act, grad, ("-o", "--s"), strict=False):
+    for (name, _), a, r, g, style in zip(runs, act, rho, grad, ("-o", "--s"), strict=False):
         ax_act.plot(x, a, style, ms=3, label=name)
+        weighted = np.isfinite(r)  # only weight layers have a ratio: join their points
+        ax_rho.plot(x[weighted], r[weighted], style, ms=3, label=name)
         ax_grad.plot(x, g, style, ms=3, label=name)
-    for limit in (VANISHING, EXPLODING):
-        ax_act.axhline(limit, color="#999", lw=0.8, ls=":")
-    _log_y(ax_act, *act)
+    _shade(ax_act, act, VANISHING, EXPLODING)
+    _shade(ax_rho, rho, GRAD_VANISHING, GRAD_EXPLODING)
     _log_y(ax_grad, *grad)
-    lo, hi = ax_act.get_ylim()  # shade within the data's range, not out to the floor
-    ax_act.axhspan(lo, VANISHING, color=LABEL_COLORS["vanishing"], alpha=0.08)
-    ax_act.axhspan(EXPLODING, hi, color=LABEL_COLORS["exploding"], alpha=0.08)
-    ax_act.set_ylim(lo, hi)
     ax_act.set_ylabel("activation std / input std")
     ax_act.set_title("Activation scale (shaded: vanishing below, exploding above)")
+    ax_rho.set_ylabel("gradient ratio ρ")
+    ax_rho.set_title(
+        "Each weight layer's |dL/dW| / |W| over the last weight layer's "
+        "(shaded: vanishing below, exploding above)"
+    )
     ax_grad.set_ylabel("gradient std")
     ax_grad.set_title("Gradient of the loss w.r.t. each layer's output")
     width = 0.8 / len(runs)
@@ -764,7 +786,7 @@ def diagnosis_figure(
     step = max(1, math.ceil(len(names) / MAX_LAYER_TICKS))
     ax_frac.set_xticks(x[::step], names[::step], rotation=60, ha="right", fontsize=7)
     ax_frac.set_xlabel("layer (forward order)")
-    for ax in (ax_act, ax_grad, ax_frac):
+    for ax in (ax_act, ax_rho, ax_grad, ax_frac):
         if ax.lines or ax.patches:
             ax.legend(fontsize=7, loc="best")
     return fig

@@ -24,6 +24,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from normlab.doctor import Diagnosis, FixReport
+from normlab.experiments.doctor import diagnosis_tables
 from normlab.plots import LABEL_COLORS, diagnosis_figure
 
 
@@ -37,43 +38,19 @@ def _num(x: float) -> str:
     return f"{x:.3g}" if math.isfinite(x) else "-"
 
 
-def _frac(x: float) -> str:
-    return f"{x:.0%}" if math.isfinite(x) else "-"
-
-
 def _table(d: Diagnosis) -> str:
-    head = "".join(
-        f"<th>{c}</th>"
-        for c in (
-            "layer",
-            "kind",
-            "act mean",
-            "act std",
-            "dead",
-            "saturated",
-            "grad std",
-            "grad ratio",
-            "labels",
-        )
-    )
+    """The per-layer table the CLI prints, its labels as coloured badges."""
+    table = diagnosis_tables(d, "")[0]
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
     rows = []
-    for layer in d.layers:
+    for layer, row in zip(d.layers, table.rows, strict=True):
         labels = " ".join(
             f'<span class="label" style="background:{LABEL_COLORS.get(lab, "#777")}">'
             f"{html.escape(lab)}</span>"
             for lab in layer.labels
         )
-        cells = (
-            html.escape(layer.name),
-            html.escape(layer.kind),
-            _num(layer.act_mean),
-            _num(layer.act_std),
-            _frac(layer.dead_frac),
-            _frac(layer.saturated_frac),
-            _num(layer.grad_std),
-            _num(layer.grad_ratio),
-        )
-        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + f"<td>{labels}</td></tr>")
+        cells = "".join(f"<td>{html.escape(c)}</td>" for c in row[:-1])  # the last: labels
+        rows.append(f"<tr>{cells}<td>{labels}</td></tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 

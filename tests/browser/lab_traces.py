@@ -109,7 +109,7 @@ def _bn_lr_sweep_x(r: dict[str, Any]) -> Traces:
 def _doctor(r: dict[str, Any]) -> Traces:
     return {
         key: _floor([layer[key] for layer in r["layers"]], LOG_FLOOR)
-        for key in ("act_std", "grad_std")
+        for key in ("act_std", "grad_ratio", "grad_std")
     }
 
 

@@ -1031,22 +1031,28 @@
       marker: { color: LABEL_COLORS[k], size: 9 }, hoverinfo: "skip",
     }));
     const frac = (v) => (v === null ? "–" : `${Math.round(v * 100)}%`);
+    // The gradient ratio exists for weight layers only: its line joins them over the others.
+    const rho = { ...curve("gradient ratio ρ", "grad_ratio", r.layers.map((l) => l.grad_ratio), { xaxis: "x2", yaxis: "y2", showlegend: false }, PURPLE), connectgaps: true };
     return {
       data: [
         curve("activation std", "act_std", r.layers.map((l) => l.act_std), {}, BLUE),
-        curve("gradient std", "grad_std", r.layers.map((l) => l.grad_std), { xaxis: "x2", yaxis: "y2", showlegend: false }, GRAY),
+        rho,
+        curve("gradient std", "grad_std", r.layers.map((l) => l.grad_std), { xaxis: "x3", yaxis: "y3", showlegend: false }, GRAY),
         ...legend,
       ],
       layout: {
-        height: 520,
+        height: 720,
         margin: { t: 80, b: 40 },
-        grid: { rows: 2, columns: 1, pattern: "independent", roworder: "top to bottom" },
+        grid: { rows: 3, columns: 1, pattern: "independent", roworder: "top to bottom" },
         xaxis: { ...ticks, showticklabels: false },
-        xaxis2: { ...ticks, matches: "x" },
-        yaxis: { type: "log", exponentformat: "power", title: axisTitle("activation std"), domain: [0.56, 1] },
-        yaxis2: { type: "log", exponentformat: "power", title: axisTitle("gradient std"), domain: [0, 0.44] },
-        legend: { orientation: "h", x: 0, y: 1.1 },
-        title: title(`${r.model} (${r.init} init): ${r.verdict}`),
+        xaxis2: { ...ticks, matches: "x", showticklabels: false },
+        xaxis3: { ...ticks, matches: "x" },
+        yaxis: { type: "log", exponentformat: "power", title: axisTitle("activation std"), domain: [0.7, 1] },
+        yaxis2: { type: "log", exponentformat: "power", title: axisTitle("gradient ratio ρ"), domain: [0.35, 0.65] },
+        yaxis3: { type: "log", exponentformat: "power", title: axisTitle("gradient std"), domain: [0, 0.3] },
+        // the legend just above the top panel, the title above it (the verdict is the caption)
+        legend: { orientation: "h", x: 0, y: 1, yanchor: "bottom" },
+        title: { ...title(`${r.model} (${r.init} init): ${r.problems.join(", ") || "healthy"}`), y: 0.98, yanchor: "top" },
       },
       tables: [
         {
