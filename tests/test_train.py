@@ -23,11 +23,11 @@ import pytest
 import torch
 from torch import nn
 
-from normlab import data, models
+from normlab import _fastloop, data, models
 from normlab import nn as nlnn
 from normlab.experiments import run_experiment
 from normlab.experiments.init_train import apply_init
-from normlab.train import train_mlp_fast, train_mlps_fast, train_sgd
+from normlab.train import CHUNK, FastRun, train_mlp_fast, train_mlps_fast, train_sgd
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -260,6 +260,100 @@ def test_fast_first_block_shapes(widths: tuple[int, int, int], first_bn: bool) -
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(fast.state_dict(), eager.state_dict(), rtol=1e-5, atol=1e-5)
     assert all(p.is_contiguous() for p in fast.parameters())
+
+
+# --------------------------------------------------------------------------------------------
+# the scripted loop (normlab._fastloop) against the Python loop
+
+
+def python_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_fastloop, "scripted", lambda: None)
+
+
+def same_run(a: FastRun, b: FastRun, net_a: nn.Module, net_b: nn.Module) -> None:
+    exact = {"rtol": 0.0, "atol": 0.0, "equal_nan": True}  # a diverged run is nan on both
+    torch.testing.assert_close(a.losses, b.losses, **exact)
+    for (k, v), w in zip(net_a.state_dict().items(), net_b.state_dict().values(), strict=True):
+        torch.testing.assert_close(v, w, **exact, msg=k)
+    for u, v in zip(a.init_outputs + a.init_grads, b.init_outputs + b.init_grads, strict=True):
+        torch.testing.assert_close(u, v, **exact)
+
+
+@pytest.mark.parametrize(
+    ("method", "width", "depth", "steps", "record"),
+    [
+        ("xavier", 32, 5, 150, True),  # init-train's defaults
+        ("he", 16, 3, 2 * CHUNK + 7, False),  # a last chunk shorter than CHUNK
+        ("large", 64, 7, CHUNK + 1, True),  # diverges to nan
+        ("zeros", 8, 2, 1, True),  # step 0 only: no scripted call at all
+        ("small", 3, 12, CHUNK - 1, False),
+    ],
+)
+def test_scripted_loop_equals_the_python_loop_bit_for_bit(
+    moons: tuple[torch.Tensor, torch.Tensor],
+    monkeypatch: pytest.MonkeyPatch,
+    method: str,
+    width: int,
+    depth: int,
+    steps: int,
+    record: bool,
+) -> None:
+    x, y = moons
+    calls: list[int] = []
+    real = _fastloop.stacked_steps
+    monkeypatch.setattr(_fastloop, "stacked_steps", lambda fn, *a: calls.append(1) or real(fn, *a))
+
+    def net() -> nn.Module:
+        g = torch.Generator().manual_seed(depth)
+        m = models.mlp(2, width, depth, out_dim=1, generator=g)
+        apply_init(m, method, g)
+        return m
+
+    scripted_net, python_net = net(), net()
+    scripted = train_mlp_fast(scripted_net, x, y, lr=0.2, steps=steps, record_init=record)
+    assert len(calls) == -(-(steps - record) // CHUNK)  # the scripted loop ran every chunk
+    python_loop(monkeypatch)
+    reference = train_mlp_fast(python_net, x, y, lr=0.2, steps=steps, record_init=record)
+    assert len(calls) == -(-(steps - record) // CHUNK)  # and the Python loop never called it
+    same_run(scripted, reference, scripted_net, python_net)
+
+
+def test_scripted_loop_reports_every_step_and_stops_within_a_chunk(
+    moons: tuple[torch.Tensor, torch.Tensor],
+) -> None:
+    x, y = moons
+    calls: list[tuple[int, int]] = []
+    train_mlp_fast(mlp(width=8), x, y, lr=0.1, steps=60, progress=lambda d, t: calls.append((d, t)))
+    assert calls == [(i, 60) for i in range(1, 61)]  # each step, in order, after its chunk
+
+    net = mlp(width=8)
+    before = copy.deepcopy(net.state_dict())
+    seen: list[int] = []
+
+    def stop(done: int, total: int) -> None:
+        seen.append(done)
+        if done == CHUNK + 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train_mlp_fast(net, x, y, lr=0.1, steps=20_000, progress=stop)
+    assert seen == list(range(1, CHUNK + 4))
+    assert all(torch.equal(before[k], v) for k, v in net.state_dict().items())  # not written
+
+
+def test_without_torchscript_the_python_loop_runs(
+    moons: tuple[torch.Tensor, torch.Tensor], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(fn: object) -> None:
+        raise RuntimeError("no TorchScript here")
+
+    monkeypatch.setattr(_fastloop, "_compiled", [])  # not tried yet in this process
+    monkeypatch.setattr(torch.jit, "script", refuse)
+    assert _fastloop.scripted() is None and _fastloop._compiled == [None]  # tried once only
+    x, y = moons
+    eager, fast = mlp(width=8), mlp(width=8)
+    expected = train_sgd(eager, x, y, lr=0.5, steps=30)
+    assert torch.equal(train_mlp_fast(fast, x, y, lr=0.5, steps=30).losses, expected)
 
 
 def test_record_init_matches_autograd(moons: tuple[torch.Tensor, torch.Tensor]) -> None:

@@ -20,7 +20,9 @@ for matrices far too small to split (when another process holds the second core,
 waits for the scheduler). The fast trainer issues ~30 ATen calls per step, each the kernel
 autograd itself would have run, on one intra-op thread, into buffers allocated once, with every
 gradient written straight into one flat buffer so that the SGD update is a single ``add_``. What
-is left is mostly matmul.
+is left is mostly matmul, and, for the smallest nets, Python's own time per call: a stack of one
+width without BatchNorm (init-train's net) runs its steps from TorchScript
+(:mod:`normlab._fastloop`), the same calls at about half the overhead each.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from normlab import _payload, workers
+from normlab import _fastloop, _payload, workers
 from normlab import nn as nlnn
 
 OnStep = Callable[[int, nn.Module], None]
@@ -44,6 +46,10 @@ OnStep = Callable[[int, nn.Module], None]
 
 Progress = Callable[[int, int], None]
 """Called as ``progress(done, total)`` after each step."""
+
+CHUNK = 25
+"""Steps per call of the scripted loop (:mod:`normlab._fastloop`); ``progress`` is called for
+each of them after the call, so a run asked to stop stops within ``CHUNK`` steps."""
 
 
 def train_sgd(
@@ -407,10 +413,13 @@ def helper_init() -> None:
     """
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
-    net = nn.Sequential(nn.Linear(2, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 1))
     x = torch.randn(16, 2, generator=g)  # (16, 2)
     y = (x[:, :1] > 0).float()  # (16, 1)
-    train_mlp_fast(net, x, y, lr=0.1, steps=2)
+    with_bn = nn.Sequential(nn.Linear(2, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 1))
+    train_mlp_fast(with_bn, x, y, lr=0.1, steps=2)
+    # two blocks of one width without BN: the scripted loop, compiled here rather than in a run
+    plain = nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
+    train_mlp_fast(plain, x, y, lr=0.1, steps=2)
 
 
 def _train_remote(payload: bytes) -> bytes:
@@ -595,75 +604,109 @@ def _train_fast(
         norm_params = [p for lay in backward_layers if lay.bn is not None for p in lay.bn.params]
         norm_grads: list[torch.Tensor] = []  # their gradients, filled by the backward each step
 
-        for step in range(steps):
-            # forward: a = h W^T + b, [BatchNorm], ReLU
-            h = xi
-            for layer in layers:
-                bn = layer.bn
-                if bn is not None:
-                    mm(h, layer.w_t, out=layer.pre)  # (N, H_in) @ (H_in, H) -> (N, H), no bias
-                    u, bn.mean, bn.invstd = bn_forward(
-                        layer.pre, bn.weight, bn.bias, bn.running_mean, bn.running_var, True,
-                        bn.factors[step], bn.eps,
-                    )  # fmt: skip  # (N, H) -> (N, H); batch mean (H,), invstd (H,)
-                    layer.act = u
-                elif layer.b_rows is not None:
-                    addmm(layer.b_rows, h, layer.w_t, out=layer.act)  # (N, H_in) @ (H_in, H) + b
+        def python_steps(begin: int, end: int) -> None:
+            """Steps ``begin..end-1``, each op a call from Python (every kind of net)."""
+            for step in range(begin, end):
+                # forward: a = h W^T + b, [BatchNorm], ReLU
+                h = xi
+                for layer in layers:
+                    bn = layer.bn
+                    if bn is not None:
+                        mm(h, layer.w_t, out=layer.pre)  # (N, H_in) @ (H_in, H) -> (N, H), no bias
+                        u, bn.mean, bn.invstd = bn_forward(
+                            layer.pre, bn.weight, bn.bias, bn.running_mean, bn.running_var, True,
+                            bn.factors[step], bn.eps,
+                        )  # fmt: skip  # (N, H) -> (N, H); batch mean (H,), invstd (H,)
+                        layer.act = u
+                    elif layer.b_rows is not None:
+                        addmm(
+                            layer.b_rows, h, layer.w_t, out=layer.act
+                        )  # (N, H_in) @ (H_in, H) + b
+                    else:
+                        mm(h, layer.w_t, out=layer.act)  # (N, H_in) @ (H_in, H) -> (N, H)
+                    h = layer.act.relu_()  # (N, H)
+                if b_head is not None:
+                    z = addmm(b_head, h, wt_head, out=logits_t[step])  # (N, H) @ (H, out) + b
                 else:
-                    mm(h, layer.w_t, out=layer.act)  # (N, H_in) @ (H_in, H) -> (N, H)
-                h = layer.act.relu_()  # (N, H)
-            if b_head is not None:
-                z = addmm(b_head, h, wt_head, out=logits_t[step])  # (N, H) @ (H, out) + b
-            else:
-                z = mm(h, wt_head, out=logits_t[step])  # (N, H) @ (H, out) -> (N, out)
+                    z = mm(h, wt_head, out=logits_t[step])  # (N, H) @ (H, out) -> (N, out)
 
-            # backward, from dz = (sigmoid(z) - y) / N, BCE-with-logits' backward op for op
-            sigmoid(z, out=dz).sub_(yi).div_(count)  # (N, out)
-            mm(dz_t, h, out=gw_head)  # (out, N) @ (N, H) -> (out, H)
-            if gb_head is not None:
-                bsum(dz, 0, out=gb_head)  # (N, out) -> (out,)
-            if dh_top is not None:
-                mm(dz, w_head, out=dh_top)  # (N, out) @ (out, H) -> (N, H)
-            for layer in backward_layers:
-                if record_init and step == 0:  # before the buffer is reused below
-                    init_grads.append(layer.dh.clone())
-                da = relu_backward(layer.dh, layer.act, 0, grad_input=layer.da)  # dh * [h > 0]
-                da_t = layer.da_t  # (H, N)
-                bn = layer.bn
-                if bn is not None:
-                    # running stats left out: with train=True the kernel reads the saved ones
-                    da, dgamma, dbeta = bn_backward(
-                        da, layer.pre, bn.weight, None, None, bn.mean, bn.invstd, True, bn.eps,
-                        bn.mask,
-                    )  # fmt: skip  # (N, H) -> (N, H); dgamma (H,), dbeta (H,)
-                    da_t = da.t()
-                    norm_grads += [g for g in (dgamma, dbeta) if g is not None]
-                below = layer.below
-                if layer.x_t is not None:  # the first block, its weight kept transposed
-                    mm(layer.x_t, da, out=layer.gw_t)  # (D, N) @ (N, H) -> (D, H)
-                elif not stacked:
-                    inp = xi if below is None else below.act  # (N, H_in)
-                    mm(da_t, inp, out=layer.gw)  # (H, N) @ (N, H_in) -> (H, H_in)
-                    if layer.gb is not None:
-                        bsum(da, 0, out=layer.gb)  # (N, H) -> (H,)
-                if below is not None:
-                    mm(da, layer.w, out=below.dh)  # (N, H) @ (H, H_in) -> (N, H_in)
-            if stacked:  # the same products and sums, for all blocks at once
-                bmm(da_rest_t, act_below, out=gw_rest)  # (L-1, H, N) @ (L-1, N, H)
-                mm(first.da_t, xi, out=first.gw)  # (H, N) @ (N, D) -> (H, D)
-                if gb_all is not None:
-                    bsum(da_all, 1, out=gb_all)  # (L, N, H) -> (L, H)
-            if record_init and step == 0:
-                init_outputs = [layer.act.clone() for layer in layers]
-                init_grads.reverse()  # collected from the top block down
+                # backward, from dz = (sigmoid(z) - y) / N, BCE-with-logits' backward op for op
+                sigmoid(z, out=dz).sub_(yi).div_(count)  # (N, out)
+                mm(dz_t, h, out=gw_head)  # (out, N) @ (N, H) -> (out, H)
+                if gb_head is not None:
+                    bsum(dz, 0, out=gb_head)  # (N, out) -> (out,)
+                if dh_top is not None:
+                    mm(dz, w_head, out=dh_top)  # (N, out) @ (out, H) -> (N, H)
+                for layer in backward_layers:
+                    if record_init and step == 0:  # before the buffer is reused below
+                        init_grads.append(layer.dh.clone())
+                    da = relu_backward(layer.dh, layer.act, 0, grad_input=layer.da)  # dh * [h > 0]
+                    da_t = layer.da_t  # (H, N)
+                    bn = layer.bn
+                    if bn is not None:
+                        # running stats left out: with train=True the kernel reads the saved ones
+                        da, dgamma, dbeta = bn_backward(
+                            da, layer.pre, bn.weight, None, None, bn.mean, bn.invstd, True, bn.eps,
+                            bn.mask,
+                        )  # fmt: skip  # (N, H) -> (N, H); dgamma (H,), dbeta (H,)
+                        da_t = da.t()
+                        norm_grads.extend(g for g in (dgamma, dbeta) if g is not None)
+                    below = layer.below
+                    if layer.x_t is not None:  # the first block, its weight kept transposed
+                        mm(layer.x_t, da, out=layer.gw_t)  # (D, N) @ (N, H) -> (D, H)
+                    elif not stacked:
+                        inp = xi if below is None else below.act  # (N, H_in)
+                        mm(da_t, inp, out=layer.gw)  # (H, N) @ (N, H_in) -> (H, H_in)
+                        if layer.gb is not None:
+                            bsum(da, 0, out=layer.gb)  # (N, H) -> (H,)
+                    if below is not None:
+                        mm(da, layer.w, out=below.dh)  # (N, H) @ (H, H_in) -> (N, H_in)
+                if stacked:  # the same products and sums, for all blocks at once
+                    bmm(da_rest_t, act_below, out=gw_rest)  # (L-1, H, N) @ (L-1, N, H)
+                    mm(first.da_t, xi, out=first.gw)  # (H, N) @ (N, D) -> (H, D)
+                    if gb_all is not None:
+                        bsum(da_all, 1, out=gb_all)  # (L, N, H) -> (L, H)
+                if record_init and step == 0:
+                    init_outputs.extend(layer.act.clone() for layer in layers)
+                    init_grads.reverse()  # collected from the top block down
 
-            # update: p <- p - lr * dp for every parameter, the elementwise op of optim.SGD
-            flat.add_(grad, alpha=neg_lr)
-            if norm_params:  # gammas and betas, their gradients in backward order
-                torch._foreach_add_(norm_params, norm_grads, alpha=neg_lr)
-                norm_grads.clear()
-            if progress is not None:
-                progress(step + 1, steps)
+                # update: p <- p - lr * dp for every parameter, the elementwise op of optim.SGD
+                flat.add_(grad, alpha=neg_lr)
+                if norm_params:  # gammas and betas, their gradients in backward order
+                    torch._foreach_add_(norm_params, norm_grads, alpha=neg_lr)
+                    norm_grads.clear()
+                if progress is not None:
+                    progress(step + 1, steps)
+
+        # A stack of one width without BatchNorm, all biases on (init-train's net, bn-lr's run
+        # without BN): the same ops from TorchScript (see normlab._fastloop), in chunks of
+        # CHUNK steps so that progress (which may stop the run) is called every few ms.
+        scripted = (
+            _fastloop.scripted()
+            if stacked and gb_all is not None and b_head is not None and gb_head is not None
+            else None
+        )
+        if scripted is None:
+            python_steps(0, steps)
+        else:
+            done = 0
+            if record_init:  # step 0 from Python, which records the outputs and gradients
+                python_steps(0, 1)
+                done = 1
+            args = (
+                xi, yi, [lay.w_t for lay in layers], [lay.w for lay in layers],
+                [lay.b_rows for lay in layers], [lay.act for lay in layers],
+                [lay.dh for lay in layers], [lay.da for lay in layers], first.da_t, first.gw,
+                da_rest_t, act_below, gw_rest, da_all, gb_all, wt_head, w_head, b_head,
+                gw_head, gb_head, logits, dz, count, flat, grad, neg_lr,
+            )  # fmt: skip
+            while done < steps:
+                end = min(done + CHUNK, steps)
+                _fastloop.stacked_steps(scripted, done, end, *args)
+                if progress is not None:
+                    for step in range(done, end):
+                        progress(step + 1, steps)
+                done = end
 
         # the loss of every step in one call: (T, N, out) -> mean over (N, out) -> (T,)
         target = yi.expand(steps, *yi.shape)
