@@ -267,7 +267,7 @@ def test_fast_first_block_shapes(widths: tuple[int, int, int], first_bn: bool) -
 
 
 def python_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_fastloop, "scripted", lambda: None)
+    monkeypatch.setattr(_fastloop, "scripted", lambda name="stacked": None)
 
 
 def same_run(a: FastRun, b: FastRun, net_a: nn.Module, net_b: nn.Module) -> None:
@@ -300,8 +300,8 @@ def test_scripted_loop_equals_the_python_loop_bit_for_bit(
 ) -> None:
     x, y = moons
     calls: list[int] = []
-    real = _fastloop.stacked_steps
-    monkeypatch.setattr(_fastloop, "stacked_steps", lambda fn, *a: calls.append(1) or real(fn, *a))
+    real = _fastloop.run_steps
+    monkeypatch.setattr(_fastloop, "run_steps", lambda fn, *a: calls.append(1) or real(fn, *a))
 
     def net() -> nn.Module:
         g = torch.Generator().manual_seed(depth)
@@ -316,6 +316,64 @@ def test_scripted_loop_equals_the_python_loop_bit_for_bit(
     reference = train_mlp_fast(python_net, x, y, lr=0.2, steps=steps, record_init=record)
     assert len(calls) == -(-(steps - record) // CHUNK)  # and the Python loop never called it
     same_run(scripted, reference, scripted_net, python_net)
+
+
+@pytest.mark.parametrize(
+    ("width", "depth", "steps", "lr", "momentum", "record"),
+    [
+        (64, 4, 150, 2.0, 0.1, False),  # bn-lr's defaults
+        (16, 1, CHUNK + 5, 0.5, None, True),  # one block; cumulative running average
+        (33, 6, 2 * CHUNK + 11, 3.0, 0.3, False),
+    ],
+)
+def test_scripted_batchnorm_loop_equals_the_python_loop_bit_for_bit(
+    moons: tuple[torch.Tensor, torch.Tensor],
+    monkeypatch: pytest.MonkeyPatch,
+    width: int,
+    depth: int,
+    steps: int,
+    lr: float,
+    momentum: float | None,
+    record: bool,
+) -> None:
+    x, y = moons
+    calls: list[int] = []
+    real = _fastloop.run_steps
+    monkeypatch.setattr(_fastloop, "run_steps", lambda fn, *a: calls.append(1) or real(fn, *a))
+
+    def net() -> nn.Module:
+        m = mlp("batch", width=width, depth=depth, seed=depth)
+        for bn in m.modules():
+            if isinstance(bn, nlnn.BatchNorm1d):
+                bn.momentum = momentum
+        return m
+
+    scripted_net, python_net = net(), net()
+    scripted = train_mlp_fast(scripted_net, x, y, lr=lr, steps=steps, record_init=record)
+    assert len(calls) == -(-(steps - record) // CHUNK)
+    python_loop(monkeypatch)
+    reference = train_mlp_fast(python_net, x, y, lr=lr, steps=steps, record_init=record)
+    same_run(scripted, reference, scripted_net, python_net)  # running stats and counts too
+
+
+@pytest.mark.parametrize(
+    "norm",
+    [
+        nlnn.BatchNorm1d(8, affine=False),
+        nlnn.BatchNorm1d(8, track_running_stats=False),
+        nn.BatchNorm1d(8, affine=False),
+    ],
+    ids=["no affine", "no running stats", "torch, no affine"],
+)
+def test_other_batchnorm_options_run_from_python(
+    moons: tuple[torch.Tensor, torch.Tensor], monkeypatch: pytest.MonkeyPatch, norm: nn.Module
+) -> None:
+    x, y = moons
+    calls: list[int] = []
+    monkeypatch.setattr(_fastloop, "run_steps", lambda fn, *a: calls.append(1))
+    net = nn.Sequential(nn.Linear(2, 8), norm, nn.ReLU(), nn.Linear(8, 1))
+    run = train_mlp_fast(net, x, y, lr=0.1, steps=30)
+    assert calls == [] and run.losses[-1] < run.losses[0]  # trained, from the Python loop
 
 
 def test_scripted_loop_reports_every_step_and_stops_within_a_chunk(
@@ -347,13 +405,22 @@ def test_without_torchscript_the_python_loop_runs(
     def refuse(fn: object) -> None:
         raise RuntimeError("no TorchScript here")
 
-    monkeypatch.setattr(_fastloop, "_compiled", [])  # not tried yet in this process
+    monkeypatch.setattr(_fastloop, "_compiled", {})  # not tried yet in this process
     monkeypatch.setattr(torch.jit, "script", refuse)
-    assert _fastloop.scripted() is None and _fastloop._compiled == [None]  # tried once only
+    assert _fastloop.scripted("stacked") is None and _fastloop.scripted("bn") is None
+    assert _fastloop._compiled == {"stacked": None, "bn": None}  # each tried once only
     x, y = moons
     eager, fast = mlp(width=8), mlp(width=8)
     expected = train_sgd(eager, x, y, lr=0.5, steps=30)
     assert torch.equal(train_mlp_fast(fast, x, y, lr=0.5, steps=30).losses, expected)
+    with_bn = train_mlp_fast(mlp("batch", width=8), x, y, lr=0.5, steps=30).losses
+    python_loop(monkeypatch)
+    torch.testing.assert_close(
+        with_bn,
+        train_mlp_fast(mlp("batch", width=8), x, y, lr=0.5, steps=30).losses,
+        rtol=0,
+        atol=0,
+    )
 
 
 def test_record_init_matches_autograd(moons: tuple[torch.Tensor, torch.Tensor]) -> None:

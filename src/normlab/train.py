@@ -20,9 +20,9 @@ for matrices far too small to split (when another process holds the second core,
 waits for the scheduler). The fast trainer issues ~30 ATen calls per step, each the kernel
 autograd itself would have run, on one intra-op thread, into buffers allocated once, with every
 gradient written straight into one flat buffer so that the SGD update is a single ``add_``. What
-is left is mostly matmul, and, for the smallest nets, Python's own time per call: a stack of one
-width without BatchNorm (init-train's net) runs its steps from TorchScript
-(:mod:`normlab._fastloop`), the same calls at about half the overhead each.
+is left is mostly matmul, and Python's own time per call: the two common nets (one width
+without BatchNorm, as init-train's; BatchNorm in every block, as bn-lr's) run their steps from
+TorchScript (:mod:`normlab._fastloop`), the same calls at about half the overhead each.
 """
 
 from __future__ import annotations
@@ -678,21 +678,16 @@ def _train_fast(
                 if progress is not None:
                     progress(step + 1, steps)
 
-        # A stack of one width without BatchNorm, all biases on (init-train's net, bn-lr's run
-        # without BN): the same ops from TorchScript (see normlab._fastloop), in chunks of
-        # CHUNK steps so that progress (which may stop the run) is called every few ms.
-        scripted = (
-            _fastloop.scripted()
-            if stacked and gb_all is not None and b_head is not None and gb_head is not None
-            else None
-        )
-        if scripted is None:
-            python_steps(0, steps)
-        else:
-            done = 0
-            if record_init:  # step 0 from Python, which records the outputs and gradients
-                python_steps(0, 1)
-                done = 1
+        # The two common shapes run from TorchScript (see normlab._fastloop), the same ops in
+        # chunks of CHUNK steps so that progress (which may stop the run) is called every few
+        # ms: a stack of one width without BatchNorm (init-train's net, bn-lr's run without BN)
+        # and a stack with an affine, tracking BatchNorm in every block (bn-lr's run with BN),
+        # all biases on. Any other net runs from Python.
+        scripted: Callable[..., None] | None = None
+        args: tuple[Any, ...] = ()
+        heads = b_head is not None and gb_head is not None
+        if stacked and heads and gb_all is not None:
+            scripted = _fastloop.scripted("stacked")
             args = (
                 xi, yi, [lay.w_t for lay in layers], [lay.w for lay in layers],
                 [lay.b_rows for lay in layers], [lay.act for lay in layers],
@@ -700,9 +695,30 @@ def _train_fast(
                 da_rest_t, act_below, gw_rest, da_all, gb_all, wt_head, w_head, b_head,
                 gw_head, gb_head, logits, dz, count, flat, grad, neg_lr,
             )  # fmt: skip
+        elif (
+            heads and layers and layers[0].x_t is not None and all(_plain_bn(lay) for lay in layers)
+        ):
+            scripted = _fastloop.scripted("bn")
+            bns = [lay.bn for lay in layers if lay.bn is not None]
+            args = (
+                xi, layers[0].x_t, yi, [lay.w_t for lay in layers], [lay.w for lay in layers],
+                [lay.gw for lay in layers], layers[0].gw_t, [lay.pre for lay in layers],
+                [lay.act for lay in layers], [lay.dh for lay in layers],
+                [lay.da for lay in layers], [bn.weight for bn in bns], [bn.bias for bn in bns],
+                [bn.running_mean for bn in bns], [bn.running_var for bn in bns],
+                [bn.factors for bn in bns], [bn.eps for bn in bns], wt_head, w_head, b_head,
+                gw_head, gb_head, logits, dz, count, flat, grad, norm_params, neg_lr,
+            )  # fmt: skip
+        if scripted is None:
+            python_steps(0, steps)
+        else:
+            done = 0
+            if record_init:  # step 0 from Python, which records the outputs and gradients
+                python_steps(0, 1)
+                done = 1
             while done < steps:
                 end = min(done + CHUNK, steps)
-                _fastloop.stacked_steps(scripted, done, end, *args)
+                _fastloop.run_steps(scripted, done, end, *args)
                 if progress is not None:
                     for step in range(done, end):
                         progress(step + 1, steps)
@@ -728,6 +744,19 @@ def _train_fast(
 
 
 _Views = dict[int, tuple[torch.Tensor, torch.Tensor]]
+
+
+def _plain_bn(layer: _Layer) -> bool:
+    """A BatchNorm block as :func:`normlab._fastloop._bn_steps` takes it: affine, with running
+    statistics, all three gradients asked for."""
+    bn = layer.bn
+    return (
+        bn is not None
+        and bn.weight is not None
+        and bn.bias is not None
+        and bn.running_mean is not None
+        and bn.running_var is not None
+    )
 
 
 def _scratch(
