@@ -270,6 +270,14 @@ def python_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_fastloop, "scripted", lambda name="stacked": None)
 
 
+def count_chunks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one at every call of the scripted loop (which still runs)."""
+    calls: list[int] = []
+    real = _fastloop.run_steps
+    monkeypatch.setattr(_fastloop, "run_steps", lambda fn, *a: calls.append(1) or real(fn, *a))
+    return calls
+
+
 def same_run(a: FastRun, b: FastRun, net_a: nn.Module, net_b: nn.Module) -> None:
     exact = {"rtol": 0.0, "atol": 0.0, "equal_nan": True}  # a diverged run is nan on both
     torch.testing.assert_close(a.losses, b.losses, **exact)
@@ -299,9 +307,7 @@ def test_scripted_loop_equals_the_python_loop_bit_for_bit(
     record: bool,
 ) -> None:
     x, y = moons
-    calls: list[int] = []
-    real = _fastloop.run_steps
-    monkeypatch.setattr(_fastloop, "run_steps", lambda fn, *a: calls.append(1) or real(fn, *a))
+    calls = count_chunks(monkeypatch)
 
     def net() -> nn.Module:
         g = torch.Generator().manual_seed(depth)
@@ -337,9 +343,7 @@ def test_scripted_batchnorm_loop_equals_the_python_loop_bit_for_bit(
     record: bool,
 ) -> None:
     x, y = moons
-    calls: list[int] = []
-    real = _fastloop.run_steps
-    monkeypatch.setattr(_fastloop, "run_steps", lambda fn, *a: calls.append(1) or real(fn, *a))
+    calls = count_chunks(monkeypatch)
 
     def net() -> nn.Module:
         m = mlp("batch", width=width, depth=depth, seed=depth)

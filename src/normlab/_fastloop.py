@@ -32,6 +32,29 @@ import torch
 from torch.jit._fuser import optimized_execution  # torch.jit's own, not re-exported for mypy
 
 
+def _head(
+    h: torch.Tensor,  # (N, H), the last block's output
+    y: torch.Tensor,  # (N, out)
+    wt_head: torch.Tensor,  # (H, out)
+    w_head: torch.Tensor,  # (out, H)
+    b_head: torch.Tensor,  # (N, out), the bias expanded
+    gw_head: torch.Tensor,  # (out, H)
+    gb_head: torch.Tensor,  # (out,)
+    z: torch.Tensor,  # (N, out), this step's logits
+    dz: torch.Tensor,  # (N, out)
+    dz_t: torch.Tensor,  # (out, N), dz transposed
+    count: torch.Tensor,  # (1, 1), N
+    dh: torch.Tensor,  # (N, H), dL/dh written here
+) -> None:
+    """The head's forward and backward, from BCE-with-logits' gradient, as both loops run it."""
+    torch.addmm(b_head, h, wt_head, out=z)  # (N, H) @ (H, out) + b
+    torch.sigmoid(z, out=dz)
+    dz.sub_(y).div_(count)  # dL/dz = (sigmoid(z) - y) / N
+    torch.mm(dz_t, h, out=gw_head)  # (out, N) @ (N, H)
+    torch.sum(dz, [0], out=gb_head)  # (N, out) -> (out,)
+    torch.mm(dz, w_head, out=dh)  # (N, out) @ (out, H)
+
+
 def _stacked_steps(
     start: int,
     stop: int,
@@ -70,12 +93,8 @@ def _stacked_steps(
         for i in range(depth):
             torch.addmm(b_rows[i], h, w_ts[i], out=acts[i])  # (N, H_in) @ (H_in, H) + b
             h = acts[i].relu_()
-        z = torch.addmm(b_head, h, wt_head, out=logits[step])  # (N, H) @ (H, out) + b
-        torch.sigmoid(z, out=dz)
-        dz.sub_(y).div_(count)  # dL/dz = (sigmoid(z) - y) / N
-        torch.mm(dz_t, h, out=gw_head)  # (out, N) @ (N, H)
-        torch.sum(dz, [0], out=gb_head)  # (N, out) -> (out,)
-        torch.mm(dz, w_head, out=dhs[depth - 1])  # (N, out) @ (out, H)
+        _head(h, y, wt_head, w_head, b_head, gw_head, gb_head, logits[step], dz, dz_t, count,
+              dhs[depth - 1])  # fmt: skip
         for j in range(depth):
             i = depth - 1 - j
             torch.ops.aten.threshold_backward(dhs[i], acts[i], 0, grad_input=das[i])
@@ -138,12 +157,8 @@ def _bn_steps(
             invstds[i] = invstd
             acts[i] = u
             h = u.relu_()
-        z = torch.addmm(b_head, h, wt_head, out=logits[step])  # (N, H) @ (H, out) + b
-        torch.sigmoid(z, out=dz)
-        dz.sub_(y).div_(count)  # dL/dz = (sigmoid(z) - y) / N
-        torch.mm(dz_t, h, out=gw_head)  # (out, N) @ (N, H)
-        torch.sum(dz, [0], out=gb_head)  # (N, out) -> (out,)
-        torch.mm(dz, w_head, out=dhs[depth - 1])  # (N, out) @ (out, H)
+        _head(h, y, wt_head, w_head, b_head, gw_head, gb_head, logits[step], dz, dz_t, count,
+              dhs[depth - 1])  # fmt: skip
         norm_grads: list[torch.Tensor] = []
         for j in range(depth):
             i = depth - 1 - j
