@@ -4,13 +4,14 @@
 kernel takes a few microseconds, and the Python around each call (the interpreter, the
 binding's argument parsing, the loop's own bookkeeping) about as long again. :func:`run_steps`
 runs the same calls, in the same order, into the same buffers, from TorchScript's interpreter,
-which dispatches an op in about half the time. Medians of 20 interleaved runs on this machine
-kind, TorchScript against Python:
+which dispatches an op in about half the time. TorchScript against Python on this machine
+kind, one intra-op thread:
 
-- ``mm`` then ``relu_`` on 2 x 2 tensors: 2.6 against 5.1 us;
-- init-train's 5 x 32 net without BatchNorm (:func:`_stacked_steps`), 150 steps: 37.4 against
-  46.5 ms;
-- bn-lr's 4 x 64 net with BatchNorm (:func:`_bn_steps`), 150 steps: 98.0 against 129.7 ms.
+- ``mm`` then ``relu_`` on 2 x 2 tensors, 10 000 times: 2.6 against 5.1 us a pair;
+- init-train's 5 x 32 net without BatchNorm (:func:`_stacked_steps`), 150 steps in chunks of
+  25: 39.4 against 49.0 ms (medians of 22 interleaved runs);
+- bn-lr's 4 x 64 net with BatchNorm (:func:`_bn_steps`), 150 steps: 98.0 against 129.7 ms
+  (medians of 20 interleaved pairs).
 
 The results are bit for bit those of the Python loop: the kernels are the same and
 TorchScript's graph optimizations are off (``torch.jit.optimized_execution``), so nothing is
