@@ -5,11 +5,18 @@ Tolerances: ``torch.testing.assert_close`` defaults unless a line says otherwise
 defaults (eps 1e-6, atol 1e-5, rtol 1e-3).
 """
 
+import inspect
+import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as tF
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from normlab import functional as F
 
@@ -117,8 +124,8 @@ def test_batch_norm_eval_matches_torch(shape, affine):
 
 @pytest.mark.parametrize("shape", [(3000, 400), (600, 8, 200)])
 def test_batch_norm_large_input_matches_torch(shape):
-    # Thousands of values per channel: the BLAS sums accumulate in order, and the corrected
-    # two-pass must still land on torch's statistics.
+    # Thousands of values per channel, with a mean far from 0: the sums must still land on
+    # torch's statistics.
     x, w, b, dy = _inputs(shape, torch.float64)
     x = x + 100.0  # a mean far from 0 exercises the centering
     ours_rm, ours_rv = torch.zeros(shape[1], dtype=x.dtype), torch.ones(shape[1], dtype=x.dtype)
@@ -158,13 +165,11 @@ def test_batch_norm_float32_mean_far_from_zero(offset):
 
 
 @pytest.mark.parametrize("shape", [(32768, 3), (16384, 2, 4)])
-def test_batch_norm_float32_first_block_atypical(shape):
-    # The batch is walked in blocks of at most 512 rows and first centered on the first block's
-    # mean. Here that block sits 10^4 stds away from the rest (a batch sorted by a feature), so
-    # its mean is far from the batch mean in units of the batch std, and the statistics must be
-    # taken again around the batch mean. Measured against float64, output, input gradient and
-    # running variance must be no worse than torch's kernel (up to 1.5x + 1e-7). Without the
-    # second pass the output is off by ~18 here.
+def test_batch_norm_float32_sorted_batch(shape):
+    # A batch sorted by a feature: its first 512 rows sit 10^4 stds away from the rest, so a
+    # variance taken as E[x^2] - E[x]^2 (or around a rough early mean) would lose every digit.
+    # Measured against float64, output, input gradient and running variance must be no worse
+    # than torch's kernel (up to 1.5x + 1e-7).
     g = torch.Generator().manual_seed(5)
     x = torch.randn(*shape, generator=g)
     x[:512] += 1e4
@@ -186,9 +191,8 @@ def test_batch_norm_float32_first_block_atypical(shape):
 
 
 @pytest.mark.parametrize("stds_from_zero", [0.0, 1.5, 2.5, 50.0])
-def test_batch_norm_float32_both_centerings(stds_from_zero):
-    # Channels within 2 stds of 0 skip the centering op, the others are centered on the rough
-    # mean (see _BatchNormTrain.forward): either way, against float64, output, gradients and
+def test_batch_norm_float32_means_near_and_far_from_zero(stds_from_zero):
+    # Channel means from 0 to 50 stds away from 0: against float64, output, input gradient and
     # running variance no worse than torch's kernel (up to 1.5x + 1e-7).
     g = torch.Generator().manual_seed(11)
     x = torch.randn(1024, 8, generator=g) * 3.0 + 3.0 * stds_from_zero
@@ -259,6 +263,90 @@ def test_batch_norm_refusals():
     # Eval mode with one sample is fine: the running statistics normalize.
     y = F.batch_norm(torch.randn(1, 3), torch.zeros(3), torch.ones(3), training=False)
     assert y.shape == (1, 3)
+
+
+BN_SETTINGS = settings(max_examples=30, deadline=None, derandomize=True)
+
+
+@BN_SETTINGS
+@given(
+    n=st.integers(2, 7),
+    c=st.integers(1, 4),
+    spatial=st.lists(st.integers(1, 3), max_size=2),
+    momentum=st.floats(0.0, 1.0),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+    affine=st.booleans(),
+)
+def test_batch_norm_property_matches_torch(n, c, spatial, momentum, dtype, affine):
+    # Any (N, C, *) shape, momentum and dtype: outputs, gradients and both running buffers agree
+    # with torch at assert_close's default tolerance for the dtype, over two training steps
+    # (the second one starts from updated buffers) and then one eval step.
+    shape = (n, c, *spatial)
+    x, w, b, dy = _inputs(shape, dtype)
+    params = [w, b] if affine else []
+    ours_buffers = (torch.randn(c, dtype=dtype), torch.rand(c, dtype=dtype) + 0.5)
+    ref_buffers = tuple(t.clone() for t in ours_buffers)
+
+    def step(fn, buffers, training):
+        def norm(x, *p):
+            return fn(x, *buffers, *p, training=training, momentum=momentum)
+
+        return _grads(norm, x, params, dy)
+
+    for training in (True, True, False):
+        ours = step(F.batch_norm, ours_buffers, training)
+        ref = step(tF.batch_norm, ref_buffers, training)
+        for a, r in zip(ours, ref, strict=True):
+            torch.testing.assert_close(a, r)
+        for a, r in zip(ours_buffers, ref_buffers, strict=True):
+            torch.testing.assert_close(a, r)
+
+
+# The check a standalone script runs: training steps with buffers, gradients, one eval step.
+# It prints float64 numbers as JSON, which round-trips them exactly.
+STANDALONE_CHECK = """
+g = torch.Generator().manual_seed(7)
+x = torch.randn(10, 3, 2, generator=g, dtype=torch.float64) * 4 + 1
+w = torch.randn(3, generator=g, dtype=torch.float64).requires_grad_()
+b = torch.randn(3, generator=g, dtype=torch.float64).requires_grad_()
+dy = torch.randn(10, 3, 2, generator=g, dtype=torch.float64)
+rm, rv = torch.zeros(3, dtype=torch.float64), torch.ones(3, dtype=torch.float64)
+x.requires_grad_()
+y = batch_norm(x, rm, rv, w, b, training=True, momentum=0.3)
+dx, dw, db = torch.autograd.grad(y, [x, w, b], dy)
+y = batch_norm(x.detach() * 2, rm, rv, w.detach(), b.detach(), training=True, momentum=0.3)
+y_eval = batch_norm(x.detach(), rm, rv, w.detach(), b.detach(), training=False)
+out = {"y": y, "dx": dx, "dw": dw, "db": db, "rm": rm, "rv": rv, "y_eval": y_eval}
+print(json.dumps({k: v.tolist() for k, v in out.items()}))
+"""
+
+
+def test_batch_norm_code_runs_without_normlab(tmp_path: Path):
+    # BATCH_NORM_CODE is what a script needs for batch_norm: pasted after torch's imports, it
+    # must run in a fresh interpreter that cannot import normlab, and print what normlab does.
+    header = "import math\nimport torch\nfrom torch import Tensor\n"
+    code = "\n\n".join(inspect.getsource(o) for o in F.BATCH_NORM_CODE)
+    script = tmp_path / "batch_norm_script.py"
+    script.write_text(header + "import json\n\n" + code + "\n" + STANDALONE_CHECK)
+    (tmp_path / "normlab").mkdir()
+    (tmp_path / "normlab" / "__init__.py").write_text(
+        'raise ImportError("normlab must not be imported")\n'
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    in_process: dict[str, object] = {"batch_norm": F.batch_norm, "torch": torch, "json": json}
+    printed: list[str] = []
+    in_process["print"] = printed.append
+    exec(STANDALONE_CHECK, in_process)
+    # Same code, same torch, same inputs: the numbers are equal, not merely close.
+    assert json.loads(done.stdout) == json.loads(printed[0])
 
 
 # --- layer_norm, group_norm, rms_norm -------------------------------------------------------

@@ -2,8 +2,9 @@ r"""The math of normalization layers, written from the formulas with torch primi
 
 Each function has the name, signature and semantics of its ``torch.nn.functional`` twin and
 agrees with it to float tolerance; none of them calls torch's own normalization kernels.
-``batch_norm`` in training mode carries a hand-written backward (the closed-form gradient), the
-other three let autograd differentiate the primitive ops.
+``batch_norm`` in training mode carries a hand-written backward (the closed-form gradient, in
+``_BatchNormFunction`` beside its forward), the other three let autograd differentiate the
+primitive ops.
 
 The layers come from four papers:
 
@@ -25,16 +26,18 @@ layer_norm     the trailing ``normalized_shape`` dimensions     sample (and lead
 group_norm     each group of ``C / G`` channels (and space)      sample and group
 rms_norm       the trailing ``normalized_shape`` dimensions     sample, no centering
 =============  ===============================================  ==============================
+
+``batch_norm`` and what it calls use nothing but ``torch`` and ``math``, so their source runs on
+its own: ``BATCH_NORM_CODE`` lists those objects in dependency order, for a script that pastes
+them (``inspect.getsource``) after ``import math``, ``import torch``, ``from torch import Tensor``.
 """
 
 import math
-from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import torch
-from torch.autograd.function import once_differentiable
 
-__all__ = ["batch_norm", "group_norm", "layer_norm", "rms_norm"]
+__all__ = ["BATCH_NORM_CODE", "batch_norm", "group_norm", "layer_norm", "rms_norm"]
 
 Tensor = torch.Tensor
 
@@ -48,241 +51,141 @@ def _verify_batch_size(size: list[int]) -> None:
         )
 
 
-# BLAS accumulates a matrix-vector product in order, so its rounding error grows like the square
-# root of the length; summing runs of at most this many rows and then the run totals keeps it
-# ~8x smaller at N = 4096.
-_SUM_ROWS = 512
-# Every pass walks the batch in blocks of rows of about this size. A block's temporaries (the
-# centered values, their squares or products with dy) then stay in cache, and never cost a trip
-# to memory: a (4096, 1024) float32 forward + backward moves 8 tensors' worth of bytes, about
-# what torch's fused kernel moves, where whole-tensor temporaries moved 19.
-_BLOCK_BYTES = 1 << 21
-# Channels whose mean is at most this many stds from 0 are not centered before the output and
-# the gradient (see _BatchNormTrain.forward).
-_NEAR_ZERO = 2.0
+def _update_running_stats(
+    running_mean: torch.Tensor | None,
+    running_var: torch.Tensor | None,
+    mean: torch.Tensor,
+    var: torch.Tensor,
+    n: int,
+    momentum: float,
+) -> None:
+    """Move the running estimates toward the batch's, in place, by the momentum rule.
 
-
-class _Blocks:
-    """The row blocks of an ``(N, C)`` or ``(N, C, M)`` tensor, with what summing them needs.
-
-    ``sum_into(t, out)`` writes the per-channel sum of one block ``t`` (``(m, C[, M])``) into
-    ``out`` (``(C,)``) with one or two matrix-vector products: ``ones @ t`` is one BLAS pass over
-    ``t``, the cheapest reduction over the leading dim on a CPU, on one thread. ``scratch`` holds
-    two block-sized temporaries.
+    ``running = (1 - momentum) * running + momentum * batch``. ``var`` is the biased batch
+    variance (the one that normalizes); the running estimate takes the unbiased one, from ``n``
+    values per channel, because it estimates the population's variance for eval.
     """
-
-    def __init__(self, x3: Tensor) -> None:
-        n = x3.shape[0]
-        row_bytes = max(1, x3[0].numel() * x3.element_size())
-        rows = max(1, min(_SUM_ROWS, _BLOCK_BYTES // row_bytes, n))
-        self.slices = [slice(i, min(i + rows, n)) for i in range(0, n, rows)]
-        self.ones = x3.new_ones(rows)  # (rows,)
-        self.ones_m = x3.new_ones(x3.shape[2]) if x3.dim() == 3 else None  # (M,)
-        self.scratch = x3.new_empty((2, rows, *x3.shape[1:]))  # (2, rows, C[, M])
-
-    def parts(self, k: int, c: int, like: Tensor) -> Tensor:
-        """``(k, blocks, C)``: room for ``k`` sums per block."""
-        return like.new_empty((k, len(self.slices), c))
-
-    def sum_into(self, t: Tensor, out: Tensor) -> None:
-        if self.ones_m is not None:  # (m, C, M) -> (m*C, M) @ ones(M) -> (m, C)
-            m, c, k = t.shape
-            t = torch.mv(t.reshape(m * c, k), self.ones_m).view(m, c)
-        torch.mv(t.t(), self.ones[: t.shape[0]], out=out)  # (m, C) -> ones(m) @ t -> (C,)
+    if running_mean is not None:
+        running_mean.mul_(1.0 - momentum).add_(mean.to(running_mean.dtype), alpha=momentum)
+    if running_var is not None:
+        unbiased = var * (n / (n - 1))  # (C,): Bessel's correction
+        running_var.mul_(1.0 - momentum).add_(unbiased.to(running_var.dtype), alpha=momentum)
 
 
-class _BatchNormTrain(torch.autograd.Function):
-    """Batch norm with batch statistics and the closed-form backward.
+class _BatchNormFunction(torch.autograd.Function):
+    r"""Batch norm with batch statistics: the formula's steps forward, the closed form backward.
 
-    Like torch's kernel it saves only the input and per-channel vectors, and it walks the batch
-    in cache-sized blocks of rows (see ``_BLOCK_BYTES``): forward reads ``x`` twice (the shifted
-    sums; the output) and backward reads ``x`` and ``dy`` twice (the two sums; the gradient).
-    Where a pass needs centered values, each block is centered again in cache, which costs
-    arithmetic, not memory traffic.
+    Forward saves only what the backward formula reads: :math:`\hat{x}`, the inverse std
+    :math:`1/\sqrt{\sigma^2 + \epsilon}` and :math:`\gamma` (see :func:`batch_norm` for the
+    formulas). Backward runs without a graph (``once_differentiable``): its ops are not the
+    derivative of anything autograd saw, so a double backward would be silently wrong.
+
+    ``ctx`` is annotated ``"Any"`` in quotes so this source runs where ``typing`` is not imported.
+
+    Examples::
+
+        >>> x = torch.randn(6, 3, dtype=torch.float64, requires_grad=True)
+        >>> w, b = torch.randn(3, dtype=torch.float64, requires_grad=True), torch.zeros(3)
+        >>> f = lambda x, w: _BatchNormFunction.apply(x, w, b, None, None, 0.1, 1e-5)
+        >>> torch.autograd.gradcheck(f, (x, w))
+        True
     """
 
     @staticmethod
     def forward(
-        ctx: Any,  # carries the row blocks (and their scratch) to backward
-        x: Tensor,
-        weight: Tensor | None,
-        bias: Tensor | None,
-        running_mean: Tensor | None,
-        running_var: Tensor | None,
+        ctx: "Any",
+        x: torch.Tensor,
+        weight: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        running_mean: torch.Tensor | None,
+        running_var: torch.Tensor | None,
         momentum: float,
         eps: float,
-    ) -> Tensor:
-        n, c = x.shape[0], x.shape[1]
-        m = x[0, 0].numel()  # values per sample and channel (L, or H*W)
-        x3 = x.reshape(n, c) if x.dim() == 2 else x.reshape(n, c, m)  # (N, C) or (N, C, M)
-        shape = (c,) if x3.dim() == 2 else (c, 1)  # a (C,) vector broadcast against x3
-        count = n * m
-        blocks = _Blocks(x3)
-        parts = blocks.parts(2, c, x3)  # per-block sums of x - K and its squares, (2, B, C)
-        centered, squares = blocks.scratch.unbind(0)  # (rows, C[, M]) each
-
-        # Shifted moments: sum x - K and its squares, then correct for the shift: mu = mean - K.
-        # K is 0 where the first block says the data sits near 0 (one op less per block), else
-        # that block's mean. With |mu| below the std, m2 below loses no digits; a batch whose
-        # first block is not typical (sorted data) gets a second pass centered on its mean.
-        first, cpu = blocks.slices[0], x3.device.type == "cpu"
-        head = x3[first]  # (m, C[, M])
-        blocks.sum_into(head, parts[0, 0])
-        blocks.sum_into(torch.mul(head, head, out=squares[: first.stop]), parts[1, 0])
-        n0 = count // n * first.stop
-        mean0 = parts[0, 0] / n0  # (C,)
-        # |mean| <= std / 2 in every channel of the first block: mean^2 * 4 * n <= n * var
-        near = cpu and bool((mean0 * mean0 * 4 * n0 <= parts[1, 0] - mean0 * parts[0, 0]).all())
-        shift: Tensor | None = None if near else mean0.view(shape)  # K, (C,) or (C, 1)
-        for attempt in range(2):
-            for q, sl in enumerate(blocks.slices):
-                if q == 0 and attempt == 0 and shift is None:
-                    continue  # summed above
-                rows = sl.stop - sl.start
-                xc = x3[sl] if shift is None else torch.sub(x3[sl], shift, out=centered[:rows])
-                blocks.sum_into(xc, parts[0, q])
-                blocks.sum_into(torch.mul(xc, xc, out=squares[:rows]), parts[1, q])
-            mu = parts[0].sum(0) / count  # mean - K, (C,)
-            m2 = parts[1].sum(0) - mu * mu * count  # sum((x - mean)^2), (C,)
-            if len(blocks.slices) == 1 or bool((mu * mu * count <= m2).all()):
-                break
-            shift = mu.view(shape) if shift is None else shift + mu.view(shape)
-        mean = mu if shift is None else shift.view(c) + mu  # (C,)
-        invstd = torch.rsqrt(m2 / count + eps)  # biased variance normalizes
-
-        if running_mean is not None:  # EMA of the mean
-            running_mean.mul_(1.0 - momentum).add_(mean.to(running_mean.dtype), alpha=momentum)
-        if running_var is not None:  # EMA of the *unbiased* variance
-            unbiased = (m2 / (count - 1)).to(running_var.dtype)
-            running_var.mul_(1.0 - momentum).add_(unbiased, alpha=momentum)
-
-        # From here on x is taken relative to a center: K, or 0 where K is 0 or every channel's
-        # mean is within _NEAR_ZERO stds of 0 (then x * scale carries at most that many ulps
-        # more than xc * scale, and each pass skips the centering op). offset = mean - center.
-        # On a GPU that test would cost a host sync: there K stays the center.
-        center, offset = shift, mu  # (C,)
-        if shift is None or (cpu and bool((mean.abs() * invstd).max() <= _NEAR_ZERO)):
-            center, offset = None, mean
-
-        # y = (xc - offset) * scale + beta = xc * scale + lift
-        scale = invstd if weight is None else weight * invstd  # (C,)
-        lift = -offset * scale if bias is None else torch.addcmul(bias, offset, scale, value=-1)
-        if center is None:
-            y3 = torch.addcmul(lift.view(shape), x3, scale.view(shape))  # (N, C[, M])
-        else:
-            y3 = torch.empty_like(x3)  # (N, C[, M]), block by block
-            for sl in blocks.slices:
-                xc = torch.sub(x3[sl], center, out=centered[: sl.stop - sl.start])
-                torch.addcmul(lift.view(shape), xc, scale.view(shape), out=y3[sl])
-
-        ctx.blocks, ctx.centered = blocks, center is not None
-        saved = (x3, offset, invstd, *(() if center is None else (center,)))
-        ctx.save_for_backward(*saved, *(() if weight is None else (weight,)))
-        return y3.view(x.shape)
+    ) -> torch.Tensor:
+        dims = [0, *range(2, x.dim())]  # every dim but C: N, and L or H, W
+        shape = (-1,) + (1,) * (x.dim() - 2)  # (C,) -> (C, 1, ...) broadcasts over (N, C, *)
+        # One reduction for both statistics, as accurate as torch's kernel: a float32 x.mean can
+        # be ulps off where the mean is far from 0 in stds, and dx multiplies that by invstd^2.
+        var, mean = torch.var_mean(x, dims, correction=0)  # (N, C, *) -> biased, over dims -> (C,)
+        invstd = torch.rsqrt(var + eps).view(shape)  # (C,) -> (C, 1, ...)
+        xhat = (x - mean.view(shape)) * invstd  # (N, C, *)
+        gamma = None if weight is None else weight.view(shape)  # (C, 1, ...)
+        y = xhat if gamma is None else xhat * gamma  # (N, C, *)
+        y = y if bias is None else y + bias.view(shape)  # (N, C, *)
+        n = x.numel() // x.shape[1]  # values per channel: N, N*L or N*H*W
+        _update_running_stats(running_mean, running_var, mean, var, n, momentum)
+        ctx.save_for_backward(xhat, invstd, gamma)
+        return y
 
     @staticmethod
-    @once_differentiable
-    def backward(ctx: Any, dy: Tensor) -> tuple[Tensor | None, ...]:
-        x3, offset, invstd, *rest = ctx.saved_tensors
-        center = rest.pop(0) if ctx.centered else None  # see forward: x - center, or x
-        weight = rest[0] if rest else None
-        blocks: _Blocks = ctx.blocks
-        need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        shape = (-1,) if x3.dim() == 2 else (-1, 1)
-        count = x3.numel() // x3.shape[1]
-        dy3 = dy.reshape(x3.shape)  # (N, C[, M])
-        parts = blocks.parts(2, x3.shape[1], x3)  # per-block sums of dy and xc * dy, (2, B, C)
-        centered, prods = blocks.scratch.unbind(0)
-
-        for q, sl in enumerate(blocks.slices):
-            rows = sl.stop - sl.start
-            blocks.sum_into(dy3[sl], parts[0, q])
-            xc = x3[sl] if center is None else torch.sub(x3[sl], center, out=centered[:rows])
-            blocks.sum_into(torch.mul(xc, dy3[sl], out=prods[:rows]), parts[1, q])
-        sum_dy = parts[0].sum(0)  # dbeta = sum(dy), (C,)
-        # sum(dy * (x - mean)) with x - mean = xc - offset; dgamma = sum(dy * xhat)
-        dgamma = (parts[1].sum(0) - offset * sum_dy) * invstd  # (C,)
-
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: "Any", dy: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        xhat, invstd, gamma = ctx.saved_tensors  # (N, C, *), (C, 1, ...), (C, 1, ...) or None
+        need_x, need_weight, need_bias = ctx.needs_input_grad[:3]
+        dims = [0, *range(2, dy.dim())]  # every dim but C
+        shape = invstd.shape  # (C, 1, ...): broadcasts a (C,) vector over (N, C, *)
+        n = dy.numel() // dy.shape[1]  # values per channel
+        dbeta = dy.sum(dims)  # (N, C, *) -> sum over dims -> (C,)
+        dgamma = (dy * xhat).sum(dims)  # (N, C, *) -> (C,)
         dx = None
         if need_x:
-            # dx = gamma*invstd/N * (N*dy - sum(dy) - xhat*sum(dy*xhat))
-            #    = k*dy + a*(xc - offset) + c0, with per-channel k, a, c0
-            k = invstd if weight is None else weight * invstd  # (C,)
-            a = k * invstd * dgamma / -count  # (C,)
-            c0 = k * sum_dy / -count - a * offset  # (C,)
-            dx3 = torch.empty_like(x3)  # (N, C[, M])
-            for sl in blocks.slices:
-                rows = sl.stop - sl.start
-                xc = x3[sl] if center is None else torch.sub(x3[sl], center, out=centered[:rows])
-                torch.addcmul(c0.view(shape), xc, a.view(shape), out=dx3[sl])
-                dx3[sl].addcmul_(dy3[sl], k.view(shape))
-            dx = dx3.view(dy.shape)
-        return (
-            dx,
-            dgamma if need_w else None,
-            sum_dy if need_b else None,
-            None,
-            None,
-            None,
-            None,
-        )
-
-
-_batch_norm_train: Callable[..., Any] = _BatchNormTrain.apply
+            # dx = invstd / n * (n * dxhat - sum(dxhat) - xhat * sum(dxhat * xhat)) with
+            # dxhat = dy * gamma. gamma is one number per channel, so it leaves both sums, and
+            # what is left in them is dbeta and dgamma: no (N, C, *) dxhat, two sums fewer.
+            scale = invstd if gamma is None else invstd * gamma  # (C, 1, ...)
+            dx = scale / n * (n * dy - dbeta.view(shape) - xhat * dgamma.view(shape))  # (N, C, *)
+        grad_weight = dgamma if need_weight else None
+        grad_bias = dbeta if need_bias else None
+        return dx, grad_weight, grad_bias, None, None, None, None
 
 
 def batch_norm(
-    input: Tensor,
-    running_mean: Tensor | None,
-    running_var: Tensor | None,
-    weight: Tensor | None = None,
-    bias: Tensor | None = None,
+    input: torch.Tensor,
+    running_mean: torch.Tensor | None,
+    running_var: torch.Tensor | None,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
     training: bool = False,
     momentum: float = 0.1,
     eps: float = 1e-5,
-) -> Tensor:
+) -> torch.Tensor:
     r"""Normalize each channel of ``input`` by its batch (or running) mean and variance.
 
     .. math::
         y = \frac{x - \mathrm{E}[x]}{\sqrt{\mathrm{Var}[x] + \epsilon}} \cdot \gamma + \beta
 
     with the statistics of channel ``c`` taken over every dimension but dim 1 (``N``, and ``L`` or
-    ``H, W``).
+    ``H, W``): :math:`n` values per channel. In training the steps are the formula's: the mean
+    :math:`\mu`, the biased variance :math:`\sigma^2`, :math:`\hat{x} = (x - \mu) /
+    \sqrt{\sigma^2 + \epsilon}`, then :math:`y = \gamma \hat{x} + \beta`.
 
     The traps, all as torch does them:
 
-    - **Biased variance to normalize** (divide by :math:`n`, the number of values per channel),
-      **unbiased variance for the running estimate** (divide by :math:`n - 1`).
+    - **Biased variance to normalize** (divide by :math:`n`), **unbiased variance for the
+      running estimate** (divide by :math:`n - 1`).
     - **Momentum rule**: ``running = (1 - momentum) * running + momentum * batch_stat``. This is
       the opposite convention to an optimizer's momentum: ``momentum=0.1`` keeps 90% of the old
-      value. ``momentum=None`` (a cumulative average) is the module's job: it passes
-      ``momentum = 1 / num_batches_tracked``.
+      value. ``momentum=None`` (a cumulative average) is the module's job, as in torch: it
+      passes ``momentum = 1 / num_batches_tracked``.
     - In training the running buffers are **updated in place** (when given); the output always
       uses the batch statistics. With ``training=False`` the running statistics normalize and the
       buffers are left alone.
     - A training batch with **one value per channel** is refused: its variance is 0/0.
 
-    In training the gradient is hand-written (closed form, float tolerance of torch's kernel):
+    In training the gradient is the closed form (``_BatchNormFunction.backward``), with
+    :math:`d\hat{x} = dy \cdot \gamma` and sums over the :math:`n` values of a channel:
 
     .. math::
-        \frac{\partial L}{\partial x} = \frac{\gamma\,\sigma^{-1}}{n}\Big(n\,dy - \sum dy
-            - \hat{x} \sum dy\,\hat{x}\Big),\quad
-        \frac{\partial L}{\partial \gamma} = \sum dy\,\hat{x},\quad
-        \frac{\partial L}{\partial \beta} = \sum dy
+        dx = \frac{1}{n \sqrt{\sigma^2 + \epsilon}}\Big(n\,d\hat{x} - \sum d\hat{x}
+            - \hat{x} \sum d\hat{x}\,\hat{x}\Big),\quad
+        d\gamma = \sum dy\,\hat{x},\quad
+        d\beta = \sum dy
 
-    It is once differentiable: a double backward through it raises an error.
-
-    Numerics: the batch variance is a shifted one (sums of :math:`x - K` and their squares, then
-    corrected for the shift, with :math:`K` the first block of rows' mean, or 0 where that block
-    sits within half a std of 0; a second pass around the batch mean when the first block is
-    atypical). Where a channel's mean is more than 2 stds from 0, the output and the gradient
-    use the centered input and correct for the shift. On a float32 channel whose mean is far
-    from 0 (hundreds of stds) that keeps output and gradients within a few 1e-6 of float64,
-    where torch's CPU kernel drifts to 1e-5..1e-4.
-
-    Speed: every pass walks the batch in cache-sized blocks of rows and only the input is saved,
-    so forward + backward move about as many bytes as torch's fused kernel
-    (``benchmarks/batchnorm.py`` times the two).
+    :math:`\gamma` is constant over a channel, so it comes out of both sums, which are then
+    :math:`d\beta` and :math:`d\gamma`; the code computes
+    :math:`dx = \frac{\gamma}{n \sqrt{\sigma^2 + \epsilon}}(n\,dy - d\beta - \hat{x}\,d\gamma)`.
+    It is once differentiable: a double backward through it raises an error. In eval mode
+    autograd differentiates the formula.
 
     Args:
         input: ``(N, C)``, ``(N, C, L)``, ``(N, C, H, W)`` or any ``(N, C, *)`` tensor.
@@ -300,8 +203,7 @@ def batch_norm(
 
     Examples::
 
-        >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
-        <torch._C.Generator object at ...>
+        >>> _ = torch.manual_seed(0)
         >>> x = torch.randn(8, 3) * 5 + 2
         >>> rm, rv = torch.zeros(3), torch.ones(3)
         >>> y = batch_norm(x, rm, rv, training=True)
@@ -309,6 +211,9 @@ def batch_norm(
         (tensor(True), tensor(True))
         >>> torch.allclose(rm, 0.1 * x.mean(0)), torch.allclose(rv, 0.9 + 0.1 * x.var(0))
         (True, True)
+        >>> y_eval = batch_norm(x, rm, rv, training=False)  # running statistics normalize
+        >>> torch.allclose(y_eval, (x - rm) / torch.sqrt(rv + 1e-5))
+        True
     """
     if input.dim() < 2:
         raise ValueError(f"expected input of shape (N, C, *), got {input.dim()}D input")
@@ -316,8 +221,11 @@ def batch_norm(
         _verify_batch_size(list(input.shape))
         if eps <= 0.0:
             raise ValueError(f"batch_norm eps must be positive during training, but got {eps}")
-        out = _batch_norm_train(input, weight, bias, running_mean, running_var, momentum, eps)
-        return cast(Tensor, out)
+        # torch leaves Function.apply unannotated; it returns forward's tensor.
+        out: torch.Tensor = _BatchNormFunction.apply(  # type: ignore[no-untyped-call]
+            input, weight, bias, running_mean, running_var, momentum, eps
+        )
+        return out
     if eps < 0.0:
         raise ValueError(f"batch_norm eps must be non-negative, but got {eps}")
     if running_mean is None or running_var is None:
@@ -328,6 +236,10 @@ def batch_norm(
         scale = scale * weight
     out = (input - running_mean.view(shape)) * scale.view(shape)  # (N, C, *)
     return out if bias is None else out + bias.view(shape)
+
+
+# What a standalone script needs for batch_norm, in dependency order (see the module docstring).
+BATCH_NORM_CODE = (_verify_batch_size, _update_running_stats, _BatchNormFunction, batch_norm)
 
 
 def _normalized_dims(input: Tensor, normalized_shape: list[int] | tuple[int, ...]) -> list[int]:
