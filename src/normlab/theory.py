@@ -19,9 +19,6 @@ from __future__ import annotations
 
 import math
 
-RELU_VARIANCE_FACTOR = 0.5 - 1.0 / (2.0 * math.pi)
-"""Var(relu(a)) / Var(a) for a zero-mean Gaussian ``a``."""
-
 
 def linear_variance(gain: float, depth: int, input_variance: float = 1.0) -> list[float]:
     """Predicted variance after each of ``depth`` linear layers: ``input_variance * g**(2k)``.
@@ -41,9 +38,10 @@ def relu_variance(gain: float, depth: int, input_variance: float = 1.0) -> list[
     >>> [round(v, 4) for v in relu_variance(math.sqrt(2.0), 3)]  # He: flat
     [0.6817, 0.6817, 0.6817]
     """
+    relu_factor = 0.5 - 1.0 / (2.0 * math.pi)  # Var(relu(a)) / Var(a), a ~ N(0, Var(a))
     out = []
     pre = gain**2 * input_variance  # Var(a_1)
     for _ in range(depth):
-        out.append(RELU_VARIANCE_FACTOR * pre)
+        out.append(relu_factor * pre)
         pre = gain**2 * pre / 2.0  # E[relu(a)^2] = Var(a) / 2
     return out

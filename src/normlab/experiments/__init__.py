@@ -8,7 +8,13 @@ True
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from normlab.experiments import (
     bn_columns,
@@ -22,10 +28,12 @@ from normlab.experiments import (
     init_compare,
     init_train,
     linear_scale,
+    script,
     symmetry,
     variance,
 )
 from normlab.experiments.base import (
+    ENGINE,
     Experiment,
     Parameter,
     ParameterError,
@@ -78,14 +86,50 @@ def run_experiment(name: str, progress: Progress | None = None, **params: Any) -
     """Validate ``params`` against the experiment's declaration, run it, return its Result.
 
     The Result records the experiment's name and the full parameter set it ran with, so it can
-    be reproduced.
+    be reproduced. The caller's global random state is restored afterwards. ``progress`` is
+    called as ``progress(done, total)`` after every optimizer step of a training experiment (it
+    may raise to stop the run).
     """
     experiment = get_experiment(name)
     p = experiment.make_params(params)
-    result = experiment.run(p, progress)
+    values = params_dict(p)
+    total = experiment.total_steps(p) if experiment.total_steps is not None else 0
+    with ENGINE, _own_rng(values.get("device", "cpu")), _counting(progress, total):
+        raw = experiment.entry(**values)
+    result = experiment.result_type.from_raw(raw)
     result.experiment = name
-    result.params = params_dict(p)
+    result.params = values
     return result
+
+
+@contextmanager
+def _own_rng(device: str) -> Iterator[None]:
+    """Keep the caller's global random state (CPU, and the GPU when the run uses it)."""
+    devices = [torch.cuda.current_device()] if device == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        yield
+
+
+@contextmanager
+def _counting(progress: Progress | None, total: int) -> Iterator[None]:
+    """Call ``progress`` after each optimizer step taken in this thread, while inside."""
+    if progress is None:
+        yield
+        return
+    owner = threading.get_ident()
+    done = 0
+
+    def after_step(optimizer: object, args: object, kwargs: object) -> None:
+        nonlocal done
+        if threading.get_ident() == owner:
+            done += 1
+            progress(done, total)
+
+    handle = register_optimizer_step_post_hook(after_step)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 __all__ = [
@@ -101,4 +145,5 @@ __all__ = [
     "list_experiments",
     "params_dict",
     "run_experiment",
+    "script",
 ]

@@ -12,19 +12,28 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import threading
+import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import numpy as np
 import torch
+
+from normlab.figures import Figure
 
 Kind = Literal["int", "float", "bool", "choice", "float_list"]
 Progress = Callable[[int, int], None]
 """Called as ``progress(done, total)`` while a training run advances."""
 
 MAX_SEED = 2**31 - 1
+
+ENGINE = threading.RLock()
+"""Held while an experiment's code runs. The code seeds torch's global generator and prints to
+``sys.stdout``, as a learner's notebook does, so two runs at once would draw from each other's
+stream (and print into each other's output): they take turns."""
 
 
 class ParameterError(ValueError):
@@ -87,10 +96,12 @@ def seed_param(default: int = 0) -> Any:
     )
 
 
+DEVICES = ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
+"""The devices this machine has: only these are offered."""
+
+
 def device_param() -> Any:
-    return param(
-        "cpu", "torch device to run on (seed figures are defined on cpu)", choices=("cpu", "cuda")
-    )
+    return param("cpu", "torch device to run on (seed figures are defined on cpu)", choices=DEVICES)
 
 
 @dataclass(frozen=True)
@@ -279,6 +290,14 @@ class Table:
     rows: Sequence[tuple[str, ...]]
     notes: tuple[str, ...] = ()
 
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "title": self.title,
+            "columns": list(self.columns),
+            "rows": [list(row) for row in self.rows],
+            "notes": list(self.notes),
+        }
+
 
 @dataclass
 class Result:
@@ -295,7 +314,40 @@ class Result:
         return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
     def tables(self) -> list[Table]:
+        """The key numbers as tables: what the CLI prints and the lab shows under a plot."""
         raise NotImplementedError
+
+    def figures(self) -> list[Figure]:
+        """The result's figures, described as data (:mod:`normlab.figures`)."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_raw(cls, raw: Mapping[str, Any]) -> Self:
+        """Build the result from the dict an experiment's ``entry`` returns (nested dicts become
+        the dataclasses the fields declare)."""
+        value: Self = _build(cls, raw)
+        return value
+
+
+def _build(hint: Any, value: Any) -> Any:
+    """``value`` (plain JSON-like data) as the type ``hint``: dataclasses from dicts, lists of
+    them, optional ones; anything else as it is."""
+    if value is None:
+        return None
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        hints = typing.get_type_hints(hint)
+        fields = {f.name for f in dataclasses.fields(hint) if f.init}
+        unknown = set(value) - fields
+        if unknown:
+            raise TypeError(f"{hint.__name__} has no field(s) {sorted(unknown)}")
+        return hint(**{k: _build(hints[k], v) for k, v in value.items()})
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is list and args:
+        return [_build(args[0], v) for v in value]
+    if origin in (types.UnionType, typing.Union):
+        kinds = [a for a in args if a is not type(None)]
+        return _build(kinds[0], value) if len(kinds) == 1 else value
+    return value
 
 
 def _jsonable(value: Any) -> Any:
@@ -319,20 +371,37 @@ def _jsonable(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class Experiment:
-    """A registered experiment: its declared parameters and the function that runs it."""
+    """A registered experiment: its declared parameters, its plain-PyTorch code, its result.
+
+    ``code`` is the experiment's computation, the functions and classes a learner reads, in the
+    order a script defines them; they use only torch, numpy, scikit-learn and the standard
+    library. ``entry`` (one of them) takes every declared parameter as a keyword and returns a
+    dict of plain numbers and lists; ``show`` (one of them) prints that dict. normlab calls
+    ``entry`` itself and builds ``result_type`` from its dict, and :mod:`~normlab.experiments.
+    script` renders the same objects' source as a script, so what normlab reports is what the
+    code prints. ``total_steps(params)`` counts the optimizer steps a training run takes (for a
+    progress bar).
+    """
 
     name: str
     title: str
     summary: str
     params_type: type
-    run: Callable[..., Result]
-    trains: bool = False
-    mirror: Callable[[Any], tuple[Any, Callable[[dict[str, Any]], dict[str, Any]]]] | None = None
-    """For a result that holds the same runs as another parameter set's (``bn-lr`` trains the
-    chosen setting and the other one for contrast, so ``batch_norm`` on and off compute the same
-    two curves): maps ``params`` to those other parameters and to the function that turns their
-    result's ``to_dict()`` into this one's (its own fields; whoever calls it sets ``params``). A
-    cache (the lab's) may then answer either from the other."""
+    result_type: type[Result]
+    entry: Callable[..., dict[str, Any]]
+    show: Callable[[dict[str, Any]], None]
+    code: tuple[Any, ...]
+    total_steps: Callable[[Any], int] | None = None
+
+    def __post_init__(self) -> None:
+        for needed in (self.entry, self.show):
+            if needed not in self.code:
+                raise ValueError(f"experiment {self.name!r}: {needed.__name__} is not in its code")
+
+    @property
+    def trains(self) -> bool:
+        """Whether a run trains (it steps an optimizer and reports progress)."""
+        return self.total_steps is not None
 
     @property
     def parameters(self) -> tuple[Parameter, ...]:
@@ -348,10 +417,6 @@ class Experiment:
                     name, f"unknown parameter {name!r} for {self.name!r}, use one of: {valid}"
                 )
         checked = {name: declared[name].validate(v) for name, v in values.items()}
-        if checked.get("device") == "cuda" and not torch.cuda.is_available():
-            raise ParameterError(
-                "device", "parameter 'device': 'cuda' is not available on this machine, use 'cpu'"
-            )
         return self.params_type(**checked)
 
 

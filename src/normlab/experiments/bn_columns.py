@@ -7,10 +7,12 @@ and std 1, measured as the layer measures: the biased (divide by N) std of the b
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+from torch import nn
 
-from normlab import nn as nlnn
+from normlab import figures as fig
 from normlab.experiments.base import (
     Experiment,
     Result,
@@ -30,6 +32,39 @@ class Params:
     )
     seed: int = seed_param()
     device: str = device_param()
+
+
+# -- the code (plain PyTorch: what `normlab run bn-columns --code` prints) ----------------------
+
+
+def bn_columns(batch: int, scales: list[float], seed: int, device: str) -> dict[str, Any]:
+    """Columns drawn at very different scales, before and after a training-mode BatchNorm1d."""
+    torch.manual_seed(seed)
+    x = torch.randn(batch, len(scales)) * torch.tensor(scales)  # (N, C): column j has std scales[j]
+    x = x.to(device)
+    norm = nn.BatchNorm1d(len(scales)).to(device)
+    norm.train()  # normalize with this batch's own statistics
+    with torch.no_grad():
+        out = norm(x)  # (N, C)
+    return {  # std with unbiased=False: divide by N, as the layer does
+        "input_means": x.mean(dim=0).tolist(),
+        "input_stds": x.std(dim=0, unbiased=False).tolist(),
+        "output_means": out.mean(dim=0).tolist(),
+        "output_stds": out.std(dim=0, unbiased=False).tolist(),
+    }
+
+
+def show(result: dict[str, Any]) -> None:
+    """Print each column's mean and std before and after the layer."""
+    for j in range(len(result["input_means"])):
+        print(
+            f"column {j}: before mean {result['input_means'][j]:.4f} "
+            f"std {result['input_stds'][j]:.4f} | after mean {result['output_means'][j]:.4f} "
+            f"std {result['output_stds'][j]:.4f}"
+        )
+
+
+# -- the result ---------------------------------------------------------------------------------
 
 
 @dataclass
@@ -54,20 +89,35 @@ class BnColumnsResult(Result):
         note = "std is the biased batch std (divide by N), the one BatchNorm normalizes with"
         return [Table("BatchNorm1d in training mode, per column", cols, rows, (note,))]
 
+    def figures(self) -> list[fig.Figure]:
+        cols = [f"column {j}" for j in range(len(self.input_means))]
 
-def run(p: Params, progress: object = None) -> BnColumnsResult:
-    g = torch.Generator().manual_seed(p.seed)
-    scales = torch.tensor(p.scales)  # (C,)
-    x = (torch.randn(p.batch, len(p.scales), generator=g) * scales).to(p.device)  # (N, C)
-    norm = nlnn.BatchNorm1d(len(p.scales)).to(p.device).train()
-    with torch.no_grad():
-        out = norm(x)  # (N, C)
-    return BnColumnsResult(
-        input_means=x.mean(0).tolist(),
-        input_stds=x.std(0, unbiased=False).tolist(),
-        output_means=out.mean(0).tolist(),
-        output_stds=out.std(0, unbiased=False).tolist(),
-    )
+        def bars(name: str, values: list[float], color: str, floor: float | None) -> fig.Series:
+            shown = values if floor is None else fig.floored(values, floor)
+            labels = [f"{v:.3g}" for v in values]
+            return fig.Series(name, cols, shown, kind="bars", color=color, labels=labels)
+
+        stds = fig.Panel(
+            fig.Axis(""),
+            fig.Axis("std (biased, ÷N), log scale", scale="log"),
+            [
+                bars("before", self.input_stds, fig.RED, 1e-12),
+                bars("after BatchNorm1d", self.output_stds, fig.BLUE, 1e-12),
+            ],
+            title="std per column: all 1 after",
+            lines=[fig.Line(1.0)],
+        )
+        means = fig.Panel(
+            fig.Axis(""),
+            fig.Axis("mean"),
+            [
+                bars("before", self.input_means, fig.RED, None),
+                bars("after BatchNorm1d", self.output_means, fig.BLUE, None),
+            ],
+            title="mean per column: all 0 after",
+            lines=[fig.Line(0.0, dash="solid")],
+        )
+        return [fig.Figure("BatchNorm1d in training mode, column by column", [stds, means])]
 
 
 EXPERIMENT = Experiment(
@@ -75,5 +125,8 @@ EXPERIMENT = Experiment(
     title="One batch, rescaled per column",
     summary="column means and stds before and after a training-mode BatchNorm1d",
     params_type=Params,
-    run=run,
+    result_type=BnColumnsResult,
+    entry=bn_columns,
+    show=show,
+    code=(bn_columns, show),
 )

@@ -1,21 +1,24 @@
 """``bn-from-scratch``: batch normalization's forward pass, and parity with torch's layer.
 
 A deliberately skewed batch (every column mean ~5 and std ~3, column 0 squashed through an
-exponential so it is heavy-tailed and narrow) goes through :func:`normlab.functional.batch_norm`
-with :math:`\\gamma = 1, \\beta = 0`: every column comes out with mean 0 and std 1. Then
-normlab's ``BatchNorm1d`` and ``torch.nn.BatchNorm1d`` see the same training batches, and the
-result reports the largest differences in outputs, running statistics, eval-mode outputs and
-input gradients.
+exponential so it is heavy-tailed and narrow) goes through normlab's from-scratch
+:func:`normlab.functional.batch_norm` with :math:`\\gamma = 1, \\beta = 0`: every column comes out
+with mean 0 and std 1. Then that function and ``torch.nn.BatchNorm1d`` see the same training
+batches, and the result reports the largest differences in outputs, running statistics,
+eval-mode outputs and input gradients. The script shows both: normlab's function, pasted in,
+beside torch's layer.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+from torch import nn
 
-from normlab import functional
-from normlab import nn as nlnn
+from normlab import figures as fig
 from normlab.experiments.base import (
     Experiment,
     Histogram,
@@ -23,10 +26,11 @@ from normlab.experiments.base import (
     Table,
     device_param,
     fmt_list,
-    histogram,
     param,
     seed_param,
 )
+from normlab.experiments.init_compare import histogram
+from normlab.functional import BATCH_NORM_CODE, batch_norm
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,90 @@ class Params:
     seed: int = seed_param()
     parity_seed: int = seed_param(1)
     device: str = device_param()
+
+
+# -- the code (plain PyTorch: what `normlab run bn-from-scratch --code` prints) -----------------
+
+
+def skewed_batch(batch: int, features: int, seed: int) -> torch.Tensor:
+    """Columns of mean ~5 and std ~3; column 0 squashed through exp: narrow and heavy-tailed."""
+    torch.manual_seed(seed)
+    skewed = 3.0 * torch.randn(batch, features) + 5.0  # (N, C)
+    skewed[:, 0] = torch.exp(0.5 * skewed[:, 0] / 5.0)
+    return skewed
+
+
+def parity(
+    features: int, momentum: float, parity_batches: int, parity_seed: int, device: str
+) -> dict[str, float]:
+    """The largest differences between ``batch_norm`` and ``nn.BatchNorm1d`` on the same batches."""
+    torch.manual_seed(parity_seed)
+    ref = nn.BatchNorm1d(features, momentum=momentum, affine=False).to(device)
+    running_mean = torch.zeros(features, device=device)  # ours, as a new layer starts
+    running_var = torch.ones(features, device=device)
+    train_diff = grad_diff = 0.0
+    for _ in range(parity_batches):
+        xb = (2.0 * torch.randn(32, features) + 4.0).to(device)  # (32, C)
+        upstream = torch.randn(32, features).to(device)  # a made-up dL/dy
+        x1, x2 = xb.clone().requires_grad_(), xb.clone().requires_grad_()
+        out1 = batch_norm(x1, running_mean, running_var, training=True, momentum=momentum)
+        out2 = ref(x2)
+        (out1 * upstream).sum().backward()
+        (out2 * upstream).sum().backward()
+        train_diff = max(train_diff, (out1 - out2).abs().max().item())
+        grad_diff = max(grad_diff, (x1.grad - x2.grad).abs().max().item())
+    ref.eval()  # test time: both use the running statistics, not the batch's
+    x_test = (2.0 * torch.randn(32, features) + 4.0).to(device)
+    with torch.no_grad():
+        ours = batch_norm(x_test, running_mean, running_var, training=False)
+        eval_diff = (ours - ref(x_test)).abs().max().item()
+    return {
+        "train_output": train_diff,
+        "running_mean": (running_mean - ref.running_mean).abs().max().item(),
+        "running_var": (running_var - ref.running_var).abs().max().item(),
+        "eval_output": eval_diff,
+        "input_grad": grad_diff,
+    }
+
+
+def bn_from_scratch(
+    batch: int,
+    features: int,
+    bins: int,
+    parity_batches: int,
+    momentum: float,
+    seed: int,
+    parity_seed: int,
+    device: str,
+) -> dict[str, Any]:
+    """Normalize a skewed batch from scratch, then check ``batch_norm`` against torch's layer."""
+    skewed = skewed_batch(batch, features, seed).to(device)
+    gamma, beta = torch.ones(features, device=device), torch.zeros(features, device=device)
+    x_hat = batch_norm(skewed, None, None, gamma, beta, training=True)  # (N, C)
+    rescaled = 2.0 * x_hat[:, 0] + 1.0  # column 0 with gamma 2, beta 1
+    return {
+        "before_means": skewed.mean(0).tolist(),
+        "before_stds": skewed.std(0).tolist(),  # unbiased, as the notebook prints
+        "after_means": x_hat.mean(0).tolist(),
+        "after_stds": x_hat.std(0).tolist(),
+        "before_hist": histogram(skewed[:, 0].cpu(), bins),
+        "after_hist": histogram(x_hat[:, 0].cpu(), bins),
+        "rescaled_hist": histogram(rescaled.cpu(), bins),
+        "parity": parity(features, momentum, parity_batches, parity_seed, device),
+    }
+
+
+def show(result: dict[str, Any]) -> None:
+    """Print the columns before and after, then the differences from torch's layer."""
+    print("before BN: per-feature mean =", [round(v, 2) for v in result["before_means"]])
+    print("           per-feature std  =", [round(v, 2) for v in result["before_stds"]])
+    print("after BN:  per-feature mean =", [round(v, 3) for v in result["after_means"]])
+    print("           per-feature std  =", [round(v, 3) for v in result["after_stds"]])
+    for name, diff in result["parity"].items():
+        print(f"max |ours - torch|, {name}: {diff:.3g}")
+
+
+# -- the result ---------------------------------------------------------------------------------
 
 
 @dataclass
@@ -70,71 +158,45 @@ class BnFromScratchResult(Result):
         ]
         par = self.parity
         diffs = [
-            ("train-mode output", f"{par.train_output:.3g}"),
+            ("train_output", f"{par.train_output:.3g}"),
             ("running_mean", f"{par.running_mean:.3g}"),
             ("running_var", f"{par.running_var:.3g}"),
-            ("eval-mode output", f"{par.eval_output:.3g}"),
-            ("input gradient", f"{par.input_grad:.3g}"),
+            ("eval_output", f"{par.eval_output:.3g}"),
+            ("input_grad", f"{par.input_grad:.3g}"),
         ]
         return [
             Table("Skewed batch, per column (std unbiased)", ("", "mean", "std"), stats),
             Table(
-                "normlab BatchNorm1d vs torch.nn.BatchNorm1d: max |difference|",
+                "normlab's batch_norm vs torch.nn.BatchNorm1d: max |difference|",
                 ("quantity", "max diff"),
                 diffs,
             ),
         ]
 
+    def figures(self) -> list[fig.Figure]:
+        def bars(h: Histogram, name: str, color: str, opacity: float) -> fig.Series:
+            centers = [(a + b) / 2 for a, b in itertools.pairwise(h.edges)]
+            return fig.Series(
+                name, centers, h.counts, "histogram", color, edges=h.edges, opacity=opacity
+            )
 
-def _parity(p: Params) -> Parity:
-    g = torch.Generator().manual_seed(p.parity_seed)
-    ours = nlnn.BatchNorm1d(p.features, momentum=p.momentum, affine=False).to(p.device)
-    ref = torch.nn.BatchNorm1d(p.features, momentum=p.momentum, affine=False).to(p.device)
-    train_diff = grad_diff = torch.zeros((), device=p.device)
-    for _ in range(p.parity_batches):
-        xb = (2.0 * torch.randn(32, p.features, generator=g) + 4.0).to(p.device)  # (32, C)
-        upstream = torch.randn(32, p.features, generator=g).to(p.device)
-        x1, x2 = xb.clone().requires_grad_(), xb.clone().requires_grad_()
-        out1, out2 = ours(x1), ref(x2)
-        (out1 * upstream).sum().backward()
-        (out2 * upstream).sum().backward()
-        assert x1.grad is not None and x2.grad is not None
-        train_diff = torch.maximum(train_diff, (out1 - out2).abs().max().detach())
-        grad_diff = torch.maximum(grad_diff, (x1.grad - x2.grad).abs().max())
-    assert ours.running_mean is not None and ref.running_mean is not None
-    assert ours.running_var is not None and ref.running_var is not None
-    ours.eval()
-    ref.eval()
-    x_test = (2.0 * torch.randn(32, p.features, generator=g) + 4.0).to(p.device)
-    with torch.no_grad():
-        eval_diff = (ours(x_test) - ref(x_test)).abs().max()
-    return Parity(
-        train_output=train_diff.item(),
-        running_mean=(ours.running_mean - ref.running_mean).abs().max().item(),
-        running_var=(ours.running_var - ref.running_var).abs().max().item(),
-        eval_output=eval_diff.item(),
-        input_grad=grad_diff.item(),
-    )
-
-
-def run(p: Params, progress: object = None) -> BnFromScratchResult:
-    g = torch.Generator().manual_seed(p.seed)
-    skewed = 3.0 * torch.randn(p.batch, p.features, generator=g) + 5.0  # (N, C): mean 5, std 3
-    skewed[:, 0] = torch.exp(0.5 * skewed[:, 0] / 5.0)  # heavy right tail, narrow
-    skewed = skewed.to(p.device)
-    ones = torch.ones(p.features, device=p.device)
-    x_hat = functional.batch_norm(skewed, None, None, ones, torch.zeros_like(ones), training=True)
-    rescaled = 2.0 * x_hat[:, 0] + 1.0  # gamma 2, beta 1 on column 0
-    return BnFromScratchResult(
-        before_means=skewed.mean(0).tolist(),
-        before_stds=skewed.std(0).tolist(),
-        after_means=x_hat.mean(0).tolist(),
-        after_stds=x_hat.std(0).tolist(),
-        before_hist=histogram(skewed[:, 0].cpu(), p.bins),
-        after_hist=histogram(x_hat[:, 0].detach().cpu(), p.bins),
-        rescaled_hist=histogram(rescaled.detach().cpu(), p.bins),
-        parity=_parity(p),
-    )
+        before = fig.Panel(
+            fig.Axis("value"),
+            fig.Axis("count"),
+            [bars(self.before_hist, "column 0 before", fig.RED, 0.7)],
+            title=f"column 0 before: mean {self.before_means[0]:.2f}, "
+            f"std {self.before_stds[0]:.2f}",
+        )
+        after = fig.Panel(
+            fig.Axis("value"),
+            fig.Axis("count"),
+            [
+                bars(self.after_hist, "x̂ (γ = 1, β = 0)", fig.BLUE, 0.7),
+                bars(self.rescaled_hist, "γ = 2, β = 1", fig.GREEN, 0.5),
+            ],
+            title=f"column 0 after: x̂ mean {self.after_means[0]:.2f}, std {self.after_stds[0]:.2f}",
+        )
+        return [fig.Figure("Batch normalization re-centres a skewed column", [before, after])]
 
 
 EXPERIMENT = Experiment(
@@ -142,5 +204,8 @@ EXPERIMENT = Experiment(
     title="Batch normalization from scratch",
     summary="a skewed batch re-centred by normlab's batch_norm; parity with torch's BatchNorm1d",
     params_type=Params,
-    run=run,
+    result_type=BnFromScratchResult,
+    entry=bn_from_scratch,
+    show=show,
+    code=(*BATCH_NORM_CODE, histogram, skewed_batch, parity, bn_from_scratch, show),
 )

@@ -1,35 +1,35 @@
 """``bn-lr``: batch normalization lets a deep MLP train at a high learning rate.
 
 The same ``hidden_layers`` x ``width`` ReLU MLP (blocks ``Linear -> [BatchNorm1d] -> ReLU``, BN
-before the activation) trains on two moons with full-batch SGD, with and without BN, from the
-same weights. At a high rate the plain net's loss spikes and wanders, while the BN net keeps
-falling. The result holds the chosen setting's loss curve and, for contrast, the other one.
-
-Both runs go through :func:`normlab.train.train_mlps_fast` (hand-written forward and backward,
-the two settings side by side), which computes what :func:`normlab.train.train_sgd` would.
+before the activation) trains on two moons with full-batch SGD, with and without BN, each from
+``torch.manual_seed(seed)`` as the seed notebook's ``train_bn`` does. At a high rate the plain
+net's loss spikes and wanders, while the BN net keeps falling. The result holds the chosen
+setting's loss curve and, for contrast, the other one.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-from normlab import data, models, train
+from normlab import figures as fig
+from normlab.data import two_moons
 from normlab.experiments.base import (
     Experiment,
-    Progress,
     Result,
     Table,
     device_param,
     param,
     seed_param,
 )
+from normlab.train import train
+
+LOSS_CLIP = 5.0
+"""A diverging loss is drawn at this ceiling, as the seed's ``np.clip(losses, 0, 5)``."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,55 @@ class Params:
     width: int = param(64, "units per hidden block", min=2, max=256, step=1)
     seed: int = seed_param()
     device: str = device_param()
+
+
+# -- the code (plain PyTorch: what `normlab run bn-lr --code` prints) ---------------------------
+
+
+def mlp(width: int, hidden_layers: int, batch_norm: bool) -> nn.Sequential:
+    """``hidden_layers`` blocks Linear -> [BatchNorm1d] -> ReLU, then a Linear to one logit."""
+    layers: list[nn.Module] = []
+    d = 2
+    for _ in range(hidden_layers):
+        layers.append(nn.Linear(d, width))
+        if batch_norm:
+            layers.append(nn.BatchNorm1d(width))  # before the activation
+        layers.append(nn.ReLU())
+        d = width
+    layers.append(nn.Linear(d, 1))
+    return nn.Sequential(*layers)
+
+
+def bn_lr(
+    batch_norm: bool, lr: float, steps: int, hidden_layers: int, width: int, seed: int, device: str
+) -> dict[str, Any]:
+    """Train the same net with and without BatchNorm at learning rate ``lr``."""
+    x, y = two_moons(device=device)
+    losses = {}
+    for bn in (batch_norm, not batch_norm):
+        torch.manual_seed(seed)  # both nets draw the same Linear weights
+        net = mlp(width, hidden_layers, bn).to(device)
+        losses[bn] = train(net, x, y, lr, steps)
+    return {
+        "batch_norm": batch_norm,
+        "lr": lr,
+        "losses": losses[batch_norm],
+        "contrast_losses": losses[not batch_norm],
+    }
+
+
+def show(result: dict[str, Any]) -> None:
+    """Print the first, last and highest loss of both runs."""
+    for bn in (False, True):
+        curve = result["losses"] if bn == result["batch_norm"] else result["contrast_losses"]
+        peak = max(range(len(curve)), key=lambda t: math.inf if math.isnan(curve[t]) else curve[t])
+        print(
+            f"{'with' if bn else 'without'} BN: first {curve[0]:.4f}, last {curve[-1]:.4f}, "
+            f"highest {curve[peak]:.4f} at step {peak}"
+        )
+
+
+# -- the result ---------------------------------------------------------------------------------
 
 
 @dataclass
@@ -74,6 +123,30 @@ class BnLrResult(Result):
             )
         ]
 
+    def figures(self) -> list[fig.Figure]:
+        series = []
+        for bn in (False, True):
+            chosen = bn == self.batch_norm
+            curve = self.losses_with(bn)
+            series.append(
+                fig.Series(
+                    ("with BN" if bn else "without BN") + (" (chosen)" if chosen else ""),
+                    fig.steps(len(curve)),
+                    fig.clipped(curve, LOSS_CLIP),
+                    color=fig.BLUE if bn else fig.RED,
+                    width=3.0 if chosen else 1.2,
+                    opacity=1.0 if chosen else 0.6,
+                )
+            )
+        panel = fig.Panel(
+            fig.Axis("training step"),
+            fig.Axis(f"BCE loss (clipped at {LOSS_CLIP:g})", limits=(0.0, LOSS_CLIP)),
+            series,
+        )
+        state = "on" if self.batch_norm else "off"
+        title = f"Learning rate {self.lr:g}: batch norm {state} (bold), the other setting thin"
+        return [fig.Figure(title, [panel])]
+
 
 def _finite(x: float) -> float:
     return x if math.isfinite(x) else math.inf
@@ -83,47 +156,14 @@ def _loss(x: float) -> str:
     return f"{x:.4f}" if math.isfinite(x) else str(x)
 
 
-def _net(p: Params, batch_norm: bool) -> nn.Sequential:
-    """The MLP both settings start from: the same weights (same seed), with or without BN."""
-    g = torch.Generator().manual_seed(p.seed)
-    norm = "batch" if batch_norm else "none"
-    net = models.mlp(2, p.width, p.hidden_layers, out_dim=1, norm=norm, generator=g)
-    return net if p.device == "cpu" else net.to(p.device)  # built on the CPU
-
-
-def run(p: Params, progress: Progress | None = None) -> BnLrResult:
-    # Both settings train side by side (one CPU thread each); progress follows the chosen one.
-    x, y = data.two_moons(device=p.device)
-    nets = [_net(p, p.batch_norm), _net(p, not p.batch_norm)]
-    chosen, contrast = train.train_mlps_fast(nets, x, y, lr=p.lr, steps=p.steps, progress=progress)
-    return BnLrResult(
-        batch_norm=p.batch_norm,
-        lr=p.lr,
-        losses=chosen.losses.tolist(),
-        contrast_losses=contrast.losses.tolist(),
-    )
-
-
-def _mirror(p: Params) -> tuple[Params, Callable[[dict[str, Any]], dict[str, Any]]]:
-    """The other setting's parameters: its result holds the same two curves, swapped."""
-
-    def swap(other: dict[str, Any]) -> dict[str, Any]:
-        return {
-            **other,
-            "batch_norm": not other["batch_norm"],
-            "losses": other["contrast_losses"],
-            "contrast_losses": other["losses"],
-        }
-
-    return dataclasses.replace(p, batch_norm=not p.batch_norm), swap
-
-
 EXPERIMENT = Experiment(
     name="bn-lr",
     title="BatchNorm and the learning rate",
     summary="training loss of a deep MLP at a high learning rate, with and without BatchNorm",
     params_type=Params,
-    run=run,
-    trains=True,
-    mirror=_mirror,
+    result_type=BnLrResult,
+    entry=bn_lr,
+    show=show,
+    code=(two_moons, mlp, train, bn_lr, show),
+    total_steps=lambda p: 2 * p.steps,
 )

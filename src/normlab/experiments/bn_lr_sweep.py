@@ -12,21 +12,27 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from normlab import data, train
-from normlab.experiments import bn_lr
+from normlab import figures as fig
+from normlab.data import two_moons
 from normlab.experiments.base import (
     Experiment,
     ParameterError,
-    Progress,
     Result,
     Table,
     device_param,
     param,
     seed_param,
 )
+from normlab.experiments.bn_lr import LOSS_CLIP, mlp
+from normlab.train import train
+
+SWEEP_FLOOR = 1e-6
+"""A final loss of 0 is drawn at this floor of the log axis."""
+LR_TICKS = (0.01, 0.02, 0.03, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 3.0, 5.0)
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,72 @@ class Params:
             )
 
 
+# -- the code (plain PyTorch: what `normlab run bn-lr-sweep --code` prints) ---------------------
+
+
+def summarize(losses: list[float], tail: int, stable_loss: float) -> tuple[float, float, bool]:
+    """The final loss (mean of the last ``tail``), the peak after the first ``tail`` steps, and
+    whether the run counts as stable. A nan counts as a blow-up (an infinite loss)."""
+    blown = [math.inf if math.isnan(v) else v for v in losses]
+    final = sum(blown[-tail:]) / tail
+    peak = max(blown[tail:])
+    stable = math.isfinite(final) and final < stable_loss and peak <= blown[0]
+    return final, peak, stable
+
+
+def bn_lr_sweep(
+    lr_min: float,
+    lr_max: float,
+    points: int,
+    steps: int,
+    tail: int,
+    stable_loss: float,
+    hidden_layers: int,
+    width: int,
+    seed: int,
+    device: str,
+) -> dict[str, Any]:
+    """Train the bn-lr net at every learning rate of a log-spaced grid, without and with BN."""
+    x, y = two_moons(device=device)
+    lrs = torch.logspace(math.log10(lr_min), math.log10(lr_max), points).tolist()
+    curves = []
+    for batch_norm in (False, True):
+        runs = []
+        for lr in lrs:
+            torch.manual_seed(seed)  # the same starting weights at every rate
+            net = mlp(width, hidden_layers, batch_norm).to(device)
+            runs.append(summarize(train(net, x, y, lr, steps), tail, stable_loss))
+        final, peak, stable = zip(*runs, strict=True)
+        curves.append(
+            {
+                "batch_norm": batch_norm,
+                "final_losses": list(final),
+                "peak_losses": list(peak),
+                "stable": list(stable),
+            }
+        )
+    return {"lrs": lrs, "curves": curves}
+
+
+def show(result: dict[str, Any]) -> None:
+    """Print the final loss (and the peak) at every rate, then the largest stable rate."""
+    print("lr      without BN            with BN")
+    for i, lr in enumerate(result["lrs"]):
+        cells = []
+        for c in result["curves"]:
+            final, peak = c["final_losses"][i], c["peak_losses"][i]
+            cell = f"{final:.4f} ({peak:.2f})" if math.isfinite(final) else "diverged"
+            cells.append(cell + ("" if c["stable"][i] else " unstable"))
+        print(f"{lr:<7.3g} " + "  ".join(f"{cell:<20}" for cell in cells))
+    for c in result["curves"]:
+        stable = [lr for lr, ok in zip(result["lrs"], c["stable"], strict=True) if ok]
+        largest = f"{max(stable):.3g}" if stable else "none"
+        print(f"{'with' if c['batch_norm'] else 'without'} BN: largest stable rate {largest}")
+
+
+# -- the result ---------------------------------------------------------------------------------
+
+
 @dataclass
 class SweepCurve:
     batch_norm: bool
@@ -74,16 +146,16 @@ class BnLrSweepResult(Result):
     lrs: list[float]
     curves: list[SweepCurve]  # without BN, then with BN
 
+    def largest_stable(self, curve: SweepCurve) -> str:
+        i = curve.largest_stable_lr_index
+        return "none" if i is None else f"{self.lrs[i]:.3g}"
+
     def tables(self) -> list[Table]:
         plain, bn = self.curves
         rows = [(f"{lr:.3g}", _cell(plain, i), _cell(bn, i)) for i, lr in enumerate(self.lrs)]
         notes = tuple(
             f"{'with' if c.batch_norm else 'without'} BN: largest stable rate "
-            + (
-                "none"
-                if c.largest_stable_lr_index is None
-                else f"{self.lrs[c.largest_stable_lr_index]:.3g}"
-            )
+            + self.largest_stable(c)
             for c in self.curves
         )
         return [
@@ -95,6 +167,83 @@ class BnLrSweepResult(Result):
             )
         ]
 
+    def figures(self) -> list[fig.Figure]:
+        series: list[fig.Series] = []
+        lines = [fig.Line(LOSS_CLIP, color="#000000", dash="solid", label=f"above {LOSS_CLIP:g}")]
+        for c in self.curves:
+            series += self._curve(c)
+            i = c.largest_stable_lr_index
+            if i is not None:
+                color = fig.BLUE if c.batch_norm else fig.RED
+                label = f"largest stable rate {_name(c)}: {self.lrs[i]:.3g}"
+                lines.append(fig.Line(self.lrs[i], axis="x", label=label, color=color))
+        stable_loss = self.params.get("stable_loss")
+        if isinstance(stable_loss, float):
+            lines.append(fig.Line(stable_loss, label=f"stable_loss {stable_loss:g}", dash="dash"))
+        finals = [v for c in self.curves for v in self._shown(c.final_losses) if v is not None]
+        ticks = tuple(t for t in LR_TICKS if min(self.lrs) / 1.15 <= t <= max(self.lrs) * 1.15)
+        panel = fig.Panel(
+            fig.Axis("learning rate (log scale)", scale="log", ticks=ticks),
+            fig.Axis(
+                f"final loss (mean of the last {self.params.get('tail', '')} steps, log)",
+                scale="log",
+                limits=(min(0.1, *finals) / 1.6, LOSS_CLIP * 1.6),
+            ),
+            series,
+            lines=lines,
+            note=f"filled: stable, hollow: unstable; triangles: peak loss; above {LOSS_CLIP:g}: "
+            "drawn on the line",
+        )
+        plain, bn = (self.largest_stable(c) for c in self.curves)
+        title = (
+            f"Final loss against the learning rate: stable up to {plain} without BN, {bn} with BN"
+        )
+        return [fig.Figure(title, [panel], height=5.0)]
+
+    @staticmethod
+    def _shown(values: list[float]) -> list[float | None]:
+        """Not finite or above the ceiling: on the ceiling; 0: at the floor of the log axis."""
+        return fig.floored(fig.clipped(values, LOSS_CLIP), SWEEP_FLOOR)
+
+    def _curve(self, c: SweepCurve) -> list[fig.Series]:
+        color = fig.BLUE if c.batch_norm else fig.RED
+        finals = self._shown(c.final_losses)
+
+        def where(ok: bool) -> tuple[list[float], list[float | None]]:
+            picked = [i for i, s in enumerate(c.stable) if s == ok]
+            return [self.lrs[i] for i in picked], [finals[i] for i in picked]
+
+        return [
+            fig.Series(_name(c), self.lrs, finals, color=color, width=2.5),
+            fig.Series(
+                f"{_name(c)}: stable", *where(True), "markers", color, marker_size=8, legend=False
+            ),
+            fig.Series(
+                f"{_name(c)}: unstable",
+                *where(False),
+                "markers",
+                color,
+                marker_size=8,
+                hollow=True,
+                legend=False,
+            ),
+            fig.Series(
+                f"{_name(c)}: peak loss",
+                self.lrs,
+                self._shown(c.peak_losses),
+                "markers",
+                color,
+                marker="triangle",
+                marker_size=8,
+                opacity=0.4,
+                legend=False,
+            ),
+        ]
+
+
+def _name(c: SweepCurve) -> str:
+    return "with BN" if c.batch_norm else "without BN"
+
 
 def _cell(curve: SweepCurve, i: int) -> str:
     final, peak = curve.final_losses[i], curve.peak_losses[i]
@@ -102,52 +251,14 @@ def _cell(curve: SweepCurve, i: int) -> str:
     return text + ("" if curve.stable[i] else "  unstable")
 
 
-def _summarize(losses: torch.Tensor, tail: int, stable_loss: float) -> tuple[float, float, bool]:
-    finite = torch.nan_to_num(losses, nan=math.inf)  # NaN counts as a blow-up
-    final = finite[-tail:].mean().item()
-    peak = finite[tail:].max().item()
-    ok = math.isfinite(final) and final < stable_loss and peak <= finite[0].item()
-    return final, peak, ok
-
-
-def _offset(progress: Progress, before: int, total: int) -> Progress:
-    """One rate's ``progress(done, steps)`` as the sweep's ``progress(before + done, total)``."""
-
-    def report(done: int, steps: int) -> None:
-        progress(before + done, total)
-
-    return report
-
-
-def run(p: Params, progress: Progress | None = None) -> BnLrSweepResult:
-    x, y = data.two_moons(device=p.device)
-    lrs = torch.logspace(math.log10(p.lr_min), math.log10(p.lr_max), p.points).tolist()
-    base = bn_lr.Params(hidden_layers=p.hidden_layers, width=p.width, seed=p.seed, device=p.device)
-    summaries: dict[bool, list[tuple[float, float, bool]]] = {False: [], True: []}
-    total = len(lrs) * p.steps  # progress counts training steps over the whole sweep
-    for i, lr in enumerate(lrs):
-        nets = [bn_lr._net(base, False), bn_lr._net(base, True)]
-        step = None if progress is None else _offset(progress, i * p.steps, total)
-        plain, with_bn = train.train_mlps_fast(nets, x, y, lr=lr, steps=p.steps, progress=step)
-        summaries[False].append(_summarize(plain.losses, p.tail, p.stable_loss))
-        summaries[True].append(_summarize(with_bn.losses, p.tail, p.stable_loss))
-    curves = [
-        SweepCurve(
-            batch_norm=bn,
-            final_losses=[s[0] for s in summaries[bn]],
-            peak_losses=[s[1] for s in summaries[bn]],
-            stable=[s[2] for s in summaries[bn]],
-        )
-        for bn in (False, True)
-    ]
-    return BnLrSweepResult(lrs=lrs, curves=curves)
-
-
 EXPERIMENT = Experiment(
     name="bn-lr-sweep",
     title="The learning-rate sweep, with and without BatchNorm",
     summary="final loss against the learning rate for the bn-lr network, with and without BN",
     params_type=Params,
-    run=run,
-    trains=True,
+    result_type=BnLrSweepResult,
+    entry=bn_lr_sweep,
+    show=show,
+    code=(two_moons, mlp, train, summarize, bn_lr_sweep, show),
+    total_steps=lambda p: 2 * p.points * p.steps,
 )

@@ -11,10 +11,12 @@ batch from the same distribution (mean 0, std ``scale``), so the estimates head 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+from torch import nn
 
-from normlab import nn as nlnn
+from normlab import figures as fig
 from normlab.experiments.base import (
     Experiment,
     Result,
@@ -24,6 +26,9 @@ from normlab.experiments.base import (
     param,
     seed_param,
 )
+
+MAX_LINES = 8
+"""Features drawn in the figure: more lines than this crowd the axes."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,55 @@ class Params:
     scale: float = param(10.0, "std of the data", min=0.01, max=1000.0, step=0.01)
     seed: int = seed_param()
     device: str = device_param()
+
+
+# -- the code (plain PyTorch: what `normlab run bn-running-stats --code` prints) ----------------
+
+
+def running_stats(
+    momentum: float,
+    cumulative: bool,
+    passes: int,
+    batch: int,
+    features: int,
+    scale: float,
+    seed: int,
+    device: str,
+) -> dict[str, Any]:
+    """Feed ``passes`` fresh batches to a training-mode BatchNorm1d; record its running stats."""
+    torch.manual_seed(seed)
+    norm = nn.BatchNorm1d(features, momentum=None if cumulative else momentum).to(device)
+    norm.train()
+    running_means, running_vars, batch_means, batch_vars = [], [], [], []
+    with torch.no_grad():
+        for _ in range(passes):
+            x = (torch.randn(batch, features) * scale).to(device)  # (N, C), mean 0, std scale
+            norm(x)  # updates running_mean and running_var in place
+            batch_means.append(x.mean(dim=0).tolist())
+            batch_vars.append(x.var(dim=0).tolist())  # unbiased (÷ N-1), as the layer feeds in
+            running_means.append(norm.running_mean.tolist())
+            running_vars.append(norm.running_var.tolist())
+    return {
+        "running_means": running_means,  # (passes, C)
+        "running_vars": running_vars,
+        "batch_means": batch_means,
+        "batch_vars": batch_vars,
+        "true_mean": 0.0,
+        "true_var": scale**2,
+    }
+
+
+def show(result: dict[str, Any]) -> None:
+    """Print the running estimates after every pass."""
+    for i, (mean, var) in enumerate(
+        zip(result["running_means"], result["running_vars"], strict=True)
+    ):
+        print(f"pass {i + 1}:")
+        print("  Running mean:", [round(v, 2) for v in mean])
+        print("  Running var:", [round(v, 2) for v in var])
+
+
+# -- the result ---------------------------------------------------------------------------------
 
 
 @dataclass
@@ -69,30 +123,68 @@ class RunningStatsResult(Result):
             )
         ]
 
-
-def run(p: Params, progress: object = None) -> RunningStatsResult:
-    g = torch.Generator().manual_seed(p.seed)
-    momentum = None if p.cumulative else p.momentum
-    norm = nlnn.BatchNorm1d(p.features, momentum=momentum).to(p.device).train()
-    running_mean, running_var = norm.running_mean, norm.running_var
-    assert running_mean is not None and running_var is not None  # tracking is on
-    rm, rv, bm, bv = [], [], [], []
-    with torch.no_grad():
-        for _ in range(p.passes):
-            x = (torch.randn(p.batch, p.features, generator=g) * p.scale).to(p.device)  # (N, C)
-            norm(x)
-            bm.append(x.mean(0))
-            bv.append(x.var(0))  # unbiased, as the running estimate uses
-            rm.append(running_mean.clone())  # updated in place by the pass
-            rv.append(running_var.clone())
-    return RunningStatsResult(
-        running_means=torch.stack(rm).tolist(),
-        running_vars=torch.stack(rv).tolist(),
-        batch_means=torch.stack(bm).tolist(),
-        batch_vars=torch.stack(bv).tolist(),
-        true_mean=0.0,
-        true_var=p.scale**2,
-    )
+    def figures(self) -> list[fig.Figure]:
+        passes = fig.steps(len(self.running_means) + 1)  # 0: the new layer
+        features = min(len(self.running_means[0]), MAX_LINES)
+        mean_lines: list[fig.Series] = []
+        var_lines: list[fig.Series] = []
+        for j in range(features):
+            color = fig.PALETTE[j % len(fig.PALETTE)]
+            for start, stored, batches, out in (
+                (0.0, self.running_means, self.batch_means, mean_lines),
+                (1.0, self.running_vars, self.batch_vars, var_lines),
+            ):
+                out.append(
+                    fig.Series(
+                        f"feature {j}",
+                        passes,
+                        [start, *(row[j] for row in stored)],
+                        kind="line+markers",
+                        color=color,
+                        legend=out is mean_lines,
+                    )
+                )
+                out.append(
+                    fig.Series(
+                        f"feature {j}: that pass's batch",
+                        passes[1:],
+                        [row[j] for row in batches],
+                        kind="markers",
+                        color=color,
+                        marker="x",
+                        marker_size=7,
+                        legend=False,
+                    )
+                )
+        variances = [v for row in self.running_vars + self.batch_vars for v in row]
+        positive = [v for v in [*variances, self.true_var, 1.0] if v > 0]
+        log = bool(positive) and max(positive) / min(positive) >= 100
+        x = fig.Axis("training pass (0 = new layer)")
+        means = fig.Panel(
+            x,
+            fig.Axis("running mean"),
+            mean_lines,
+            title=f"running mean (dashed: the data's mean {self.true_mean:g})",
+            lines=[fig.Line(self.true_mean, color="#000000", dash="dash")],
+        )
+        var_axis = fig.Axis(
+            "running var (log scale)" if log else "running var", scale="log" if log else "linear"
+        )
+        var_values = fig.Panel(
+            x,
+            var_axis,
+            var_lines,
+            title=f"running var (dashed: the data's variance {self.true_var:g})",
+            lines=[fig.Line(self.true_var, color="#000000", dash="dash")],
+            note="× marks: that pass's batch statistic",
+        )
+        rule = (
+            "cumulative average (momentum=None)"
+            if self.params.get("cumulative")
+            else f"momentum {self.params.get('momentum', '')}"
+        )
+        title = f"BatchNorm1d running statistics, {rule}"
+        return [fig.Figure(title, [means, var_values])]
 
 
 EXPERIMENT = Experiment(
@@ -100,5 +192,8 @@ EXPERIMENT = Experiment(
     title="Running statistics build up",
     summary="BatchNorm1d running mean and variance after each training pass",
     params_type=Params,
-    run=run,
+    result_type=RunningStatsResult,
+    entry=running_stats,
+    show=show,
+    code=(running_stats, show),
 )

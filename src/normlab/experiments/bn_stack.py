@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from normlab import models
 from normlab.experiments import drift
 from normlab.experiments.base import Experiment, param
 
 
 @dataclass(frozen=True)
 class Params(drift.Params):
-    norm: str = param("batch", "normalization after each Linear layer", choices=models.NORMS)
+    norm: str = param("batch", "normalization after each Linear layer", choices=drift.NORMS)
 
 
 EXPERIMENT = Experiment(
@@ -24,5 +23,8 @@ EXPERIMENT = Experiment(
     title="The deep stack with batch normalization",
     summary="per-layer mean and std of the drift stack with BatchNorm1d after each Linear",
     params_type=Params,
-    run=drift.run,
+    result_type=drift.StackResult,
+    entry=drift.drift,
+    show=drift.show,
+    code=drift.EXPERIMENT.code,
 )

@@ -15,14 +15,23 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from normlab import doctor, zoo
+from normlab import figures as fig
+from normlab.doctor import (
+    EXPLODING,
+    GRAD_EXPLODING,
+    GRAD_VANISHING,
+    VANISHING,
+    Diagnosis,
+    LayerDiagnosis,
+)
 from normlab.experiments.base import (
     Experiment,
     ParameterError,
-    Progress,
     Result,
     Table,
     device_param,
@@ -103,6 +112,137 @@ def diagnosis_tables(d: doctor.Diagnosis, title: str) -> list[Table]:
     ]
 
 
+LABEL_COLORS = {
+    "ok": "#2e7d32",
+    "vanishing": "#1565c0",
+    "exploding": "#c62828",
+    "dead": "#424242",
+    "saturated": "#ef6c00",
+    "symmetric": "#6a1b9a",
+}
+"""The colour of each label's badge, and of its band or bar in the figure."""
+
+FLOOR = 1e-38  # a collapsed std (0 in float32) still shows on the log axes
+MAX_LAYER_TICKS = 30  # more layer names than this crowd the x axis: name every k-th
+
+
+def _per_layer(layers: list[LayerDiagnosis], attr: str) -> list[float | None]:
+    """One attribute per layer; not finite -> ``None``, a gap."""
+    values = [getattr(layer, attr) for layer in layers]
+    return [float(v) if v is not None and math.isfinite(v) else None for v in values]
+
+
+def _log_panel(
+    runs: list[tuple[str, Diagnosis]],
+    attr: str,
+    y: str,
+    title: str,
+    bounds: tuple[float, float] | None = None,
+    join: bool = False,
+) -> fig.Panel:
+    """One statistic per layer on a log axis, a curve per run, shaded below and above
+    ``bounds`` (low, high). A missing value is a gap, or with ``join`` left out (only weight
+    layers have a gradient ratio: their points are joined)."""
+    series = []
+    for k, (name, d) in enumerate(runs):
+        values = fig.floored(_per_layer(d.layers, attr), FLOOR)
+        kept = [(float(i), v) for i, v in enumerate(values) if v is not None or not join]
+        series.append(
+            fig.Series(
+                name,
+                [i for i, _ in kept],
+                [v for _, v in kept],
+                kind="line+markers",
+                dash="dash" if k else "solid",
+                marker="square" if k else "circle",
+                marker_size=3.0,
+            )
+        )
+    panel = fig.Panel(_layer_axis(runs[0][1]), fig.Axis(y, scale="log"), series, title)
+    if bounds is None:
+        return panel
+    low, high = bounds
+    return dataclasses.replace(
+        panel,
+        lines=(fig.Line(low), fig.Line(high)),
+        bands=(
+            fig.Band(-math.inf, low, color=LABEL_COLORS["vanishing"], opacity=0.08),
+            fig.Band(high, math.inf, color=LABEL_COLORS["exploding"], opacity=0.08),
+        ),
+    )
+
+
+def _layer_axis(d: Diagnosis) -> fig.Axis:
+    names = [layer.name or "(model)" for layer in d.layers]
+    every = math.ceil(len(names) / MAX_LAYER_TICKS) or 1
+    return fig.Axis(
+        "layer (forward order)",
+        ticks=tuple(float(i) for i in range(0, len(names), every)),
+        tick_labels=tuple(names[::every]),
+    )
+
+
+def _fraction_panel(runs: list[tuple[str, Diagnosis]]) -> fig.Panel:
+    """Dead and saturated fractions per layer, side by side; the fixed model's bars hollow."""
+    series = []
+    for k, (name, d) in enumerate(runs):
+        x = [float(i) for i in range(len(d.layers))]
+        for attr, what in (("dead_frac", "dead"), ("saturated_frac", "saturated")):
+            values = [
+                None if v is None else min(max(v, 0.0), 1.0) for v in _per_layer(d.layers, attr)
+            ]
+            series.append(
+                fig.Series(
+                    f"{what} ({name})",
+                    x,
+                    values,
+                    kind="bars",
+                    color=LABEL_COLORS[what],
+                    hollow=bool(k),
+                )
+            )
+    return fig.Panel(
+        _layer_axis(runs[0][1]),
+        fig.Axis("fraction", limits=(0.0, 1.0)),
+        series,
+        title="Dead units and saturated outputs",
+    )
+
+
+def diagnosis_figure(
+    diagnosis: Diagnosis, after: Diagnosis | None = None, label: str = "fixed"
+) -> fig.Figure:
+    """Four panels over the layers: activation std / input std, the weights' gradient ratio,
+    gradient std, dead/saturated fractions; ``after`` (a fixed model) drawn beside, dashed."""
+    runs = [("as given", diagnosis)] + ([(label, after)] if after is not None else [])
+    shaded = "(shaded: vanishing below, exploding above)"
+    panels = [
+        _log_panel(
+            runs,
+            "scale",
+            "activation std / input std",
+            f"Activation scale {shaded}",
+            (VANISHING, EXPLODING),
+        ),
+        _log_panel(
+            runs,
+            "grad_ratio",
+            "gradient ratio ρ",
+            f"Each weight layer's |dL/dW| / |W| over the last weight layer's {shaded}",
+            (GRAD_VANISHING, GRAD_EXPLODING),
+            join=True,
+        ),
+        _log_panel(
+            runs,
+            "grad_std",
+            "gradient std",
+            "Gradient of the loss w.r.t. each layer's output",
+        ),
+        _fraction_panel(runs),
+    ]
+    return fig.Figure("", panels, columns=1, height=2.75, shared_x=True)
+
+
 _DIAGNOSIS_FIELDS = dataclasses.fields(doctor.Diagnosis)
 """A DoctorResult carries every field of the Diagnosis it came from, flat in its JSON."""
 
@@ -127,18 +267,43 @@ class DoctorResult(Result):
     def tables(self) -> list[Table]:
         return diagnosis_tables(self.diagnosis, f"Diagnosis of {self.model} ({self.init} init)")
 
+    def figures(self) -> list[fig.Figure]:
+        drawn = diagnosis_figure(self.diagnosis)
+        title = f"{self.model} ({self.init} init): {', '.join(self.problems) or 'healthy'}"
+        return [dataclasses.replace(drawn, title=title)]
 
-def run(p: Params, progress: Progress | None = None) -> DoctorResult:
-    net = zoo.build(p.model, p.seed, p.norm)
-    g = torch.Generator().manual_seed(p.seed)
-    shape = zoo.input_shape(p.model, p.batch)
-    batches = [torch.randn(shape, generator=g) for _ in range(p.steps)]
+
+def doctor_zoo(
+    model: str, init: str, norm: str, steps: int, batch: int, seed: int, device: str
+) -> dict[str, Any]:
+    """Diagnose a zoo model with normlab's doctor, as built or re-initialized first."""
+    from normlab import doctor, zoo  # the doctor is normlab's own tool
+
+    net = zoo.build(model, seed, norm)
+    g = torch.Generator().manual_seed(seed)
+    shape = zoo.input_shape(model, batch)
+    batches = [torch.randn(shape, generator=g) for _ in range(steps)]
     # re-initialize on the cpu, where the seeded generator draws, then move
-    report = None if p.init == "default" else doctor.fix(net, p.init, batches[0], generator=g)
-    net.to(p.device)
-    d = doctor.diagnose(net, [x.to(p.device) for x in batches], generator=g)
-    found = {f.name: getattr(d, f.name) for f in _DIAGNOSIS_FIELDS}
-    return DoctorResult(model=p.model, init=p.init, fix=report, **found)
+    report = None if init == "default" else doctor.fix(net, init, batches[0], generator=g)
+    net.to(device)
+    d = doctor.diagnose(net, [x.to(device) for x in batches], generator=g)
+    found = dataclasses.asdict(d)
+    return {"model": model, "init": init, "fix": report and dataclasses.asdict(report), **found}
+
+
+def show(result: dict[str, Any]) -> None:
+    """Print the input, every layer's statistics and labels, the verdict and what to change."""
+    print(f"input {tuple(result['input_shape'])}, std {result['input_std']:.3g}")
+    for layer in result["layers"]:
+        print(
+            f"{layer['name']:>10} {layer['kind']:<12} act mean {layer['act_mean']:.3g}"
+            f"  act std {layer['act_std']:.3g}  dead {layer['dead_frac']:.0%}"
+            f"  saturated {layer['saturated_frac']:.0%}  grad std {layer['grad_std']:.3g}"
+            f"  grad ratio {layer['grad_ratio']:.3g}  {', '.join(layer['labels'])}"
+        )
+    print("verdict:", result["verdict"])
+    for suggestion in result["suggestions"]:
+        print("-", suggestion)
 
 
 EXPERIMENT = Experiment(
@@ -146,5 +311,8 @@ EXPERIMENT = Experiment(
     title="Model doctor",
     summary="per-layer labels (vanishing, exploding, dead, ...) and a cure, for a zoo model",
     params_type=Params,
-    run=run,
+    result_type=DoctorResult,
+    entry=doctor_zoo,
+    show=show,
+    code=(doctor_zoo, show),
 )

@@ -3,20 +3,21 @@
 Xavier/Glorot (uniform) draws :math:`U(-a, a)` with :math:`a = \\sqrt{6/(n_{in} + n_{out})}`
 (variance :math:`2/(n_{in}+n_{out})`); He/Kaiming (normal, ReLU) draws
 :math:`\\mathcal{N}(0, 2/n_{in})`, the factor 2 making up for the half a ReLU zeroes. The result
-checks both against what :mod:`normlab.init` draws, then follows the per-layer activation variance
-of a deep ReLU stack under four schemes, with the mean-field prediction beside each, and
-histograms of the activations at one deep layer.
+checks both formulas against what ``torch.nn.init`` draws, then follows the per-layer activation
+variance of a deep ReLU stack under four schemes written from scratch, with the mean-field
+prediction beside each, and histograms of the activations at one deep layer.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
+import itertools
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+from torch import nn
 
-from normlab import init, theory
+from normlab import figures as fig
 from normlab.experiments.base import (
     Experiment,
     Histogram,
@@ -24,28 +25,13 @@ from normlab.experiments.base import (
     Result,
     Table,
     device_param,
-    histogram,
     param,
     seed_param,
 )
+from normlab.theory import relu_variance
 
-Draw = Callable[[torch.Tensor, torch.Generator], object]
-SCHEMES: dict[str, tuple[Draw, Callable[[int], float]]] = {
-    # name: (draw into a (n_out, n_in) tensor, n * Var(w) as a function of the fan-in n)
-    "small random (std 0.02)": (
-        lambda w, g: init.normal_(w, 0.0, 0.02, generator=g),
-        lambda n: n * 0.02**2,
-    ),
-    "large random (std 0.30)": (
-        lambda w, g: init.normal_(w, 0.0, 0.30, generator=g),
-        lambda n: n * 0.30**2,
-    ),
-    "Xavier uniform": (lambda w, g: init.xavier_uniform_(w, generator=g), lambda n: 1.0),
-    "He normal": (
-        lambda w, g: init.kaiming_normal_(w, nonlinearity="relu", generator=g),
-        lambda n: 2.0,
-    ),
-}
+LOG_FLOOR = 1e-30
+"""A variance that collapsed to 0 (float32 underflow) is drawn at this floor of the log axis."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +57,115 @@ class Params:
                 f"parameter 'hist_layer': {self.hist_layer} is deeper than the stack, "
                 f"use a layer in [1, {self.depth}] (depth)",
             )
+
+
+# -- the code (plain PyTorch: what `normlab run init-compare --code` prints) --------------------
+
+
+def xavier_uniform(fan_in: int, fan_out: int) -> torch.Tensor:
+    """Xavier/Glorot uniform: w ~ U(-a, a) with a = sqrt(6 / (fan_in + fan_out))."""
+    a = (6.0 / (fan_in + fan_out)) ** 0.5
+    return (torch.rand(fan_out, fan_in) * 2.0 - 1.0) * a  # (out, in), like nn.Linear's weight
+
+
+def he_normal(fan_in: int, fan_out: int) -> torch.Tensor:
+    """He/Kaiming normal for ReLU: w ~ N(0, 2 / fan_in)."""
+    std = (2.0 / fan_in) ** 0.5
+    return torch.randn(fan_out, fan_in) * std
+
+
+def small_random(fan_in: int, fan_out: int) -> torch.Tensor:
+    return torch.randn(fan_out, fan_in) * 0.02
+
+
+def large_random(fan_in: int, fan_out: int) -> torch.Tensor:
+    return torch.randn(fan_out, fan_in) * 0.30
+
+
+def histogram(values: torch.Tensor, bins: int) -> dict[str, list[float]]:
+    """Counts of the finite ``values`` in ``bins`` equal bins spanning their range."""
+    finite = values[torch.isfinite(values)]
+    lo, hi = (finite.min().item(), finite.max().item()) if finite.numel() else (0.0, 0.0)
+    if hi <= lo:  # every value equal (a collapsed layer): one unit-wide range around it
+        lo, hi = lo - 0.5, hi + 0.5
+    counts = torch.histc(finite, bins=bins, min=lo, max=hi)
+    return {"counts": counts.tolist(), "edges": torch.linspace(lo, hi, bins + 1).tolist()}
+
+
+def relu_stack(
+    init: Any,
+    depth: int,
+    width: int,
+    batch: int,
+    hist_layer: int,
+    bins: int,
+    seed: int,
+    device: str,
+) -> dict[str, Any]:
+    """Per-layer variance of a ReLU stack whose weights ``init(fan_in, fan_out)`` draws."""
+    torch.manual_seed(seed)
+    a = torch.randn(batch, width).to(device)  # (N, n)
+    variances, hist = [], {}
+    for k in range(depth):
+        w = init(width, width).to(device)  # (n_out, n_in)
+        a = torch.relu(a @ w.t())  # (N, n) -> (N, n)
+        variances.append(a.var(unbiased=False).item())
+        if k + 1 == hist_layer:
+            hist = histogram(a.flatten().cpu(), bins)
+    return {"variances": variances, "histogram": hist}
+
+
+def init_compare(
+    fan_in: int,
+    fan_out: int,
+    depth: int,
+    width: int,
+    batch: int,
+    hist_layer: int,
+    bins: int,
+    seed: int,
+    device: str,
+) -> dict[str, Any]:
+    """The formulas against torch.nn.init, then four schemes raced on a deep ReLU stack."""
+    torch.manual_seed(seed)
+    w = torch.empty(fan_out, fan_in)
+    nn.init.xavier_uniform_(w)
+    xavier_max = w.abs().max().item()  # ~ the bound a
+    nn.init.kaiming_normal_(w, nonlinearity="relu")  # He normal, fan-in mode
+    he_std = w.std().item()
+    schemes = {  # name: (init, n * Var(w) for a square layer of this width)
+        "small random (std 0.02)": (small_random, width * 0.02**2),
+        "large random (std 0.30)": (large_random, width * 0.30**2),
+        "Xavier uniform": (xavier_uniform, 1.0),
+        "He normal": (he_normal, 2.0),
+    }
+    curves = []
+    for name, (init, n_var) in schemes.items():
+        run = relu_stack(init, depth, width, batch, hist_layer, bins, seed, device)
+        curves.append({"scheme": name, **run, "theory": relu_variance(n_var**0.5, depth)})
+    return {
+        "xavier_bound_formula": (6.0 / (fan_in + fan_out)) ** 0.5,
+        "xavier_max_abs": xavier_max,
+        "he_std_formula": (2.0 / fan_in) ** 0.5,
+        "he_std_measured": he_std,
+        "hist_layer": hist_layer,
+        "curves": curves,
+    }
+
+
+def show(result: dict[str, Any]) -> None:
+    """Print the formula check, then each scheme's variance at every layer."""
+    print(f"Xavier uniform bound a: formula {result['xavier_bound_formula']:.5f}, ", end="")
+    print(f"torch max |w| {result['xavier_max_abs']:.5f}")
+    print(f"He normal std: formula {result['he_std_formula']:.5f}, ", end="")
+    print(f"torch std {result['he_std_measured']:.5f}")
+    curves = result["curves"]
+    print("layer  " + " | ".join(c["scheme"] for c in curves))
+    for k in range(len(curves[0]["variances"])):
+        print(f"layer {k + 1}: " + " | ".join(f"{c['variances'][k]:.3g}" for c in curves))
+
+
+# -- the result ---------------------------------------------------------------------------------
 
 
 @dataclass
@@ -103,7 +198,7 @@ class InitCompareResult(Result):
         shown = sorted({1, 2, 5, 10, 15, 20, 30, 40, 50, 60, depth} & set(range(1, depth + 1)))
         rows = [(str(k), *(f"{c.variances[k - 1]:.3g}" for c in self.curves)) for k in shown]
         return [
-            Table("Formula vs normlab.init", ("", "formula", "drawn"), check),
+            Table("Formula vs torch.nn.init", ("", "formula", "torch draws"), check),
             Table(
                 "Deep ReLU stack: activation variance per layer",
                 ("layer", *(c.scheme for c in self.curves)),
@@ -111,47 +206,90 @@ class InitCompareResult(Result):
             ),
         ]
 
+    def figures(self) -> list[fig.Figure]:
+        return [self._variance_figure(), self._histogram_figure()]
 
-def run(p: Params, progress: object = None) -> InitCompareResult:
-    g = torch.Generator().manual_seed(p.seed)
-    w = torch.empty(p.fan_out, p.fan_in)
-    init.xavier_uniform_(w, generator=g)
-    xavier_max = w.abs().max().item()
-    init.kaiming_normal_(w, nonlinearity="relu", generator=g)
-    he_std = w.std().item()
-
-    curves = []
-    for name, (draw, n_var) in SCHEMES.items():
-        g = torch.Generator().manual_seed(p.seed)
-        a = torch.randn(p.batch, p.width, generator=g).to(p.device)  # (N, n)
-        variances = torch.empty(p.depth, device=p.device)
-        hist = None
-        for k in range(p.depth):
-            weight = torch.empty(p.width, p.width)
-            draw(weight, g)
-            a = torch.relu(a @ weight.to(p.device).t())  # (N, n) -> (N, n)
-            variances[k] = a.var(unbiased=False)
-            if k + 1 == p.hist_layer:
-                hist = histogram(a.flatten().cpu(), p.bins)
-        assert hist is not None
-        gain = math.sqrt(n_var(p.width))
-        curves.append(
-            SchemeCurve(name, variances.cpu().tolist(), theory.relu_variance(gain, p.depth), hist)
+    def _variance_figure(self) -> fig.Figure:
+        series = []
+        for i, c in enumerate(self.curves):
+            color = fig.PALETTE[i % len(fig.PALETTE)]
+            layers = fig.steps(len(c.variances), start=1)
+            series += [
+                fig.Series(
+                    c.scheme, layers, fig.floored(c.variances, LOG_FLOOR), "line+markers", color
+                ),
+                fig.Series(
+                    f"{c.scheme} theory",
+                    layers,
+                    fig.floored(c.theory, LOG_FLOOR),
+                    color=color,
+                    dash="dash",
+                    width=1.0,
+                    legend=False,
+                ),
+            ]
+        panel = fig.Panel(
+            fig.Axis("ReLU layer k"),
+            fig.Axis("activation variance (log scale)", scale="log"),
+            series,
+            lines=[fig.Line(1.0), fig.Line(float(self.hist_layer), axis="x", color="#000000")],
+            note=f"dashed: theory; dotted vertical: layer {self.hist_layer}, histogrammed below",
         )
-    return InitCompareResult(
-        xavier_bound_formula=math.sqrt(6.0 / (p.fan_in + p.fan_out)),
-        xavier_max_abs=xavier_max,
-        he_std_formula=math.sqrt(2.0 / p.fan_in),
-        he_std_measured=he_std,
-        hist_layer=p.hist_layer,
-        curves=curves,
-    )
+        return fig.Figure("Four initializations on a deep ReLU stack", [panel])
+
+    def _histogram_figure(self) -> fig.Figure:
+        panels = []
+        for i, c in enumerate(self.curves):
+            counts, edges = c.histogram.counts, c.histogram.edges
+            top, note = _cut_spike(counts, edges)
+            bars = fig.Series(
+                c.scheme,
+                [(a + b) / 2 for a, b in itertools.pairwise(edges)],
+                counts,
+                kind="histogram",
+                color=fig.PALETTE[i % len(fig.PALETTE)],
+                edges=edges,
+                legend=False,
+                opacity=0.7,
+            )
+            panels.append(
+                fig.Panel(
+                    fig.Axis("activation value"),
+                    fig.Axis("count", limits=None if top is None else (0.0, top)),
+                    [bars],
+                    title=c.scheme,
+                    note=note,
+                )
+            )
+        return fig.Figure(f"Activations at layer {self.hist_layer}", panels, columns=2, height=2.8)
+
+
+def _cut_spike(counts: list[float], edges: list[float]) -> tuple[float | None, str]:
+    """A y limit that cuts a bin dwarfing all others (ReLU's zeros), and a note saying so."""
+    ranked = sorted(counts, reverse=True)
+    if len(ranked) < 2 or ranked[1] <= 0 or ranked[0] < 4 * ranked[1]:
+        return None, ""
+    peak = counts.index(ranked[0])
+    return 1.6 * ranked[1], f"↑ {ranked[0]:.0f} values at {edges[peak]:.2g} (bar cut)"
 
 
 EXPERIMENT = Experiment(
     name="init-compare",
     title="Xavier and He initialization",
-    summary="Xavier/He formulas vs drawn weights; per-layer ReLU variance under four schemes",
+    summary="Xavier/He formulas vs torch.nn.init; per-layer ReLU variance under four schemes",
     params_type=Params,
-    run=run,
+    result_type=InitCompareResult,
+    entry=init_compare,
+    show=show,
+    code=(
+        relu_variance,
+        xavier_uniform,
+        he_normal,
+        small_random,
+        large_random,
+        histogram,
+        relu_stack,
+        init_compare,
+        show,
+    ),
 )

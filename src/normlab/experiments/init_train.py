@@ -7,23 +7,22 @@ the loss barely moves), ``small`` (std 0.02: the signal vanishes), ``large`` (st
 explodes in a deeper stack), ``xavier`` (halves per ReLU layer) or ``he`` (the scale holds).
 The result holds, at initialization, the forward variance of every hidden layer's output and the
 backward variance of the loss gradient with respect to it, then the loss of every training step.
-
-Training runs through :func:`normlab.train.train_mlp_fast` (hand-written forward and backward,
-bit-for-bit what :func:`normlab.train.train_sgd` computes for this net), whose step 0 is the
-forward and backward at initialization.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from normlab import data, init, models, train
+from normlab import figures as fig
+from normlab.data import two_moons
 from normlab.experiments.base import (
     Experiment,
-    Progress,
     Result,
     Table,
     device_param,
@@ -31,8 +30,12 @@ from normlab.experiments.base import (
     param,
     seed_param,
 )
+from normlab.experiments.init_compare import he_normal, xavier_uniform
+from normlab.train import train
 
 METHODS = ("zeros", "small", "large", "xavier", "he")
+LOG_FLOOR = 1e-12
+"""A variance of 0 (zeros init) is drawn at this floor of the log axis, as the seed's ``max``."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,94 @@ class Params:
     steps: int = param(150, "training steps", min=1, max=2000, step=1)
     seed: int = seed_param()
     device: str = device_param()
+
+
+# -- the code (plain PyTorch: what `normlab run init-train --code` prints) ----------------------
+
+
+class DeepMLP(nn.Module):
+    """``hidden_layers`` ReLU layers, then a linear output; it can return every hidden output."""
+
+    def __init__(self, width: int, hidden_layers: int) -> None:
+        super().__init__()
+        self.hidden = nn.ModuleList()
+        d = 2
+        for _ in range(hidden_layers):
+            self.hidden.append(nn.Linear(d, width))
+            d = width
+        self.out = nn.Linear(d, 1)
+
+    def forward(self, x: torch.Tensor, keep: list[torch.Tensor] | None = None) -> torch.Tensor:
+        for layer in self.hidden:
+            x = torch.relu(layer(x))  # (N, width)
+            if keep is not None:
+                keep.append(x)
+        return self.out(x)  # (N, 1) logits
+
+
+def apply_init(net: nn.Module, method: str) -> None:
+    """Set every Linear weight by ``method``, every bias to 0."""
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, nn.Linear):
+                fan_in, fan_out = m.in_features, m.out_features
+                if method == "zeros":
+                    m.weight.zero_()
+                elif method == "small":
+                    m.weight.normal_(0.0, 0.02)
+                elif method == "large":
+                    m.weight.normal_(0.0, 0.30)
+                elif method == "xavier":
+                    m.weight.copy_(xavier_uniform(fan_in, fan_out))
+                elif method == "he":
+                    m.weight.copy_(he_normal(fan_in, fan_out))
+                m.bias.zero_()
+
+
+def variances_at_init(
+    net: DeepMLP, x: torch.Tensor, y: torch.Tensor
+) -> tuple[list[float], list[float]]:
+    """Var of every hidden output, and of the loss gradient with respect to it, before training."""
+    hidden: list[torch.Tensor] = []
+    loss = F.binary_cross_entropy_with_logits(net(x, keep=hidden), y)
+    grads = torch.autograd.grad(loss, hidden)  # dL/dh for every hidden output h: (N, width)
+    forward = [h.var(unbiased=False).item() for h in hidden]
+    backward = [g.var(unbiased=False).item() for g in grads]
+    return forward, backward
+
+
+def init_train(
+    method: str, hidden_layers: int, width: int, lr: float, steps: int, seed: int, device: str
+) -> dict[str, Any]:
+    """Initialize the net by ``method``, measure it, then train it on two moons."""
+    x, y = two_moons(device=device)
+    torch.manual_seed(seed)
+    net = DeepMLP(width, hidden_layers)
+    apply_init(net, method)  # on the CPU, where the seed draws
+    net.to(device)
+    forward, backward = variances_at_init(net, x, y)
+    losses = train(net, x, y, lr, steps)
+    return {
+        "method": method,
+        "forward_variances": forward,
+        "backward_variances": backward,
+        "losses": losses,
+    }
+
+
+def show(result: dict[str, Any]) -> None:
+    """Print the variances at initialization, then the loss every few steps."""
+    print(f"{result['method']} init: variance at initialization")
+    for i, (f, b) in enumerate(
+        zip(result["forward_variances"], result["backward_variances"], strict=True)
+    ):
+        print(f"  hidden layer {i + 1}: activation {f:.4g}, gradient {b:.4g}")
+    losses = result["losses"]
+    for t in sorted({0, len(losses) // 4, len(losses) // 2, 3 * len(losses) // 4, len(losses) - 1}):
+        print(f"step {t}: loss {losses[t]:.4f}")
+
+
+# -- the result ---------------------------------------------------------------------------------
 
 
 @dataclass
@@ -74,46 +165,45 @@ class InitTrainResult(Result):
             Table("Training loss (BCE)", ("step", "loss"), curve),
         ]
 
-
-def apply_init(net: nn.Module, method: str, generator: torch.Generator) -> None:
-    """Set every Linear weight of ``net`` by ``method`` (one of :data:`METHODS`), biases to 0."""
-    for layer in models.hidden_linears(net):
-        w = layer.weight
-        if method == "zeros":
-            init.zeros_(w)
-        elif method == "small":
-            init.normal_(w, 0.0, 0.02, generator=generator)
-        elif method == "large":
-            init.normal_(w, 0.0, 0.30, generator=generator)
-        elif method == "xavier":
-            init.xavier_uniform_(w, generator=generator)
-        elif method == "he":
-            init.kaiming_normal_(w, nonlinearity="relu", generator=generator)
-        else:
-            raise ValueError(f"method {method!r} not supported, use one of {METHODS}")
-        if layer.bias is not None:
-            init.zeros_(layer.bias)
-
-
-def run(p: Params, progress: Progress | None = None) -> InitTrainResult:
-    g = torch.Generator().manual_seed(p.seed)
-    net = models.mlp(2, p.width, p.hidden_layers, out_dim=1, generator=g)
-    apply_init(net, p.method, g)
-    if p.device != "cpu":  # built on the CPU; .to() walks every module even when it stays
-        net.to(p.device)
-    x, y = data.two_moons(device=p.device)
-    # Step 0 of training is the forward and backward at initialization: record it there.
-    fit = train.train_mlp_fast(
-        net, x, y, lr=p.lr, steps=p.steps, progress=progress, record_init=True
-    )
-    forward = [h.var(unbiased=False) for h in fit.init_outputs]  # L x (N, H) -> L x ()
-    backward = [dh.var(unbiased=False) for dh in fit.init_grads]  # L x (N, H) -> L x ()
-    return InitTrainResult(
-        method=p.method,
-        forward_variances=torch.stack(forward).tolist(),
-        backward_variances=torch.stack(backward).tolist(),
-        losses=fit.losses.tolist(),
-    )
+    def figures(self) -> list[fig.Figure]:
+        layers = fig.steps(len(self.forward_variances), start=1)
+        at_init = fig.Panel(
+            fig.Axis("hidden layer"),
+            fig.Axis("variance at initialization (log)", scale="log"),
+            [
+                fig.Series(
+                    "activations (forward)",
+                    layers,
+                    fig.floored(self.forward_variances, LOG_FLOOR),
+                    kind="line+markers",
+                    color=fig.BLUE,
+                ),
+                fig.Series(
+                    "gradients (backward)",
+                    layers,
+                    fig.floored(self.backward_variances, LOG_FLOOR),
+                    kind="line+markers",
+                    color=fig.ORANGE,
+                    dash="dash",
+                    marker="square",
+                ),
+            ],
+            title="at initialization: forward and backward",
+            lines=[fig.Line(1.0)],
+        )
+        finite = [v for v in self.losses if math.isfinite(v) and v > 0]
+        log = bool(finite) and max(finite) / min(finite) > 100
+        bad = next((t for t, v in enumerate(self.losses) if not math.isfinite(v)), None)
+        loss = fig.Panel(
+            fig.Axis("training step"),
+            fig.Axis("BCE loss (log)" if log else "BCE loss", scale="log" if log else "linear"),
+            [fig.Series("training loss", fig.steps(len(self.losses)), self.losses, color=fig.RED)],
+            title="training loss",
+            lines=[] if bad is None else [fig.Line(float(bad), axis="x", color="#000000")],
+            note="" if bad is None else f"loss not finite from step {bad}",
+        )
+        title = f'Initialization "{self.method}": does the deep ReLU net train?'
+        return [fig.Figure(title, [at_init, loss])]
 
 
 EXPERIMENT = Experiment(
@@ -121,6 +211,19 @@ EXPERIMENT = Experiment(
     title="Initialization vs training",
     summary="per-layer variance at init and the training loss, for five initializers",
     params_type=Params,
-    run=run,
-    trains=True,
+    result_type=InitTrainResult,
+    entry=init_train,
+    show=show,
+    code=(
+        two_moons,
+        DeepMLP,
+        xavier_uniform,
+        he_normal,
+        apply_init,
+        variances_at_init,
+        train,
+        init_train,
+        show,
+    ),
+    total_steps=lambda p: p.steps,
 )

@@ -7,10 +7,12 @@ the bias), so any shrink or growth a layer applies carries into the next one.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+from torch import nn
 
-from normlab import models
+from normlab import figures as fig
 from normlab.experiments.base import (
     Experiment,
     Result,
@@ -34,6 +36,42 @@ class Params:
     device: str = device_param()
 
 
+# -- the code (plain PyTorch: what `normlab run linear-scale --code` prints) -------------------
+
+
+def linear_scale(
+    batch: int, in_features: int, out_features: int, scale: float, seed: int, device: str
+) -> dict[str, Any]:
+    """The std of one Linear layer's output, for a batch and for the batch times ``scale``."""
+    torch.manual_seed(seed)
+    layer = nn.Linear(in_features, out_features).to(device)  # torch's default init
+    x = torch.randn(batch, in_features).to(device)  # (N, D_in), drawn on the CPU
+    with torch.no_grad():
+        out = layer(x)  # (N, D_out)
+        out_scaled = layer(x * scale)
+    return {
+        "input_std": x.std().item(),
+        "output_std": out.std().item(),
+        "scaled_input_std": (x * scale).std().item(),
+        "scaled_output_std": out_scaled.std().item(),
+        "scale": scale,
+    }
+
+
+def show(result: dict[str, Any]) -> None:
+    """Print the two passes, as the lesson's table shows them."""
+    scale = result["scale"]
+    print(f"Normal input std: {result['input_std']:.4f} -> output std {result['output_std']:.4f}")
+    print(
+        f"{scale:g} x input std: {result['scaled_input_std']:.4f}"
+        f" -> output std {result['scaled_output_std']:.4f}"
+    )
+    print(f"output std grew {result['scaled_output_std'] / result['output_std']:.2f}x")
+
+
+# -- the result ---------------------------------------------------------------------------------
+
+
 @dataclass
 class LinearScaleResult(Result):
     input_std: float
@@ -54,21 +92,25 @@ class LinearScaleResult(Result):
         note = f"output std grew {self.output_ratio:.2f}x for a {self.scale:g}x input"
         return [Table("One Linear layer", ("pass", "input std", "output std"), rows, (note,))]
 
+    def figures(self) -> list[fig.Figure]:
+        passes = ["normal input", f"{self.scale:g} × input"]
+        ins = [self.input_std, self.scaled_input_std]
+        outs = [self.output_std, self.scaled_output_std]
+        bars = [
+            fig.Series("input std", passes, ins, kind="bars", color=fig.GRAY, labels=_g(ins)),
+            fig.Series("output std", passes, outs, kind="bars", color=fig.BLUE, labels=_g(outs)),
+        ]
+        panel = fig.Panel(
+            fig.Axis(""),
+            fig.Axis("standard deviation"),
+            bars,
+            title=f"output std grew {self.output_ratio:.2f}× for a {self.scale:g}× input",
+        )
+        return [fig.Figure("One Linear layer passes its input's scale along", [panel])]
 
-def run(p: Params, progress: object = None) -> LinearScaleResult:
-    g = torch.Generator().manual_seed(p.seed)
-    layer = models.linear(p.in_features, p.out_features, generator=g).to(p.device)
-    x = torch.randn(p.batch, p.in_features, generator=g).to(p.device)  # (N, D_in)
-    with torch.no_grad():
-        out = layer(x)  # (N, D_out)
-        out_scaled = layer(x * p.scale)
-    return LinearScaleResult(
-        input_std=x.std().item(),
-        output_std=out.std().item(),
-        scaled_input_std=(x * p.scale).std().item(),
-        scaled_output_std=out_scaled.std().item(),
-        scale=p.scale,
-    )
+
+def _g(values: list[float]) -> list[str]:
+    return [f"{v:.4g}" for v in values]
 
 
 EXPERIMENT = Experiment(
@@ -76,5 +118,8 @@ EXPERIMENT = Experiment(
     title="Scale passes through a layer",
     summary="std of one Linear layer's output for an input and for a scaled copy of it",
     params_type=Params,
-    run=run,
+    result_type=LinearScaleResult,
+    entry=linear_scale,
+    show=show,
+    code=(linear_scale, show),
 )

@@ -10,14 +10,16 @@ chosen run's weight and gradient history and, for contrast, the same numbers for
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from normlab import data, init, models, train
+from normlab import figures as fig
+from normlab.data import two_moons
 from normlab.experiments.base import (
     Experiment,
-    Progress,
     Result,
     Table,
     device_param,
@@ -38,6 +40,116 @@ class Params:
     hidden: int = param(6, "hidden units", min=2, max=64, step=1)
     seed: int = seed_param()
     device: str = device_param()
+
+
+# -- the code (plain PyTorch: what `normlab run symmetry --code` prints) ------------------------
+
+
+class TinyMLP(nn.Module):
+    """One hidden ReLU layer, then a linear output: small enough to watch every unit."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(2, hidden)
+        self.fc2 = nn.Linear(hidden, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.fc1(x)))  # (N, 2) -> (N, hidden) -> (N, 1)
+
+
+def init_net(net: nn.Module, random_init: bool, const: float, std: float, seed: int) -> None:
+    """Every weight to ``const``, or drawn from N(0, std^2); every bias to 0."""
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for name, p in net.named_parameters():
+            if "bias" in name:
+                p.zero_()
+            elif random_init:
+                nn.init.normal_(p, mean=0.0, std=std)
+            else:
+                p.fill_(const)
+
+
+def train_track(
+    net: TinyMLP, x: torch.Tensor, y: torch.Tensor, steps: int, lr: float
+) -> tuple[torch.Tensor, torch.Tensor, list[float]]:
+    """Full-batch SGD; record every hidden unit's incoming weights and their gradient."""
+    opt = torch.optim.SGD(net.parameters(), lr=lr)
+    weights, grads, losses = [], [], []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = F.binary_cross_entropy_with_logits(net(x), y)
+        loss.backward()
+        weights.append(net.fc1.weight.detach().cpu().clone())  # (hidden, 2)
+        grads.append(net.fc1.weight.grad.detach().cpu().clone())  # (hidden, 2)
+        opt.step()
+        losses.append(loss.item())
+    return torch.stack(weights), torch.stack(grads), losses  # (steps, hidden, 2) each
+
+
+def distinct_units(w_hist: torch.Tensor, rtol: float = 1e-5) -> int:
+    """How many hidden units have weight histories that differ beyond float rounding.
+
+    Not ``torch.unique``: a matmul may sum one unit's terms in another order than its
+    neighbour's, so units equal in exact arithmetic can differ in the last bit.
+    """
+    units = w_hist.transpose(0, 1).flatten(1)  # (steps, H, 2) -> (H, steps * 2)
+    tol = rtol * units.abs().max().item()
+    kept: list[torch.Tensor] = []
+    for u in units:
+        if all((u - k).abs().max().item() > tol for k in kept):
+            kept.append(u)
+    return len(kept)
+
+
+def symmetry(
+    random_init: bool,
+    const: float,
+    std: float,
+    steps: int,
+    lr: float,
+    hidden: int,
+    seed: int,
+    device: str,
+) -> dict[str, Any]:
+    """Train the chosen init and, for contrast, the other one; compare units 0 and 1."""
+    x, y = two_moons(device=device)
+    runs = []
+    for random in (random_init, not random_init):
+        net = TinyMLP(hidden).to(device)
+        init_net(net, random, const, std, seed)
+        w, g, losses = train_track(net, x, y, steps, lr)
+        summary = {
+            "init": "random" if random else "constant",
+            "max_weight_diff": (w[:, 0] - w[:, 1]).abs().max().item(),
+            "max_grad_diff": (g[:, 0] - g[:, 1]).abs().max().item(),
+            "distinct_units": distinct_units(w),
+        }
+        runs.append((w, g, losses, summary))
+    w, g, losses, summary = runs[0]
+    return {
+        "init": summary["init"],
+        "weights": w.tolist(),  # (steps, hidden, 2)
+        "grads": g.tolist(),
+        "losses": losses,
+        "summary": summary,
+        "contrast": runs[1][3],
+    }
+
+
+def show(result: dict[str, Any]) -> None:
+    """Print units 0 and 1 at a few steps, then how far apart they ever got, for both inits."""
+    weights = result["weights"]
+    print(f"{result['init']} init, incoming weights of hidden unit 0 vs unit 1:")
+    for t in sorted({0, len(weights) // 2, len(weights) - 1}):
+        print(f"  step {t}: unit0 = {weights[t][0]}  unit1 = {weights[t][1]}")
+    for s in (result["summary"], result["contrast"]):
+        print(f"{s['init']} init: max |unit0 - unit1| over all steps: {s['max_weight_diff']}")
+        print(f"{s['init']} init: max |grad0 - grad1| over all steps: {s['max_grad_diff']}")
+        print(f"{s['init']} init: distinct units: {s['distinct_units']}")
+
+
+# -- the result ---------------------------------------------------------------------------------
 
 
 @dataclass
@@ -65,82 +177,39 @@ class SymmetryResult(Result):
         cols = ("init", "max |unit0 - unit1| weight", "max |grad0 - grad1|", "distinct units")
         w = self.weights
         steps = sorted({0, len(w) // 2, len(w) - 1})
-        trace = [(str(t), _pair(w[t][0]), _pair(w[t][1])) for t in steps]
+        trace = [(str(t), repr(w[t][0]), repr(w[t][1])) for t in steps]
         return [
             Table("Hidden units 0 and 1 over training", cols, rows),
             Table(f"Incoming weights ({self.init} init)", ("step", "unit 0", "unit 1"), trace),
         ]
 
-
-def _pair(v: list[float]) -> str:
-    return "[" + ", ".join(f"{x:.8f}" for x in v) + "]"
-
-
-def _distinct_units(w_hist: torch.Tensor, rtol: float = 1e-5) -> int:
-    """Count hidden units whose weight histories differ beyond float rounding.
-
-    Not ``torch.unique``: a matmul can sum one unit's terms in another order than its
-    neighbour's (vector lanes vs the remainder), so units that are equal in exact arithmetic
-    may differ in the last bit.
-    """
-    units = w_hist.transpose(0, 1).flatten(1)  # (steps, H, D) -> (H, steps * D)
-    tol = rtol * units.abs().max().item()
-    representatives: list[torch.Tensor] = []
-    for u in units:
-        if all((u - r).abs().max().item() > tol for r in representatives):
-            representatives.append(u)
-    return len(representatives)
-
-
-def _net(p: Params, random_init: bool) -> nn.Sequential:
-    g = torch.Generator().manual_seed(p.seed)
-    net = nn.Sequential(models.linear(2, p.hidden), nn.ReLU(), models.linear(p.hidden, 1))
-    for name, weight in net.named_parameters():  # order: fc1.weight, fc1.bias, fc2...
-        if name.endswith("bias"):
-            init.zeros_(weight)
-        elif random_init:
-            init.normal_(weight, 0.0, p.std, generator=g)
-        else:
-            init.constant_(weight, p.const)
-    return net
-
-
-def _run_one(p: Params, random_init: bool, progress: Progress | None) -> SymmetryResult:
-    x, y = data.two_moons(device=p.device)
-    net = _net(p, random_init).to(p.device)
-    fc1 = net[0]
-    assert isinstance(fc1, nn.Linear)
-    w_hist = torch.empty(p.steps, p.hidden, 2, device=p.device)
-    g_hist = torch.empty(p.steps, p.hidden, 2, device=p.device)
-
-    def record(step: int, model: nn.Module) -> None:
-        assert fc1.weight.grad is not None
-        w_hist[step] = fc1.weight.detach()
-        g_hist[step] = fc1.weight.grad.detach()
-
-    losses = train.train_sgd(net, x, y, lr=p.lr, steps=p.steps, on_step=record, progress=progress)
-    w_hist, g_hist = w_hist.cpu(), g_hist.cpu()
-    label = "random" if random_init else "constant"
-    summary = SymmetrySummary(
-        init=label,
-        max_weight_diff=(w_hist[:, 0] - w_hist[:, 1]).abs().max().item(),
-        max_grad_diff=(g_hist[:, 0] - g_hist[:, 1]).abs().max().item(),
-        distinct_units=_distinct_units(w_hist),
-    )
-    return SymmetryResult(
-        init=label,
-        weights=w_hist.tolist(),
-        grads=g_hist.tolist(),
-        losses=losses.tolist(),
-        summary=summary,
-        contrast=summary,
-    )
-
-
-def run(p: Params, progress: Progress | None = None) -> SymmetryResult:
-    result = _run_one(p, p.random_init, progress)
-    result.contrast = _run_one(p, not p.random_init, None).summary
-    return result
+    def figures(self) -> list[fig.Figure]:
+        steps = fig.steps(len(self.weights))
+        hidden = len(self.weights[0])
+        panels = []
+        for history, label, title in (
+            (self.weights, "weight W1[unit, 0]", "incoming weight of each hidden unit"),
+            (self.grads, "gradient dL/dW1[unit, 0]", "its gradient"),
+        ):
+            lines = [
+                fig.Series(
+                    f"unit {j}",
+                    steps,
+                    [h[j][0] for h in history],
+                    color=fig.PALETTE[j % len(fig.PALETTE)],
+                    width=2.0,
+                    legend=history is self.weights,
+                )
+                for j in range(hidden)
+            ]
+            panels.append(fig.Panel(fig.Axis("training step"), fig.Axis(label), lines, title))
+        s = self.summary
+        note = (
+            f"all {hidden} lines lie on top of each other"
+            if s.distinct_units == 1
+            else f"{s.distinct_units} distinct units of {hidden}"
+        )
+        return [fig.Figure(f"{self.init} init: {note}", panels)]
 
 
 EXPERIMENT = Experiment(
@@ -148,6 +217,9 @@ EXPERIMENT = Experiment(
     title="The symmetry problem",
     summary="hidden-unit weights and gradients over training, constant vs random init",
     params_type=Params,
-    run=run,
-    trains=True,
+    result_type=SymmetryResult,
+    entry=symmetry,
+    show=show,
+    code=(two_moons, TinyMLP, init_net, train_track, distinct_units, symmetry, show),
+    total_steps=lambda p: 2 * p.steps,
 )

@@ -10,10 +10,11 @@ A zero-mean, unit-variance batch passes through ``depth`` square layers whose we
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from normlab import theory
+from normlab import figures as fig
 from normlab.experiments.base import (
     Experiment,
     Result,
@@ -22,6 +23,10 @@ from normlab.experiments.base import (
     param,
     seed_param,
 )
+from normlab.theory import linear_variance, relu_variance
+
+LOG_FLOOR = 1e-30
+"""A variance that collapsed to 0 (float32 underflow) is drawn at this floor of the log axis."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,59 @@ class Params:
     activation: str = param("linear", "activation after each layer", choices=("linear", "relu"))
     seed: int = seed_param()
     device: str = device_param()
+
+
+# -- the code (plain PyTorch: what `normlab run variance --code` prints) ------------------------
+
+
+def layer_variances(
+    gain: float, depth: int, width: int, batch: int, activation: str, seed: int, device: str
+) -> list[float]:
+    """The variance after each of ``depth`` layers whose weights have std ``gain / sqrt(n)``."""
+    torch.manual_seed(seed)
+    a = torch.randn(batch, width).to(device)  # (N, n) ~ N(0, 1)
+    std = gain / width**0.5  # so that n * Var(w) = gain**2
+    variances = []
+    for _ in range(depth):
+        w = (torch.randn(width, width) * std).to(device)  # (n_out, n_in)
+        a = a @ w.t()  # (N, n_in) @ (n_in, n_out) -> (N, n_out)
+        if activation == "relu":
+            a = torch.relu(a)
+        variances.append(a.var(unbiased=False).item())
+    return variances
+
+
+def variance(
+    gains: list[float],
+    depth: int,
+    width: int,
+    batch: int,
+    activation: str,
+    seed: int,
+    device: str,
+) -> dict[str, Any]:
+    """Measured and predicted variance per layer for every gain (the same seed for each)."""
+    predict = linear_variance if activation == "linear" else relu_variance
+    curves = [
+        {
+            "gain": gain,
+            "measured": layer_variances(gain, depth, width, batch, activation, seed, device),
+            "theory": predict(gain, depth),
+        }
+        for gain in gains
+    ]
+    return {"layers": list(range(1, depth + 1)), "curves": curves, "activation": activation}
+
+
+def show(result: dict[str, Any]) -> None:
+    """Print the variance after every layer: measured / predicted, one column per gain."""
+    print("layer k  " + "  ".join(f"g={c['gain']:g} measured / theory" for c in result["curves"]))
+    for i, k in enumerate(result["layers"]):
+        cells = [f"{c['measured'][i]:.4g} / {c['theory'][i]:.4g}" for c in result["curves"]]
+        print(f"{k:7d}  " + "  ".join(cells))
+
+
+# -- the result ---------------------------------------------------------------------------------
 
 
 @dataclass
@@ -66,31 +124,38 @@ class VarianceResult(Result):
         rule = "g^(2k)" if self.activation == "linear" else "the ReLU recursion"
         return [Table(f"Activation variance vs {rule}", cols, rows)]
 
-
-def layer_variances(p: Params, gain: float) -> torch.Tensor:
-    """Measured variance after each layer for one gain: a ``(depth,)`` CPU tensor."""
-    g = torch.Generator().manual_seed(p.seed)
-    a = torch.randn(p.batch, p.width, generator=g).to(p.device)  # (N, n) ~ N(0, 1)
-    std = gain / (p.width**0.5)
-    out = torch.empty(p.depth, device=p.device)
-    for k in range(p.depth):
-        w = (torch.randn(p.width, p.width, generator=g) * std).to(p.device)  # (n_out, n_in)
-        a = a @ w.t()  # (N, n_in) @ (n_in, n_out) -> (N, n_out)
-        if p.activation == "relu":
-            a = torch.relu(a)
-        out[k] = a.var(unbiased=False)
-    return out.cpu()
-
-
-def run(p: Params, progress: object = None) -> VarianceResult:
-    predict = theory.linear_variance if p.activation == "linear" else theory.relu_variance
-    curves = [
-        VarianceCurve(gain=g, measured=layer_variances(p, g).tolist(), theory=predict(g, p.depth))
-        for g in p.gains
-    ]
-    return VarianceResult(
-        layers=list(range(1, p.depth + 1)), curves=curves, activation=p.activation
-    )
+    def figures(self) -> list[fig.Figure]:
+        layers = [float(k) for k in self.layers]
+        series = []
+        for i, c in enumerate(self.curves):
+            color = fig.PALETTE[i % len(fig.PALETTE)]
+            series += [
+                fig.Series(
+                    f"g = {c.gain:g} measured",
+                    layers,
+                    fig.floored(c.measured, LOG_FLOOR),
+                    kind="markers",
+                    color=color,
+                ),
+                fig.Series(
+                    f"g = {c.gain:g} theory",
+                    layers,
+                    fig.floored(c.theory, LOG_FLOOR),
+                    color=color,
+                    dash="dash",
+                    legend=False,
+                ),
+            ]
+        rule = "g^(2k)" if self.activation == "linear" else "the ReLU rule"
+        panel = fig.Panel(
+            fig.Axis("layer k"),
+            fig.Axis("activation variance (log scale)", scale="log"),
+            series,
+            lines=[fig.Line(1.0, label="Var = 1")],
+            note=f"dots: measured; dashed: theory {rule}",
+        )
+        kind = "Linear" if self.activation == "linear" else "ReLU"
+        return [fig.Figure(f"{kind} stack, weight std g/√n: measured against theory", [panel])]
 
 
 EXPERIMENT = Experiment(
@@ -98,5 +163,8 @@ EXPERIMENT = Experiment(
     title="Variance across depth",
     summary="per-layer activation variance for weight std g/sqrt(n), against the theory g^(2k)",
     params_type=Params,
-    run=run,
+    result_type=VarianceResult,
+    entry=variance,
+    show=show,
+    code=(linear_variance, relu_variance, layer_variances, variance, show),
 )

@@ -1,0 +1,147 @@
+"""The code behind an experiment, rendered as a script a learner can run without normlab.
+
+An experiment's computation is a handful of plain functions and classes (its ``code``). normlab
+runs them itself, and this module renders the *same objects'* source, with the imports they use
+and a last line that calls the experiment's ``entry`` with the chosen parameters and prints the
+result with its ``show``. No second copy of any computation exists: the script is the code that
+produced the numbers, so it prints what normlab reports.
+
+>>> from normlab.experiments import get_experiment
+>>> text = render(get_experiment("linear-scale"), {"seed": 0})
+>>> "import normlab" in text, "torch.manual_seed(seed)" in text
+(False, True)
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import dataclasses
+import inspect
+import io
+import sys
+import textwrap
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from normlab import __version__
+from normlab.experiments.base import ENGINE, Experiment, Result, params_dict
+
+WIDTH = 88
+"""Longest line of the call before its arguments go one per line."""
+
+
+def source_of(obj: Any) -> str:
+    """The source of a function or class as its module writes it, dedented."""
+    return textwrap.dedent(inspect.getsource(obj)).strip("\n")
+
+
+def _imports(module_name: str) -> list[ast.Import | ast.ImportFrom]:
+    """The top-level imports of a module, except ``__future__`` and normlab's own."""
+    tree = ast.parse(inspect.getsource(sys.modules[module_name]))
+    out: list[ast.Import | ast.ImportFrom] = []
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            if node.module in ("__future__", None) or node.module.startswith("normlab"):
+                continue
+            out.append(node)
+        elif isinstance(node, ast.Import) and not any(
+            a.name.startswith("normlab") for a in node.names
+        ):
+            out.append(node)
+    return out
+
+
+def _bound(alias: ast.alias) -> str:
+    """The name an import binds: ``F`` for ``import torch.nn.functional as F``."""
+    return alias.asname or alias.name.split(".")[0]
+
+
+def imports(objects: Iterable[Any], body: str) -> list[str]:
+    """The import lines ``body`` needs, taken from the modules that define ``objects``.
+
+    Each import is kept, trimmed to the names ``body`` uses, in the order the modules list them.
+    """
+    used = {n.id for n in ast.walk(ast.parse(body)) if isinstance(n, ast.Name)}
+    found: dict[str, tuple[bool, bool, str]] = {}  # line -> its sort key
+    for module in dict.fromkeys(obj.__module__ for obj in objects):
+        for node in _imports(module):
+            names = [a for a in node.names if _bound(a) in used]
+            if not names:
+                continue
+            if isinstance(node, ast.ImportFrom):
+                line = ast.unparse(ast.ImportFrom(module=node.module, names=names, level=0))
+                top = str(node.module)
+            else:
+                line = ast.unparse(ast.Import(names=names))
+                top = names[0].name
+            third_party = top.split(".")[0] not in sys.stdlib_module_names
+            found[line] = (third_party, isinstance(node, ast.ImportFrom), top)
+    return sorted(found, key=lambda line: found[line])  # the standard library first, as isort
+
+
+def call(experiment: Experiment, params: Mapping[str, Any]) -> str:
+    """The lines that run the experiment: ``result = entry(...)`` then ``show(result)``."""
+    args = [f"{k}={_literal(v)}" for k, v in params.items()]
+    head = f"result = {experiment.entry.__name__}("
+    one_line = head + ", ".join(args) + ")"
+    if len(one_line) > WIDTH:
+        one_line = head + "\n" + "".join(f"    {a},\n" for a in args) + ")"
+    return f"{one_line}\n{experiment.show.__name__}(result)"
+
+
+def _literal(value: Any) -> str:
+    """A parameter value as code, strings in double quotes as the rest of the code writes them."""
+    if isinstance(value, str) and '"' not in value and "\\" not in value:
+        return f'"{value}"'
+    return repr(value)
+
+
+def header(experiment: Experiment) -> str:
+    """What the script is, in its docstring's words."""
+    what = textwrap.fill(f"{experiment.title}: {experiment.summary}.", WIDTH - 4)
+    how = textwrap.fill(
+        f"The code behind normlab's {experiment.name!r} experiment (normlab {__version__}), with "
+        "the parameters it ran with. It needs only PyTorch (and numpy, scikit-learn where "
+        "imported) and prints the numbers normlab reports.",
+        WIDTH - 4,
+    )
+    return f"{what}\n\n{how}"
+
+
+def parts(experiment: Experiment, params: object) -> tuple[list[str], list[str], str]:
+    """``(import lines, one source per code object, the call)`` for a ``Params`` instance."""
+    values = params_dict(params)
+    sources = [source_of(obj) for obj in experiment.code]
+    run = call(experiment, values)
+    return imports(experiment.code, "\n\n".join([*sources, run])), sources, run
+
+
+def render(experiment: Experiment, params: Mapping[str, Any] | object) -> str:
+    """The whole script for ``params`` (a ``Params`` instance, or a dict validated here)."""
+    if isinstance(params, Mapping):
+        params = experiment.make_params(params)
+    lines, sources, run = parts(experiment, params)
+    doc = '"""' + header(experiment) + '\n"""'
+    blocks = [doc, "\n".join(lines), *sources, run]
+    return "\n\n\n".join(blocks[:-1]) + "\n\n\n" + blocks[-1] + "\n"
+
+
+def output(experiment: Experiment, result: Result) -> str:
+    """What the script prints for ``result``: its ``show`` applied to the result's data."""
+    data = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
+    buffer = io.StringIO()
+    with ENGINE, contextlib.redirect_stdout(buffer):  # sys.stdout is the process's: take turns
+        experiment.show(_plain(data))
+    return buffer.getvalue()
+
+
+def _plain(value: Any) -> Any:
+    """A result's fields as the dicts and lists ``entry`` returned (dataclasses to dicts)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value

@@ -1,0 +1,72 @@
+"""The house rules that the code itself must keep: small functions, plain PyTorch, one renderer.
+
+These read the source tree: no function in the package is longer than 80 lines of code (its
+docstring aside), nothing compiles or scripts torch code, the speed machinery that once stood
+beside the plain loop is gone, and the lab's JavaScript names no experiment.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from normlab.experiments import list_experiments
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "normlab"
+SOURCES = sorted(PACKAGE.rglob("*.py"))
+SCRIPTS = sorted((PACKAGE / "lab" / "static").glob("*.js"))
+MAX_LINES = 80
+
+
+def _code_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Lines of a function without its docstring (decorators and signature count)."""
+    lines = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+    body = node.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        doc = body[0]
+        if isinstance(doc.value.value, str):
+            lines -= doc.end_lineno - doc.lineno + 1  # type: ignore[operator]
+    return lines
+
+
+def test_no_function_in_the_package_is_longer_than_80_lines() -> None:
+    long = []
+    for path in SOURCES:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and (
+                _code_lines(node) > MAX_LINES
+            ):
+                long.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name}")
+    assert long == []
+
+
+def test_the_speed_machinery_is_gone() -> None:
+    for gone in ("_fastloop.py", "workers.py", "_payload.py"):
+        assert not (PACKAGE / gone).exists()
+    for path in SOURCES:
+        text = path.read_text()
+        assert "torch.jit" not in text, path
+        assert "torch.compile" not in text, path
+        assert not re.search(
+            r"^\s*(import|from) (multiprocessing|concurrent\.futures\.process)", text, re.M
+        ), path
+
+
+def test_one_training_loop() -> None:
+    """``train.train`` is the only place that steps an optimizer over a batch of moons."""
+    steppers = [p for p in SOURCES if re.search(r"\bopt\.step\(\)", p.read_text())]
+    names = {p.relative_to(PACKAGE).as_posix() for p in steppers}
+    # symmetry's loop records every unit's weights as it goes, as the seed's train_track does
+    assert names == {"train.py", "experiments/symmetry.py"}
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
+def test_the_lab_s_javascript_names_no_experiment(path: Path) -> None:
+    text = path.read_text()
+    for e in list_experiments():
+        assert not re.search(rf"[\"'`]{re.escape(e.name)}[\"'`]", text), (path.name, e.name)
+    for constant in ("LOSS_CLIP", "SWEEP_FLOOR", "LOG_FLOOR", "INIT_TRAIN_FLOOR", "VIEWS"):
+        assert constant not in text, (path.name, constant)
