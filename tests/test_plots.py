@@ -1,591 +1,584 @@
-"""normlab.plots: every experiment draws, and draws its own data.
+"""normlab.plots: one renderer draws any figure description, and draws exactly its data.
 
-Each registered experiment runs once with small parameters; the figure's axes count is checked
-and at least one drawn series is compared with the Result it came from (exact float equality:
-the plot must hand matplotlib the Result's numbers, floored only where a log axis needs it).
+The generic tests build descriptions by hand, one feature each. The acceptance test runs every
+registered experiment at its defaults and checks that each series matplotlib received (the
+x/y data of its lines, scatters, bars, histograms and heat maps) equals the series of
+``result.figures()``, with ``None`` (and ``inf``) as ``nan``: the plot and the lab's renderer
+draw from the same description, and plots.py adds nothing of its own.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import io
 import itertools
 import math
+import subprocess
+import sys
 import threading
+import warnings
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
-from dataclasses import dataclass
-from functools import cache
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pytest
-import torch
 from matplotlib.axes import Axes
-from matplotlib.collections import QuadMesh
-from matplotlib.figure import Figure
+from matplotlib.collections import PathCollection, QuadMesh
+from matplotlib.colors import to_rgba
+from matplotlib.container import BarContainer
+from matplotlib.figure import Figure as MplFigure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle, StepPatch
 
+from normlab import figures as fg
 from normlab import plots
-from normlab.experiments import Result, list_experiments, run_experiment
-from normlab.experiments.bn_lr import BnLrResult
-from normlab.experiments.bn_lr_sweep import BnLrSweepResult, SweepCurve
-from normlab.experiments.bn_running_stats import RunningStatsResult
-from normlab.experiments.init_compare import Histogram, InitCompareResult, SchemeCurve
-from normlab.experiments.init_train import InitTrainResult
-from normlab.experiments.linear_scale import LinearScaleResult
-from normlab.experiments.variance import VarianceCurve, VarianceResult
-from normlab.probe import ActivationProbe, ActivationStats, GradientProbe, GradientStats
-
-# Small, fast parameters per experiment (a new experiment without an entry fails the tests).
-SMALL: dict[str, dict[str, Any]] = {
-    "linear-scale": {},
-    "drift": {"depth": 4},
-    "bn-columns": {},
-    "bn-running-stats": {"passes": 5},
-    "bn-stack": {"depth": 4},
-    "symmetry": {"steps": 5, "hidden": 3},
-    "variance": {"depth": 8, "width": 32, "batch": 64},
-    "init-compare": {"depth": 6, "width": 32, "batch": 64, "hist_layer": 3, "bins": 20},
-    "init-train": {"hidden_layers": 3, "width": 8, "steps": 10},
-    "bn-from-scratch": {"batch": 128, "parity_batches": 2},
-    "bn-lr": {"steps": 10, "hidden_layers": 2, "width": 16},
-    "bn-lr-sweep": {"points": 3, "steps": 12, "tail": 2, "width": 8, "hidden_layers": 2},
-    "doctor": {"model": "dead-relu", "steps": 1},
-}
-
-N_AXES = {
-    "linear-scale": 1,
-    "drift": 1,
-    "bn-columns": 2,
-    "bn-running-stats": 2,
-    "bn-stack": 1,
-    "symmetry": 2,
-    "variance": 1,
-    "init-compare": 5,
-    "init-train": 2,
-    "bn-from-scratch": 3,
-    "bn-lr": 1,
-    "bn-lr-sweep": 1,
-    "doctor": 4,
-}
-
-NAMES = [e.name for e in list_experiments()]
-
-
-@cache
-def result(name: str) -> Result:
-    return run_experiment(name, **SMALL[name])
-
-
-@cache
-def drawn(name: str) -> Figure:
-    return plots.figure(result(name))
-
-
-def line(ax: Axes, label: str) -> Line2D:
-    found = [ln for ln in ax.lines if ln.get_label() == label]
-    assert len(found) == 1, f"{label!r} not among {[ln.get_label() for ln in ax.lines]}"
-    return found[0]
-
-
-def ydata(ln: Line2D) -> list[float]:
-    values: list[float] = np.asarray(ln.get_ydata(), dtype=float).tolist()
-    return values
-
-
-def xdata(ln: Line2D) -> list[float]:
-    values: list[float] = np.asarray(ln.get_xdata(), dtype=float).tolist()
-    return values
-
-
-def heights(ax: Axes, container: int) -> list[float]:
-    bars = ax.containers[container]
-    return [p.get_height() for p in bars if isinstance(p, Rectangle)]
-
-
-def stairs(ax: Axes) -> list[StepPatch]:
-    return [p for p in ax.patches if isinstance(p, StepPatch)]
-
-
-# -- every experiment ------------------------------------------------------------------------------
-
-
-def test_every_experiment_has_small_parameters() -> None:
-    assert set(NAMES) == set(SMALL) == set(N_AXES)
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_figure_has_axes_with_content(name: str) -> None:
-    fig = drawn(name)
-    assert isinstance(fig, Figure)
-    assert len(fig.axes) == N_AXES[name]
-    for ax in fig.axes:
-        if ax.axison:
-            assert ax.lines or ax.patches, f"{name}: empty axes {ax.get_title()!r}"
-            # a panel sharing its x axis is labelled by the sibling that shows the ticks
-            siblings = ax.get_shared_x_axes().get_siblings(ax)
-            labelled = any(a.get_xlabel() or a.get_xticklabels() for a in siblings)
-            assert labelled, f"{name}: unlabelled x axis"
-    titles = [fig.get_suptitle(), *(ax.get_title() for ax in fig.axes)]
-    assert any(titles), f"{name}: no title"
-
-
-def test_linear_scale_bars() -> None:
-    r = result("linear-scale")
-    assert isinstance(r, LinearScaleResult)
-    (ax,) = drawn("linear-scale").axes
-    assert heights(ax, 0) == [r.input_std, r.scaled_input_std]
-    assert heights(ax, 1) == [r.output_std, r.scaled_output_std]
-
-
-@pytest.mark.parametrize("name", ["drift", "bn-stack"])
-def test_stack_lines_start_at_the_input(name: str) -> None:
-    r: Any = result(name)
-    (ax,) = drawn(name).axes
-    assert ydata(line(ax, "std")) == [r.input_std, *r.stds]
-    assert ydata(line(ax, "mean")) == [r.input_mean, *r.means]
-    assert xdata(line(ax, "std")) == list(range(len(r.stds) + 1))
-    assert ("batch norm" in drawn(name).get_suptitle()) == (name == "bn-stack")
-
-
-def test_bn_columns_bars() -> None:
-    r: Any = result("bn-columns")
-    ax_std, ax_mean = drawn("bn-columns").axes
-    assert heights(ax_std, 0) == r.input_stds
-    assert heights(ax_std, 1) == r.output_stds
-    assert ax_std.get_yscale() == "log"
-    assert heights(ax_mean, 0) == r.input_means
-    assert heights(ax_mean, 1) == r.output_means
-
-
-def test_bn_running_stats_lines() -> None:
-    r: Any = result("bn-running-stats")
-    ax_m, ax_v = drawn("bn-running-stats").axes
-    for j in range(3):
-        assert ydata(line(ax_m, f"feature {j}")) == [0.0, *(row[j] for row in r.running_means)]
-        assert ydata(line(ax_v, f"feature {j}")) == [1.0, *(row[j] for row in r.running_vars)]
-    line(ax_v, f"true var {r.true_var:g}")  # the legend entry
-    dashed = [ydata(ln) for ln in ax_v.lines if ln.get_linestyle() == "--" and ydata(ln)]
-    assert dashed == [[r.true_var] * 2]
-
-
-def test_symmetry_one_line_per_unit() -> None:
-    r: Any = result("symmetry")
-    fig = drawn("symmetry")
-    ax_w, ax_g = fig.axes
-    for j in range(3):
-        assert ydata(line(ax_w, f"unit {j}")) == [step[j][0] for step in r.weights]
-        assert ydata(line(ax_g, f"unit {j}")) == [step[j][0] for step in r.grads]
-    assert "overlap" in ax_w.get_title()  # constant init by default
-    assert "random init" in fig.get_suptitle()  # the contrast's numbers
-
-
-def test_variance_measured_and_theory() -> None:
-    r: Any = result("variance")
-    (ax,) = drawn("variance").axes
-    assert ax.get_yscale() == "log"
-    for c in r.curves:
-        measured = line(ax, f"g = {c.gain:g} measured")
-        assert ydata(measured) == c.measured
-        assert measured.get_linestyle() == "None"  # markers only
-    dashed = [ln for ln in ax.lines if ln.get_linestyle() == "--" and ydata(ln)]
-    assert [ydata(ln) for ln in dashed] == [c.theory for c in r.curves]
-
-
-def test_init_compare_variances_and_histograms() -> None:
-    r: Any = result("init-compare")
-    left, *hists = drawn("init-compare").axes
-    assert left.get_yscale() == "log"
-    for c, hax in zip(r.curves, hists, strict=True):
-        assert ydata(line(left, c.scheme)) == [max(v, 1e-30) for v in c.variances]
-        (patch,) = stairs(hax)
-        assert patch.get_data()[0].tolist() == c.histogram.counts
-        assert patch.get_data()[1].tolist() == c.histogram.edges
-        assert c.scheme in hax.get_title()
-
-
-def test_init_train_variances_and_loss() -> None:
-    r: Any = result("init-train")
-    ax_v, ax_l = drawn("init-train").axes
-    fwd = line(ax_v, "activation variance (forward)")
-    assert ydata(fwd) == [max(v, 1e-12) for v in r.forward_variances]
-    bwd = line(ax_v, "gradient variance dL/dh (backward)")
-    assert ydata(bwd) == [max(v, 1e-12) for v in r.backward_variances]
-    assert ydata(ax_l.lines[0]) == r.losses
-
-
-def test_bn_from_scratch_histograms_and_parity() -> None:
-    r: Any = result("bn-from-scratch")
-    ax_b, ax_a, ax_t = drawn("bn-from-scratch").axes
-    drawn_hists = [*stairs(ax_b), *stairs(ax_a)]
-    # an affine map keeps the counts, so the edges tell the three histograms apart
-    for patch, h in zip(drawn_hists, [r.before_hist, r.after_hist, r.rescaled_hist], strict=True):
-        assert patch.get_data()[0].tolist() == h.counts
-        assert patch.get_data()[1].tolist() == h.edges
-    text = ax_t.texts[0].get_text()
-    assert "running_var" in text and "input grad" in text
-
-
-def test_bn_lr_chosen_curve_is_bold() -> None:
-    r: Any = result("bn-lr")
-    (ax,) = drawn("bn-lr").axes
-    chosen = line(ax, "without BN (chosen)")
-    contrast = line(ax, "with BN")
-    assert ydata(chosen) == [min(v, 5.0) for v in r.losses]
-    assert ydata(contrast) == [min(v, 5.0) for v in r.contrast_losses]
-    assert chosen.get_linewidth() > contrast.get_linewidth()
-    assert ax.get_ylim() == (0.0, 5.0)
-    assert f"learning rate {r.lr:g}" in drawn("bn-lr").get_suptitle()
-
-
-def test_bn_lr_sweep_final_losses_on_log_axes() -> None:
-    r: Any = result("bn-lr-sweep")
-    fig = drawn("bn-lr-sweep")
-    (ax,) = fig.axes
-    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
-    for c in r.curves:
-        name = "with BN" if c.batch_norm else "without BN"
-        final = line(ax, name)
-        assert xdata(final) == r.lrs
-        assert ydata(final) == c.final_losses
-        assert ydata(line(ax, f"_peak {name}")) == c.peak_losses
-        i = c.largest_stable_lr_index
-        if i is not None:  # the vertical dotted line sits at the largest stable rate
-            mark = line(ax, f"largest stable rate {name}: {r.lrs[i]:.3g}")
-            assert xdata(mark) == [r.lrs[i]] * 2
-    # a point is hollow exactly where the run was not stable
-    for c in r.curves:
-        name = "with BN" if c.batch_norm else "without BN"
-        stable = [x for x, ok in zip(r.lrs, c.stable, strict=True) if ok]
-        unstable = [x for x, ok in zip(r.lrs, c.stable, strict=True) if not ok]
-        assert xdata(line(ax, f"_stable {name}")) == stable
-        hollow = line(ax, f"_unstable {name}")
-        assert xdata(hollow) == unstable
-        assert hollow.get_markerfacecolor() == "white"
-    assert "largest stable rate" in ax.get_title()
-    assert "steps 12" in fig.get_suptitle()
-
-
-# -- non-finite data -------------------------------------------------------------------------------
+from normlab.experiments import Result, list_experiments
 
 NAN, INF = math.nan, math.inf
+LINE_KINDS = ("line", "markers", "line+markers")
 
 
-def test_bn_lr_non_finite_losses_drawn_at_the_clip() -> None:
-    diverged: list[Any] = [0.7, INF, NAN, None]  # None: what to_dict makes of a non-finite loss
-    r = BnLrResult(batch_norm=True, lr=5.0, losses=[0.7, 0.5, 0.4, 0.3], contrast_losses=diverged)
-    (ax,) = plots.figure(r).axes
-    assert ydata(line(ax, "without BN")) == [0.7, 5.0, 5.0, 5.0]
-    assert ydata(line(ax, "with BN (chosen)")) == [0.7, 0.5, 0.4, 0.3]
+def panel(
+    *series: fg.Series, x: fg.Axis | None = None, y: fg.Axis | None = None, **kw: Any
+) -> fg.Panel:
+    return fg.Panel(x or fg.Axis("x"), y or fg.Axis("y"), list(series), **kw)
 
 
-def test_bn_lr_sweep_diverged_runs_drawn_at_the_ceiling() -> None:
-    lrs = [0.1, 1.0, 10.0]
-    diverged: list[Any] = [0.2, None, INF]  # None: what to_dict makes of a non-finite loss
-    plain = SweepCurve(False, diverged, [0.7, NAN, 12.0], [True, False, False])
-    bn = SweepCurve(True, [0.05, 0.04, 0.0], [0.3, 0.2, 0.1], [True, True, True])
-    fig = plots.figure(BnLrSweepResult(lrs=lrs, curves=[plain, bn]))
-    (ax,) = fig.axes
-    assert ydata(line(ax, "without BN")) == [0.2, 5.0, 5.0]
-    assert ydata(line(ax, "_peak without BN")) == [0.7, 5.0, 5.0]
-    assert ydata(line(ax, "with BN")) == [0.05, 0.04, 1e-6]  # 0 floored for the log axis
-    assert any("not finite or above 5" in t.get_text() for t in ax.texts)
-    assert "without BN 0.1" in ax.get_title() and "with BN 10 (the largest tried)" in ax.get_title()
+def drawn(*panels: fg.Panel, **kw: Any) -> MplFigure:
+    """The figure drawn and rendered (a warning anywhere fails the test)."""
+    fig = plots.draw(fg.Figure(kw.pop("title", "t"), list(panels), **kw))
+    fig.canvas.draw()
+    return fig
 
 
-def test_bn_lr_sweep_with_no_stable_rate() -> None:
-    flat = SweepCurve(False, [0.6, 0.6], [0.7, 0.7], [False, False])
-    fig = plots.figure(
-        BnLrSweepResult(lrs=[0.5, 1.0], curves=[flat, dataclasses.replace(flat, batch_norm=True)])
+def one(*series: fg.Series, **kw: Any) -> Axes:
+    return drawn(panel(*series, **kw)).axes[0]
+
+
+def floats(values: Sequence[Any]) -> list[float]:
+    """The description's values as matplotlib must receive them: ``None``/``inf`` -> ``nan``."""
+    out = []
+    for v in values:
+        f = NAN if v is None else float(v)
+        out.append(f if math.isfinite(f) else NAN)
+    return out
+
+
+def same(got: Any, want: Sequence[Any]) -> None:
+    a = np.ma.filled(np.ma.asarray(got, dtype=float), NAN)
+    np.testing.assert_array_equal(a, np.array(floats(want), dtype=float))
+
+
+def legend(ax: Axes) -> list[str]:
+    box = ax.get_legend()
+    return [t.get_text() for t in box.get_texts()] if box is not None else []
+
+
+def rendered(fig: MplFigure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=50)
+    return buf.getvalue()
+
+
+# -- series kinds ----------------------------------------------------------------------------------
+
+
+def test_line_kinds_styles_and_data() -> None:
+    x, y = [0, 1, 2, 3], [1.0, None, 3.0, INF]  # None a gap, inf left out
+    ax = one(
+        fg.Series("a", x, y),
+        fg.Series("b", x, y, kind="markers", marker="square", marker_size=7.0),
+        fg.Series("c", x, y, kind="line+markers", dash="dash", width=3.0, opacity=0.5),
+        fg.Series("d", x, y, dash="dot", marker="diamond"),
     )
-    (ax,) = fig.axes
-    assert "without BN none, with BN none" in ax.get_title()
-    assert not [ln for ln in ax.lines if ln.get_label().startswith("largest stable")]
+    a, b, c, d = ax.lines
+    for ln in ax.lines:
+        same(ln.get_xdata(), x)
+        same(ln.get_ydata(), y)
+    assert (a.get_linestyle(), a.get_marker()) == ("-", "")
+    assert (b.get_linestyle(), b.get_marker(), b.get_markersize()) == ("None", "s", 7.0)
+    assert (c.get_linestyle(), c.get_marker(), c.get_linewidth()) == ("--", "o", 3.0)
+    assert c.get_alpha() == 0.5
+    assert (d.get_linestyle(), d.get_marker()) == (":", "")  # a line has no markers
+    assert legend(ax) == ["a", "b", "c", "d"]
 
 
-def test_results_rebuilt_from_json_with_nulls_draw() -> None:
-    diverged = InitTrainResult(
-        method="large",
-        forward_variances=[1e3, INF, NAN],
-        backward_variances=[0.0, 0.0, 0.0],
-        losses=[0.7, INF, NAN],
+def test_hollow_markers_and_legend_opt_out() -> None:
+    ax = one(
+        fg.Series("hollow", [0, 1], [1.0, 2.0], kind="markers", hollow=True, color="#ff0000"),
+        fg.Series("hidden", [0, 1], [2.0, 3.0], legend=False),
+        fg.Series("", [0, 1], [3.0, 4.0]),
     )
-    again = InitTrainResult(
-        **{k: v for k, v in diverged.to_dict().items() if k not in ("experiment", "params")}
+    hollow = ax.lines[0]
+    assert hollow.get_markerfacecolor() == "none"
+    assert to_rgba(hollow.get_markeredgecolor()) == to_rgba("#ff0000")
+    assert legend(ax) == ["hollow"]
+
+
+def test_per_point_colours_and_labels() -> None:
+    colors = ["#ff0000", "#00ff00", "#0000ff"]
+    ax = one(
+        fg.Series("m", [0, 1, 2], [1.0, None, 3.0], kind="markers", colors=colors, hollow=True),
+        fg.Series(
+            "lm",
+            [0, 1, 2],
+            [2.0, 2.5, 3.5],
+            kind="line+markers",
+            colors=colors,
+            labels=["p", "q", "r"],
+        ),
     )
-    assert again.losses == [0.7, None, None]
-    fig = plots.figure(again)
-    assert "diverged" in fig.axes[1].get_title()
-    assert ydata(fig.axes[0].lines[1]) == [1e-12] * 3  # zero gradient variance, floored
+    (line,) = ax.lines  # "lm"'s line; both series' points are scatters
+    assert line.get_marker() == ""
+    m, lm = (c for c in ax.collections if isinstance(c, PathCollection))
+    same(m.get_offsets()[:, 1], [1.0, None, 3.0])
+    assert len(m.get_facecolors()) == 0  # hollow
+    np.testing.assert_array_equal(m.get_edgecolors(), [to_rgba(c) for c in colors])
+    np.testing.assert_array_equal(lm.get_facecolors(), [to_rgba(c) for c in colors])
+    assert [t.get_text() for t in ax.texts] == ["p", "q", "r"]
+    assert legend(ax) == ["m", "lm"]
 
 
-def test_variance_with_zero_inf_and_none_draws() -> None:
-    measured: list[Any] = [2.0, INF, 0.0, None]
-    curve = VarianceCurve(gain=1.5, measured=measured, theory=[2.25, 5.06, 11.4, 25.6])
-    plots.figure(VarianceResult(layers=[1, 2, 3, 4], curves=[curve], activation="linear"))
+def test_point_labels_skip_gaps() -> None:
+    ax = one(fg.Series("s", [0, 1, 2], [1.0, None, INF], kind="markers", labels=["a", "b", "c"]))
+    assert [t.get_text() for t in ax.texts] == ["a"]
 
 
-def test_init_compare_collapsed_and_blown_up() -> None:
-    flat = Histogram(counts=[0.0, 100.0, 0.0], edges=[-0.5, -0.1, 0.1, 0.5])
-    broken = Histogram(counts=[NAN, NAN], edges=[NAN, INF, INF])
-    curves = [
-        SchemeCurve("all zero", [0.0, 0.0], [0.0, 0.0], flat),
-        SchemeCurve("blown up", [1e30, INF], [1e30, INF], broken),
+def test_palette_in_order_per_panel() -> None:
+    fig = drawn(
+        panel(
+            fg.Series("a", [0], [1.0]),
+            fg.Series("b", [0], [1.0], color="#123456"),
+            fg.Series("c", [0], [1.0]),
+        ),
+        panel(fg.Series("d", [0], [1.0])),
+    )
+    first, second = fig.axes
+    colours = [to_rgba(ln.get_color()) for ln in first.lines]
+    assert colours == [to_rgba(fg.PALETTE[0]), to_rgba("#123456"), to_rgba(fg.PALETTE[1])]
+    assert to_rgba(second.lines[0].get_color()) == to_rgba(fg.PALETTE[0])
+
+
+def centres(bars: BarContainer) -> list[float]:
+    return [float(p.get_x() + p.get_width() / 2) for p in bars]
+
+
+def test_grouped_bars_stand_side_by_side() -> None:
+    cats = ["normal input", "10 × input"]
+    ax = one(
+        fg.Series("in", cats, [1.0, 10.0], kind="bars", labels=["1", "10"]),
+        fg.Series("out", cats, [0.7, None], kind="bars", colors=["#ff0000", "#00ff00"]),
+        fg.Series("hollow", cats, [0.5, 5.0], kind="bars", hollow=True, color="#0000ff"),
+    )
+    groups = ax.containers
+    assert [len(g) for g in groups] == [2, 2, 2]
+    for g, want in zip(groups, ([1.0, 10.0], [0.7, None], [0.5, 5.0]), strict=True):
+        same([p.get_height() for p in g], want)
+        assert [p.get_width() for p in g] == pytest.approx([0.8 / 3] * 2)
+    # side by side, in series order, the group centred on the category
+    np.testing.assert_allclose(np.mean([centres(g) for g in groups], axis=0), [0, 1], atol=1e-12)
+    assert centres(groups[0])[0] < centres(groups[1])[0] < centres(groups[2])[0]
+    assert [to_rgba(p.get_facecolor()) for p in groups[1]] == [
+        to_rgba("#ff0000"),
+        to_rgba("#00ff00"),
     ]
-    r = InitCompareResult(
-        xavier_bound_formula=0.1,
-        xavier_max_abs=0.1,
-        he_std_formula=0.1,
-        he_std_measured=0.1,
-        hist_layer=1,
-        curves=curves,
+    hollow = groups[2][0]
+    assert hollow.get_facecolor()[3] == 0 and to_rgba(hollow.get_edgecolor()) == to_rgba("#0000ff")
+    assert [t.get_text() for t in ax.texts] == ["1", "10"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == cats
+
+
+def test_one_bar_series_takes_its_widths() -> None:
+    ax = one(fg.Series("b", [1.0, 3.0], [2.0, 4.0], kind="bars", widths=[0.5, 1.5]))
+    (bars,) = ax.containers
+    assert [p.get_width() for p in bars] == [0.5, 1.5]
+    assert centres(bars) == [1.0, 3.0]
+
+
+def test_histogram_from_edges_and_counts() -> None:
+    ax = one(
+        fg.Series("h", [], [1.0, 4.0, None], kind="histogram", edges=[-1.0, 0.0, 1.0, 2.5]),
+        fg.Series("blown up", [], [1.0], kind="histogram", edges=[NAN, INF]),
     )
-    fig = plots.figure(r)
-    assert ydata(line(fig.axes[0], "all zero")) == [1e-30, 1e-30]
-    assert "not finite" in fig.axes[2].texts[0].get_text()
+    (patch,) = [p for p in ax.patches if isinstance(p, StepPatch)]  # nothing to bin: not drawn
+    values, edges, _ = patch.get_data()
+    same(values, [1.0, 4.0, None])
+    assert edges.tolist() == [-1.0, 0.0, 1.0, 2.5]
+    assert patch.get_fill()
 
 
-def test_running_stats_with_nulls_draws() -> None:
-    means: list[Any] = [[0.1, None]]
-    variances: list[Any] = [[None, 2.0]]
-    r = RunningStatsResult(
-        running_means=means,
-        running_vars=variances,
-        batch_means=[[1.0, 1.0]],
-        batch_vars=[[INF, 20.0]],
-        true_mean=0.0,
-        true_var=100.0,
+def test_heat_map_with_colour_bar() -> None:
+    z = [[1.0, 2.0, 3.0], [4.0, None, 6.0]]  # z[j][i] at (x[i], y[j])
+    fig = drawn(
+        panel(
+            fg.Series(
+                "count", ["a", "b", "c"], [0.5, 1.5], kind="heatmap", z=z, colorscale="Magma"
+            ),
+        )
     )
-    plots.figure(r)
+    ax, bar = fig.axes
+    (mesh,) = ax.collections
+    assert isinstance(mesh, QuadMesh)
+    same(np.ma.filled(mesh.get_array(), NAN).ravel(), [v for row in z for v in row])
+    assert mesh.get_cmap().name == "magma"  # plotly's spelling taken
+    assert bar.get_ylabel() == "count"
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b", "c"]
+    corners = mesh.get_coordinates()  # (rows + 1, cols + 1, 2): cells centred on x and y
+    assert corners[0, :, 0].tolist() == [-0.5, 0.5, 1.5, 2.5]
+    assert corners[:, 0, 1].tolist() == [0.0, 1.0, 2.0]
 
 
-# -- dispatch and saving --------------------------------------------------------------------------
+def test_bad_kind_and_colour_scale_are_named() -> None:
+    with pytest.raises(ValueError, match="colorscale 'no-such-map' not supported"):
+        one(fg.Series("z", [0], [0], kind="heatmap", z=[[1.0]], colorscale="no-such-map"))
+    bad: Any = "pie"
+    with pytest.raises(ValueError, match=r"series kind 'pie' not supported.*heatmap"):
+        one(fg.Series("p", [0], [1.0], kind=bad))
 
 
-@dataclass
-class _Unknown(Result):
-    value: float = 0.0
+# -- axes ------------------------------------------------------------------------------------------
 
 
-def test_unknown_result_type_is_named() -> None:
-    with pytest.raises(TypeError, match="_Unknown"):
-        plots.figure(_Unknown())
-    with pytest.raises(TypeError, match="dict"):
-        plots.figure(cast(Any, {"experiment": "drift"}))
+@pytest.mark.parametrize(
+    "values",
+    [[0.0, 0.0], [None, None], [INF, -1.0], [0.0, None, INF, NAN, -INF]],
+    ids=["zeros", "none", "inf and negative", "all of them"],
+)
+@pytest.mark.parametrize("kind", ["line", "markers", "bars"])
+def test_log_axis_without_a_positive_value_gets_fixed_limits(values: list[Any], kind: Any) -> None:
+    x = list(range(len(values)))
+    ax = one(fg.Series("s", x, values, kind=kind), y=fg.Axis("y", scale="log"))
+    assert ax.get_yscale() == "log"
+    assert ax.get_ylim() == (0.1, 10.0)
+
+
+def test_log_axes_with_data_and_non_finite_values() -> None:
+    ax = one(
+        fg.Series("s", [0.1, 0.2, 0.5, 1.0], [0.0, 1e-3, None, INF], kind="line+markers"),
+        x=fg.Axis("lr", scale="log", ticks=(0.1, 0.2, 0.5, 1.0)),
+        y=fg.Axis("loss", scale="log"),
+    )
+    assert (ax.get_xscale(), ax.get_yscale()) == ("log", "log")
+    low, high = ax.get_ylim()
+    assert 0 < low < 1e-3 < high
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0.1", "0.2", "0.5", "1"]
+    assert ax.xaxis.get_minorticklocs().size == 0  # only the ticks asked for
+
+
+def test_limits_ticks_and_tick_labels() -> None:
+    ax = one(
+        fg.Series("s", [0, 1, 2], [0.5, 1.0, 2.0]),
+        x=fg.Axis("layer", limits=(-1.0, 3.0), ticks=(0.0, 2.0), tick_labels=("in", "out")),
+        y=fg.Axis("std", limits=(0.0, 5.0), ticks=(0.0, 2.5, 5.0)),
+    )
+    assert ax.get_xlim() == (-1.0, 3.0) and ax.get_ylim() == (0.0, 5.0)
+    assert ax.get_xticks().tolist() == [0.0, 2.0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["in", "out"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["0", "2.5", "5"]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("layer", "std")
+
+
+def test_categories_in_order_of_first_appearance() -> None:
+    ax = one(
+        fg.Series("a", ["b", "c"], [1.0, 2.0], kind="markers"),
+        fg.Series("b", ["a", "c", "b"], [3.0, 4.0, 5.0], kind="markers"),
+    )
+    first, second = ax.lines
+    assert first.get_xdata().tolist() == [0.0, 1.0]
+    assert second.get_xdata().tolist() == [2.0, 1.0, 0.0]
+    assert ax.get_xticks().tolist() == [0.0, 1.0, 2.0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["b", "c", "a"]
+
+
+def test_many_categories_are_thinned() -> None:
+    names = [f"block{i}.linear" for i in range(90)]
+    ax = one(fg.Series("s", names, [1.0] * 90))
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    assert 0 < len(labels) <= 30 and labels[0] == names[0]
+    assert ax.get_xticklabels()[0].get_rotation() == 45  # long names
+
+
+def test_reference_lines_and_bands() -> None:
+    ax = one(
+        fg.Series("s", [0, 1, 2], [0.5, 1.0, 2.0]),
+        y=fg.Axis("y", scale="log"),
+        lines=[
+            fg.Line(1.0, label="Var = 1"),
+            fg.Line(1.5, axis="x", dash="dash", color="#ff0000"),
+            fg.Line(0.0, label="not on a log axis"),
+        ],
+        bands=[
+            fg.Band(-INF, 0.7, label="vanishing"),
+            fg.Band(1.5, INF, color="#ff0000", opacity=0.2),
+            fg.Band(0.5, 1.0, axis="x"),
+        ],
+    )
+    _, horizontal, vertical = ax.lines  # the line at 0 is left out
+    assert list(horizontal.get_ydata()) == [1.0, 1.0] and horizontal.get_linestyle() == ":"
+    assert list(vertical.get_xdata()) == [1.5, 1.5] and vertical.get_linestyle() == "--"
+    assert legend(ax) == ["s", "Var = 1", "vanishing"]
+    low, high = ax.get_ylim()
+    spans = [p for p in ax.patches if isinstance(p, Rectangle)]
+    below, above, across = (p.get_extents().transformed(ax.transData.inverted()) for p in spans)
+    # an infinite end reaches the edge of the data's range, and the view stays there
+    assert below.y0 == pytest.approx(low) and below.y1 == pytest.approx(0.7)
+    assert above.y0 == pytest.approx(1.5) and above.y1 == pytest.approx(high)
+    assert low < 0.5 and high > 2.0 and high < 10
+    assert (across.x0, across.x1) == pytest.approx((0.5, 1.0))
+    assert spans[1].get_alpha() == 0.2
+
+
+def test_titles_note_grid_and_shared_x() -> None:
+    series = fg.Series("s", [0, 1], [1.0, 2.0])
+    fig = drawn(
+        panel(series, title="first", note="note: 2 steps"),
+        panel(series, x=fg.Axis("step")),
+        panel(series, x=fg.Axis("step")),
+        title="Three panels",
+        columns=2,
+        shared_x=True,
+    )
+    a, b, c, empty = fig.axes  # 2 x 2 grid, the last cell empty
+    assert fig.get_suptitle() == "Three panels"
+    assert a.get_title() == "first" and [t.get_text() for t in a.texts] == ["note: 2 steps"]
+    assert not empty.axison
+    assert a.get_shared_x_axes().joined(a, c)
+    # the x axis is named where its ticks show: under c (bottom) and b (nothing below it)
+    assert [ax.get_xlabel() for ax in (a, b, c)] == ["", "step", "step"]
+    assert any(t.get_text() for t in b.get_xticklabels())
+    assert plots.draw(fg.Figure("", [panel(series)])).get_suptitle() == ""
+
+
+def spoiled(value: Any, bad: Iterator[float | None]) -> Any:
+    """``value`` with each float of its series data (x, y, z, edges) the next of ``bad``."""
+    if isinstance(value, float):
+        return next(bad)
+    if isinstance(value, list | tuple):
+        return [spoiled(v, bad) for v in value]
+    if isinstance(value, fg.Series):
+        data = {k: getattr(value, k) for k in ("x", "y", "z", "edges", "widths")}
+        return dataclasses.replace(value, **{k: spoiled(v, bad) for k, v in data.items() if v})
+    if isinstance(value, fg.Panel):
+        return dataclasses.replace(value, series=spoiled(value.series, bad))
+    if isinstance(value, fg.Figure):
+        return dataclasses.replace(value, panels=spoiled(value.panels, bad))
+    return value
+
+
+def every_kind() -> fg.Figure:
+    x = [0.1, 0.2, 0.5, 1.0]
+    return fg.Figure(
+        "all",
+        [
+            panel(
+                *(fg.Series(k, x, [1.0, 2.0, 0.5, 3.0], kind=k) for k in (*LINE_KINDS, "bars")),
+                x=fg.Axis("x", scale="log"),
+                y=fg.Axis("y", scale="log"),
+                bands=[fg.Band(-INF, 0.7)],
+                lines=[fg.Line(1.0)],
+            ),
+            panel(
+                fg.Series("h", [], [1.0, 2.0], kind="histogram", edges=[0.0, 1.0, 2.0]),
+                y=fg.Axis("count", scale="log"),
+            ),
+            panel(
+                fg.Series("z", [0.0, 1.0], [0.0, 1.0], kind="heatmap", z=[[1.0, 2.0], [3.0, 4.0]])
+            ),
+        ],
+    )
+
+
+@pytest.mark.parametrize("mix", ["all none", "mixed"])
+def test_non_finite_values_anywhere_draw_without_a_warning(mix: str) -> None:
+    """``None`` everywhere (a blown-up run's JSON), or a cycle of 0.5, nan, inf, -inf, None."""
+    bad = (
+        itertools.repeat(None)
+        if mix == "all none"
+        else itertools.cycle([0.5, NAN, INF, -INF, None])
+    )
+    rendered(plots.draw(spoiled(every_kind(), bad)))
+
+
+# -- saving, threads, imports ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Described:
+    described: list[fg.Figure]
+
+    def figures(self) -> list[fg.Figure]:
+        return self.described
 
 
 def test_save_png_and_svg(tmp_path: Path) -> None:
-    r = result("drift")
-    png = plots.save(r, tmp_path / "drift.png")
+    r = Described([every_kind()])
+    png = plots.save(r, tmp_path / "f.png")
+    assert png == tmp_path / "f.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    svg = plots.save(r, str(tmp_path / "drift.SVG"))
-    root = ET.parse(svg).getroot()
-    assert root.tag.endswith("svg")
+    svg = plots.save(r, str(tmp_path / "f.SVG"))
+    assert ET.parse(svg).getroot().tag.endswith("svg")
+    assert b"<dc:date>" not in svg.read_bytes()
+
+
+def test_save_stacks_several_figures(tmp_path: Path) -> None:
+    first = fg.Figure("first", [panel(fg.Series("s", [0, 1], [1.0, 2.0]))] * 2, height=3.0)
+    second = fg.Figure("second", [panel(fg.Series("s", [0, 1], [2.0, 1.0]))])
+    fig = plots.draw_all([first, second])
+    assert [sub.get_suptitle() for sub in fig.subfigs] == ["first", "second"]
+    assert len(fig.axes) == 3
+    assert fig.get_size_inches()[1] == pytest.approx(3.0 + second.height)
+    plots.save(Described([first, second]), tmp_path / "both.png")
+    with pytest.raises(ValueError, match="no figure"):
+        plots.save(Described([]), tmp_path / "none.png")
 
 
 @pytest.mark.parametrize("suffix", [".pdf", ".jpg", ""])
 def test_save_bad_suffix(tmp_path: Path, suffix: str) -> None:
     with pytest.raises(ValueError, match=r"\.png, \.svg") as info:
-        plots.save(result("linear-scale"), tmp_path / f"figure{suffix}")
+        plots.save(Described([every_kind()]), tmp_path / f"figure{suffix}")
     assert repr(suffix) in str(info.value)
     assert not list(tmp_path.iterdir())
 
 
 def test_save_missing_directory(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        plots.save(result("linear-scale"), tmp_path / "nope" / "figure.png")
+        plots.save(Described([every_kind()]), tmp_path / "nope" / "figure.png")
     assert not (tmp_path / "nope").exists()
 
 
-def test_draws_from_threads() -> None:
+def test_draws_from_two_threads() -> None:
+    """The same description drawn in two threads at once gives the same pixels as alone."""
+    alone = rendered(plots.draw(every_kind()))
+    got: list[bytes] = []
     errors: list[BaseException] = []
+    start = threading.Barrier(2)
 
-    def draw() -> None:
+    def work() -> None:
         try:
-            for _ in range(2):
-                plots.figure(result("linear-scale")).canvas.draw()
+            start.wait()
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                got.extend(rendered(plots.draw(every_kind())) for _ in range(3))
         except BaseException as e:  # pragma: no cover - reported below
             errors.append(e)
 
-    threads = [threading.Thread(target=draw) for _ in range(3)]
+    threads = [threading.Thread(target=work) for _ in range(2)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert errors == []
+    assert got == [alone] * 6
 
 
-def test_no_pyplot() -> None:
+def test_no_pyplot_and_no_experiment() -> None:
     tree = ast.parse(Path(plots.__file__).read_text())
-    imported = {
-        alias.name
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Import)
-        for alias in node.names
-    }
-    imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert not any("pyplot" in name for name in imported)
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not any("pyplot" in name or "experiments" in name for name in imported)
+    source = Path(plots.__file__).read_text()
+    assert not any(e.name in source for e in list_experiments())
+    code = "import sys, normlab.plots; print('matplotlib.pyplot' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
-def _spoil(value: Any, bad: Iterator[float | None]) -> Any:
-    """``value`` with every float (at any depth; ints kept) replaced by the next of ``bad``."""
-    if isinstance(value, float):
-        return next(bad)
-    if isinstance(value, list):
-        return [_spoil(v, bad) for v in value]
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        changes = {
-            f.name: _spoil(getattr(value, f.name), bad)
-            for f in dataclasses.fields(value)
-            if f.name not in ("experiment", "params")
-        }
-        return dataclasses.replace(value, **changes)
-    return value
+# -- acceptance: every experiment draws exactly its description ------------------------------------
+
+EXPERIMENTS = list_experiments()
+
+
+def categories(p: fg.Panel) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for s in p.series:
+        for v in s.x:
+            if isinstance(v, str):
+                found.setdefault(v, len(found))
+    return found
+
+
+def xs(s: fg.Series, cats: dict[str, int]) -> list[Any]:
+    return [cats[v] if isinstance(v, str) else v for v in s.x]
+
+
+def check_panel(ax: Axes, p: fg.Panel) -> None:
+    """Each series of ``p`` reached matplotlib with exactly its data, in order."""
+    cats = categories(p)
+    lines = iter(ax.lines)
+    collections = iter(ax.collections)
+    bars = iter(ax.containers)
+    stairs = iter(q for q in ax.patches if isinstance(q, StepPatch))
+    n_bars = sum(s.kind == "bars" for s in p.series)
+    bar_centres = []
+    for s in p.series:
+        x = xs(s, cats)
+        if s.kind in LINE_KINDS:
+            if s.kind != "markers" or s.colors is None:
+                ln = next(lines)
+                assert isinstance(ln, Line2D) and ln.get_label() in (s.name, "_nolegend_")
+                same(ln.get_xdata(), x)
+                same(ln.get_ydata(), s.y)
+            if s.colors is not None and s.kind != "line":
+                points = next(collections)
+                assert isinstance(points, PathCollection)
+                same(points.get_offsets()[:, 0], x)
+                same(points.get_offsets()[:, 1], s.y)
+        elif s.kind == "bars":
+            container = next(bars)
+            same([q.get_height() for q in container], s.y)
+            bar_centres.append(centres(container))
+        elif s.kind == "histogram":
+            if all(math.isfinite(e) for e in s.edges or (NAN,)):
+                values, edges, _ = next(stairs).get_data()
+                same(values, s.y)
+                same(edges, s.edges or ())
+        else:
+            mesh = next(collections)
+            assert isinstance(mesh, QuadMesh)
+            same(np.ma.filled(mesh.get_array(), NAN).ravel(), [v for row in s.z or () for v in row])
+    if bar_centres:  # side by side, centred on the series' x
+        want = np.array(floats(xs(next(s for s in p.series if s.kind == "bars"), cats)))
+        np.testing.assert_allclose(np.mean(bar_centres, axis=0), want, atol=1e-12)
+        assert len(bar_centres) == n_bars
+    placed = [ln for ln in p.lines if math.isfinite(ln.value)]
+    assert len(list(lines)) <= len(placed)  # what is left: the reference lines
+
+
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(e.name, marks=[pytest.mark.slow] if e.trains else []) for e in EXPERIMENTS],
+)
+def test_every_experiment_draws_its_description(
+    name: str, cached_run: Callable[..., Result]
+) -> None:
+    described = cached_run(name).figures()
+    assert described, f"{name}: no figure"
+    for f in described:
+        fig = plots.draw(f)
+        rendered(fig)
+        axes = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+        for ax, p in zip(axes, f.panels, strict=False):
+            check_panel(ax, p)
+            assert ax.get_title() == p.title
+            assert (ax.get_xscale(), ax.get_yscale()) == (p.x.scale, p.y.scale)
+        assert fig.get_suptitle() == f.title
 
 
 @pytest.mark.parametrize("mix", ["all none", "mixed"])
-@pytest.mark.parametrize("name", NAMES)
-def test_non_finite_values_anywhere_still_draw(name: str, mix: str) -> None:
-    """``None`` everywhere (a result rebuilt from JSON of a blown-up run), or a cycle of
-    0.5, nan, inf, -inf, None over every float: drawing must neither fail nor warn."""
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(e.name, marks=[pytest.mark.slow] if e.trains else []) for e in EXPERIMENTS],
+)
+def test_every_experiment_draws_non_finite_values(
+    name: str, mix: str, cached_run: Callable[..., Result]
+) -> None:
     bad = (
         itertools.repeat(None)
         if mix == "all none"
         else itertools.cycle([0.5, NAN, INF, -INF, None])
     )
-    plots.figure(_spoil(result(name), bad)).canvas.draw()
-
-
-# -- probe statistics (normlab.probe) --------------------------------------------------------------
-
-
-@cache
-def probed() -> tuple[ActivationStats, GradientStats]:
-    torch.manual_seed(0)
-    net = torch.nn.Sequential(
-        torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16), torch.nn.Tanh()
-    )
-    opt = torch.optim.SGD(net.parameters(), lr=0.1)
-    g = torch.Generator().manual_seed(1)
-    with ActivationProbe(net) as act, GradientProbe(net, optimizer=opt) as grad:
-        for _ in range(4):
-            opt.zero_grad()
-            net(torch.randn(32, 6, generator=g)).pow(2).mean().backward()
-            opt.step()
-            act.step()
-            grad.step()
-    return act.result(), grad.result()
-
-
-def column(rows: list[list[float]], j: int, floor: float | None = None) -> list[float]:
-    return [r[j] if floor is None else max(r[j], floor) for r in rows]
-
-
-def test_probe_curves_draw_each_layer_over_the_steps() -> None:
-    stats, _ = probed()
-    fig = plots.probe_curves(stats, ["std", "zero_frac", "saturated_frac"])
-    ax_std, ax_zero, ax_sat = fig.axes
-    assert ax_std.get_yscale() == "log" and ax_zero.get_yscale() == "linear"
-    for j, name in enumerate(stats.layers):
-        assert ydata(line(ax_std, name)) == column(stats.std, j, 1e-30)
-        assert ydata(line(ax_zero, name)) == column(stats.zero_frac, j)
-        assert ydata(line(ax_sat, name)) == column(stats.saturated_frac, j)
-        assert xdata(line(ax_std, name)) == [0.0, 1.0, 2.0, 3.0]
-    assert "|x| ≥ 0.99" in ax_sat.get_ylabel()
-    default = plots.probe_curves(stats)
-    assert [ax.get_title() for ax in default.axes] == ["std", "zero_frac"]
-    default.canvas.draw()
-
-
-def test_probe_curves_of_gradients() -> None:
-    _, grads = probed()
-    fig = plots.probe_curves(grads)
-    ax_std, ax_ratio = fig.axes
-    assert ax_ratio.get_title() == "update_ratio" and ax_ratio.get_yscale() == "log"
-    assert grads.update_ratio is not None
-    for j, name in enumerate(grads.layers):
-        assert ydata(line(ax_std, name)) == column(grads.grad_std, j, 1e-30)
-        drawn_ratio = ydata(line(ax_ratio, name))
-        want = column(grads.update_ratio, j)
-        assert np.array_equal(drawn_ratio, want, equal_nan=True)  # nan for ReLU and Tanh
-    fig.canvas.draw()
-
-
-def test_probe_curves_with_many_layers_use_a_color_bar() -> None:
-    net = torch.nn.Sequential(*[torch.nn.Linear(4, 4) for _ in range(12)])
-    with ActivationProbe(net) as probe:
-        net(torch.randn(3, 4))
-    fig = plots.probe_curves(probe.result(), ["mean"])
-    ax = fig.axes[0]
-    assert ax.get_legend() is None and len(ax.lines) == 12
-    assert len(fig.axes) == 2 and "forward order" in fig.axes[1].get_ylabel()
-
-
-def test_probe_heatmap_of_layers_and_of_steps() -> None:
-    stats, _ = probed()
-    fig = plots.probe_heatmap(stats)
-    (ax, _bar) = fig.axes
-    (mesh,) = [c for c in ax.collections if isinstance(c, QuadMesh)]
-    drawn_counts = np.ma.getdata(mesh.get_array())
-    assert drawn_counts.shape == (len(stats.bin_edges) - 1, len(stats.layers))
-    assert drawn_counts.T.tolist() == stats.hist[-1]
-    assert "step 3" in ax.get_title()
-    assert [t.get_text() for t in ax.get_xticklabels()] == stats.layers
-
-    fig = plots.probe_heatmap(stats, layer="1", step=0)
-    (mesh,) = [c for c in fig.axes[0].collections if isinstance(c, QuadMesh)]
-    assert np.ma.getdata(mesh.get_array()).T.tolist() == [h[1] for h in stats.hist]
-    fig.canvas.draw()
-
-
-def test_probe_figures_refuse_bad_arguments() -> None:
-    stats, grads = probed()
-    with pytest.raises(ValueError, match=r"statistics \['grad_std'\] not supported"):
-        plots.probe_curves(stats, ["grad_std"])
-    with pytest.raises(ValueError, match="statistics"):
-        plots.probe_curves(grads, [])
-    with pytest.raises(ValueError, match="step 4 out of range, use -4 to 3"):
-        plots.probe_heatmap(stats, step=4)
-    with pytest.raises(ValueError, match="layer 'nope' not probed"):
-        plots.probe_heatmap(stats, layer="nope")
-    empty = ActivationStats(
-        layers=[], kinds=[], mean=[], std=[], min=[], max=[], zero_frac=[],
-        saturated_frac=[], hist=[], bin_edges=[-1.0, 0.0, 1.0],
-    )  # fmt: skip
-    with pytest.raises(ValueError, match="no step recorded"):
-        plots.probe_heatmap(empty)
-    plots.probe_curves(empty).canvas.draw()  # no step: empty axes, no warning
-
-
-def test_probe_figures_from_json_with_nulls() -> None:
-    stats, grads = probed()
-    data = stats.to_dict()
-    data["std"] = [[None, 0.0, math.inf, 1.0] for _ in data["std"]]  # a rebuilt blown-up run
-    data["hist"] = [[[0] * 40 for _ in stats.layers] for _ in stats.hist]  # nothing counted
-    again = ActivationStats(**data)
-    ax = plots.probe_curves(again).axes[0]
-    assert ydata(line(ax, "1")) == [1e-30] * 4  # a dead layer's std 0 sits on the floor
-    plots.probe_heatmap(again).canvas.draw()
-    rebuilt = GradientStats(**grads.to_dict())
-    plots.probe_curves(rebuilt).canvas.draw()
-
-
-def test_doctor_figure_draws_each_weight_layer_s_gradient_ratio_against_its_bounds() -> None:
-    r = run_experiment("doctor", model="vanishing-sigmoid", steps=1)
-    fixed = run_experiment("doctor", model="vanishing-sigmoid", init="lsuv", steps=1)
-    before, after = r.diagnosis, fixed.diagnosis  # type: ignore[attr-defined]
-    fig = plots.diagnosis_figure(before, after, "lsuv")  # the same layers, re-initialized
-    ax_act, ax_rho, ax_grad, _ = fig.axes
-    for name, d in (("as given", before), ("lsuv", after)):
-        weighted = [(j, la.grad_ratio) for j, la in enumerate(d.layers) if la.kind == "Linear"]
-        rho = line(ax_rho, name)
-        assert xdata(rho) == [j for j, _ in weighted]  # weight layers only, joined
-        assert ydata(rho) == [max(v, plots.DIAGNOSIS_FLOOR) for _, v in weighted]
-        assert ydata(line(ax_act, name)) == [la.scale for la in d.layers]
-    dotted = sorted(ln.get_ydata()[0] for ln in ax_rho.lines if ln.get_linestyle() == ":")
-    assert dotted == [plots.GRAD_VANISHING, plots.GRAD_EXPLODING]
-    assert ax_rho.get_yscale() == "log" and ax_grad.get_yscale() == "log"
-    assert min(ydata(line(ax_rho, "as given"))) < 1e-15  # the stack's first layer, far below
+    for f in cached_run(name).figures():
+        rendered(plots.draw(spoiled(f, bad)))

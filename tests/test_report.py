@@ -1,14 +1,19 @@
-"""normlab.report: the doctor's HTML report shows the table the CLI prints, labels as badges."""
+"""normlab.report: the doctor's HTML report shows the table the CLI prints, labels as badges,
+and the figure that :func:`normlab.dfig.diagnosis_figure` describes."""
 
 from __future__ import annotations
 
+import base64
+import io
+import math
 import re
 from functools import cache
 from html import unescape
 
 import torch
 
-from normlab import doctor, report, zoo
+from normlab import doctor, plots, report, zoo
+from normlab.experiments import doctor as dfig
 from normlab.experiments.doctor import diagnosis_tables
 
 
@@ -37,3 +42,62 @@ def test_report_table_is_the_cli_table_with_label_badges() -> None:
     ]
     assert page.count('<span class="label"') == sum(len(layer.labels) for layer in d.layers)
     assert "the gradient is vanishing on its way back" in page
+
+
+@cache
+def fixed_pair() -> tuple[doctor.Diagnosis, doctor.Diagnosis, doctor.FixReport]:
+    net = zoo.build("dead-relu")
+    x = torch.randn(zoo.input_shape("dead-relu", 32), generator=torch.Generator())
+    before = doctor.diagnose(net, x)
+    fix = doctor.fix(net, "lsuv", x, generator=torch.Generator().manual_seed(0))
+    return before, doctor.diagnose(net, x), fix
+
+
+def finite(values: list[float], floor: float = 0.0) -> list[float | None]:
+    return [max(v, floor) if math.isfinite(v) else None for v in values]
+
+
+def test_diagnosis_figure_describes_the_diagnosis() -> None:
+    before, after, _ = fixed_pair()
+    fig = dfig.diagnosis_figure(before, after, "after --fix lsuv")
+    act, rho, grad, frac = fig.panels
+    assert fig.shared_x and fig.grid == (4, 1)
+    for k, d in enumerate((before, after)):
+        layers = d.layers
+        assert list(act.series[k].y) == finite([la.scale for la in layers], dfig.FLOOR)
+        assert list(grad.series[k].y) == finite([la.grad_std for la in layers], dfig.FLOOR)
+        weighted = [
+            (i, la.grad_ratio) for i, la in enumerate(layers) if math.isfinite(la.grad_ratio)
+        ]
+        assert list(rho.series[k].x) == [i for i, _ in weighted]  # only weight layers, joined
+        assert list(rho.series[k].y) == [max(v, dfig.FLOOR) for _, v in weighted]
+        dead, saturated = frac.series[2 * k : 2 * k + 2]
+        assert list(dead.y) == finite([la.dead_frac for la in layers])
+        assert dead.hollow == saturated.hollow == bool(k)  # the fixed model's bars hollow
+    assert [s.name for s in act.series] == ["as given", "after --fix lsuv"]
+    assert act.series[1].dash == "dash"
+    assert [ln.value for ln in act.lines] == [doctor.VANISHING, doctor.EXPLODING]
+    assert [ln.value for ln in rho.lines] == [doctor.GRAD_VANISHING, doctor.GRAD_EXPLODING]
+    assert [(b.low, b.high) for b in rho.bands] == [
+        (-math.inf, doctor.GRAD_VANISHING),
+        (doctor.GRAD_EXPLODING, math.inf),
+    ]
+    assert act.x.tick_labels == tuple(la.name for la in before.layers)
+
+
+def test_report_image_is_the_rendered_description() -> None:
+    d = sigmoid_stack()
+    page = report.html_report(d, title="stack")
+    (png,) = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
+    buf = io.BytesIO()
+    plots.draw(dfig.diagnosis_figure(d)).savefig(buf, format="png", dpi=96)
+    assert base64.b64decode(png) == buf.getvalue()
+    many = dfig.diagnosis_figure(d).panels[0].x  # 40-odd layers: every other one named
+    assert many.ticks is not None and 0 < len(many.ticks) <= dfig.MAX_LAYER_TICKS
+
+
+def test_report_with_a_fix_shows_both_models() -> None:
+    before, after, fix = fixed_pair()
+    page = report.html_report(before, title="m", after=after, fix=fix)
+    assert "The model as given" in page and "The model after --fix lsuv" in page
+    assert page.count("<table>") == 2

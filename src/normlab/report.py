@@ -1,9 +1,10 @@
 """A self-contained HTML report of a :class:`normlab.doctor.Diagnosis` (``normlab doctor --html``).
 
-One file, nothing fetched: the styles are inline and the figure is a base64 PNG drawn with
-matplotlib's object-oriented API (:func:`normlab.plots.diagnosis_figure`). The figure only reads
-the diagnosis: activation std and gradient std per layer on log axes, and the dead and saturated
-fractions; with a fix, the re-initialized model is drawn beside the model as given.
+One file, nothing fetched: the styles are inline and the figure is a base64 PNG that
+:func:`normlab.plots.draw` renders from :func:`diagnosis_figure`'s description. The figure only
+reads the diagnosis: activation scale, the weights' gradient ratio and gradient std per layer on
+log axes, and the dead and saturated fractions; with a fix, the re-initialized model is drawn
+beside the model as given.
 
 >>> import torch
 >>> from normlab.doctor import diagnose
@@ -21,16 +22,14 @@ import io
 import math
 from pathlib import Path
 
-from matplotlib.figure import Figure
-
+from normlab import figures, plots
 from normlab.doctor import Diagnosis, FixReport
-from normlab.experiments.doctor import diagnosis_tables
-from normlab.plots import LABEL_COLORS, diagnosis_figure
+from normlab.experiments.doctor import LABEL_COLORS, diagnosis_figure, diagnosis_tables
 
 
-def _png(fig: Figure) -> str:
+def _png(figure: figures.Figure) -> str:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=96)
+    plots.draw(figure).savefig(buf, format="png", dpi=96)
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
