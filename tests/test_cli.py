@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -78,7 +79,9 @@ def test_run_help_through_the_script() -> None:
     assert "--seed N" in flat and "an integer in [0, 2147483647]" in flat
     out = normlab("run", "--help")
     assert (out.returncode, out.stderr) == (0, "")
-    assert "experiments: linear-scale, drift," in out.stdout and "bn-lr-sweep" in out.stdout
+    listed = out.stdout.split("experiments (see `normlab list`):")[1]
+    names = re.findall(r"^    (\S+)", listed, flags=re.MULTILINE)  # one sub-parser each
+    assert names[:3] == ["linear-scale", "drift", "bn-columns"] and "bn-lr-sweep" in names
     assert "`normlab run NAME --help` lists NAME's parameters" in " ".join(out.stdout.split())
 
 
@@ -113,6 +116,27 @@ def test_run_bool_list_and_float_flags() -> None:
     assert [c["gain"] for c in json.loads(out.stdout)["curves"]] == [0.9, 1.1]
 
 
+def test_run_flags_take_every_form_of_a_value() -> None:
+    # in-process, parsing only: what `run NAME ...` hands to make_params
+    from normlab import cli
+    from normlab.experiments import get_experiment
+
+    def parsed(*argv: str) -> tuple[dict[str, object], bool, str | None]:
+        args, extra = cli._build_parser().parse_known_args(["run", *argv])
+        assert extra == []
+        return cli._values(get_experiment(args.name), args.flags), args.json, args.plot
+
+    assert parsed("bn-lr") == ({}, False, None)
+    assert parsed("bn-lr", "--batch-norm")[0] == {"batch_norm": True}
+    assert parsed("bn-lr", "--batch-norm", "false")[0] == {"batch_norm": False}
+    assert parsed("bn-lr", "--batch-norm=off", "--lr", "0.5")[0] == {"batch_norm": False, "lr": 0.5}
+    assert parsed("bn-lr", "--no-batch-norm")[0] == {"batch_norm": False}
+    assert parsed("bn-lr", "--steps=5", "--steps", "6")[0] == {"steps": 6}  # the last one counts
+    assert parsed("variance", "--gains", "0.9,1.1")[0] == {"gains": (0.9, 1.1)}
+    assert parsed("drift", "--json", "--plot", "a.svg") == ({}, True, "a.svg")
+    assert parsed("--json", "drift") == ({}, True, None)  # also before NAME
+
+
 def test_run_png_plot(tmp_path: Path) -> None:
     plot = tmp_path / "scale.png"
     out = normlab("run", "linear-scale", "--plot", str(plot))
@@ -140,7 +164,9 @@ def test_run_png_plot(tmp_path: Path) -> None:
             ("run", "drift", "--activation", "gelu"),
             "parameter 'activation': 'gelu' is not allowed, use one of 'relu'",
         ),
+        (("run", "drift", "5"), "unknown option '5' for 'drift', use one of: --depth"),
         (("run", "bn-lr", "--lr", "nan"), "parameter 'lr': nan is not allowed"),
+        (("run", "bn-lr", "--no-batch-norm=yes"), "option '--no-batch-norm' takes no value"),
         (
             ("run", "bn-lr", "--batch-norm=maybe"),
             "parameter 'batch_norm': 'maybe' is not true or false",
@@ -201,13 +227,10 @@ def _ctrl_c(
     """Start ``command``, ``wait(proc)``, press Ctrl+C; return its status, stdout and stderr."""
     # `with`: the pipes are closed here even when the test fails, not left to the garbage
     # collector (whose ResourceWarning would fail a later test)
+    # No preexec_fn resetting SIGINT: normlab answers it whatever it inherits (ignored, as in
+    # a background job of a script, or blocked), and these tests check that too.
     with subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        # as a terminal's Ctrl+C finds it, even where the tests run as a background job
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     ) as proc:
         try:
             wait(proc)
@@ -233,11 +256,15 @@ def test_ctrl_c_while_importing_exits_130_with_one_line(command: list[str]) -> N
 
 
 def test_ctrl_c_exits_130_with_one_line() -> None:
-    # A long run (12 x 256 blocks, 2000 steps: most of a minute), interrupted after 4 s, while
-    # importing torch on a slow machine or while training here; either way one line, no
-    # traceback, and the run on the other thread stops too (the timeout guards a hang).
+    # A long run (12 x 256 blocks, 2000 steps: most of a minute), interrupted 4 s after torch
+    # began to load, while still importing on a slow machine or while training here; either
+    # way one line, no traceback, and the run on the other thread stops too (the timeout
+    # guards a hang). Counted from torch, not from the start: before its entry point, normlab
+    # has no handler yet, however loaded the machine.
+    def wait(proc: subprocess.Popen[str]) -> None:
+        _wait_until_importing_torch(proc)
+        time.sleep(4.0)
+
     args = ["run", "bn-lr", "--steps", "2000", "--hidden-layers", "12", "--width", "256"]
-    status, out, err = _ctrl_c(
-        [sys.executable, "-m", "normlab", *args], lambda proc: time.sleep(4.0)
-    )
+    status, out, err = _ctrl_c([sys.executable, "-m", "normlab", *args], wait)
     assert (status, err, out) == (130, "normlab: interrupted\n", "")

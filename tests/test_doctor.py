@@ -437,3 +437,44 @@ def test_doctor_experiment_refuses_a_norm_where_the_model_takes_none() -> None:
 def test_result_round_trips_through_dataclasses() -> None:
     r = run_experiment("doctor", model="symmetric", steps=1, batch=16)
     assert dataclasses.is_dataclass(r) and r.diagnosis.problems == ["symmetric"]
+
+
+# -- examine: what `normlab doctor [--fix]` runs ---------------------------------------------------
+
+
+def test_examine_is_diagnose_fix_diagnose_on_one_generator() -> None:
+    xs = batches("vanishing-tanh")
+    net = zoo.build("vanishing-tanh")
+    exam = doctor.examine(net, xs, fix="xavier", generator=torch.Generator().manual_seed(3))
+    # the specification: the three calls in that order, drawing from one generator
+    ref, g = zoo.build("vanishing-tanh"), torch.Generator().manual_seed(3)
+    before = doctor.diagnose(ref, xs, generator=g)
+    report = doctor.fix(ref, "xavier", xs[0], generator=g)
+    after = doctor.diagnose(ref, xs, generator=g)
+    assert exam.to_dict() == {
+        **before.to_dict(),
+        "fix": {**report.to_dict(), "after": after.to_dict()},
+    }
+    assert exam.before.problems == ["vanishing"] and exam.after is not None and exam.after.healthy
+    assert exam.fix is not None and exam.fix.follows == ["tanh"] * 30 + ["linear"]
+    for (name, w), (_, w_ref) in zip(
+        net.state_dict().items(), ref.state_dict().items(), strict=True
+    ):
+        torch.testing.assert_close(w, w_ref, rtol=0, atol=0, msg=name)  # fixed in place, alike
+    json.dumps(exam.to_dict(), allow_nan=False)
+
+
+def test_examine_without_a_fix_only_diagnoses() -> None:
+    net = zoo.build("exploding-relu")
+    weights = [w.clone() for w in net.state_dict().values()]
+    x = torch.randn(zoo.input_shape("exploding-relu", BATCH))
+    exam = doctor.examine(net, x)  # one batch, no list
+    assert (exam.fix, exam.after) == (None, None) and "fix" not in exam.to_dict()
+    assert exam.before.problems[0] == "exploding"
+    assert all(torch.equal(a, b) for a, b in zip(weights, net.state_dict().values(), strict=True))
+
+
+def test_examine_refuses_an_unknown_method_before_it_runs() -> None:
+    net = zoo.build("vanishing-tanh")
+    with pytest.raises(ValueError, match=r"method 'kaiming' not supported, use one of \('he'"):
+        doctor.examine(net, [], fix="kaiming")  # no batch: nothing ran

@@ -1,11 +1,14 @@
 """``normlab.__main__``: the script's entry point answers Ctrl+C with status 130 in every case.
 
 The end-to-end Ctrl+C tests (during torch's import, during a run) are in test_cli.py. These pin
-the two CPython details that made a Ctrl+C end by SIGINT or get lost now and then (see the
-module docstring of ``normlab.__main__``). Each runs a child process, so that pytest keeps its
-own handlers, with a stand-in for ``normlab.cli`` whose ``main`` meets the Ctrl+C where the real
-one did: once through the entry point, once on the interpreter's own handler (the control, which
-shows the problem the entry point is there for).
+the two CPython details that made a Ctrl+C end by SIGINT or get lost now and then, and a SIGINT
+that the process inherits ignored or blocked (see the module docstring of ``normlab.__main__``).
+Each runs a child process, so that pytest keeps its own handlers, with a stand-in for
+``normlab.cli`` whose ``main`` meets the Ctrl+C where the real one did: once through the entry
+point, once on the interpreter's own handler (the control, which shows the problem the entry point
+is there for). Each child first sets SIGINT up as a terminal's Ctrl+C finds the interpreter,
+rather than inherit it from pytest: a background job of a script starts with SIGINT ignored, and
+the interpreter then has no handler to test.
 """
 
 from __future__ import annotations
@@ -15,6 +18,13 @@ import sys
 import textwrap
 
 import pytest
+
+# Put before a child's code: SIGINT as in a terminal, whatever pytest inherited (see above)
+TERMINAL = """
+import signal
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+"""
 
 # Appended to a child's code that defines the stand-in main() as {main}
 STAND_IN = """
@@ -31,7 +41,7 @@ sys.exit({main}())  # the interpreter's own SIGINT handler
 
 
 def _child(code: str, main: str, mode: str) -> subprocess.CompletedProcess[str]:
-    source = textwrap.dedent(code) + STAND_IN.format(main=main)
+    source = TERMINAL + textwrap.dedent(code) + STAND_IN.format(main=main)
     return subprocess.run(
         [sys.executable, "-c", source, mode], capture_output=True, text=True, timeout=120
     )
@@ -113,17 +123,32 @@ def test_without_it_python_drops_a_ctrl_c_in_a_callback() -> None:
     assert "Exception ignored" in out.stderr and "KeyboardInterrupt" in out.stderr
 
 
-IGNORED = """
-import signal, sys, types
+# SIGINT ignored, as a background job of a script starts, and blocked too; the stand-in sends
+# itself a SIGINT.
+IGNORED_AND_BLOCKED = """
+import os, signal, sys, types
 
 signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
 
-def still_ignored():
-    return 0 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else 1
+def kill_myself():
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(10**7):
+            pass
+    except KeyboardInterrupt as exc:
+        print("raised", type(exc).__name__)
+        return 130
+    print("lost")
+    return 0
 """
 
 
-def test_ctrl_c_stays_ignored_where_it_was_ignored() -> None:
-    # A background job starts with SIGINT ignored: the entry point must not turn it back on.
-    out = _child(IGNORED, "still_ignored", "entry")
-    assert out.returncode == 0, out.stderr
+def test_ctrl_c_is_answered_even_where_it_was_ignored_and_blocked() -> None:
+    out = _child(IGNORED_AND_BLOCKED, "kill_myself", "entry")
+    assert (out.returncode, out.stdout, out.stderr) == (130, "raised Interrupted\n", "")
+
+
+def test_without_it_an_ignored_and_blocked_ctrl_c_is_lost() -> None:
+    out = _child(IGNORED_AND_BLOCKED, "kill_myself", "plain")
+    assert (out.returncode, out.stdout) == (0, "lost\n")

@@ -9,9 +9,12 @@ Commands::
     normlab doctor FILE.py:FACTORY --input-shape N,D[,...] [--steps K] [--data FILE.pt]
                    [--seed S] [--json] [--html FILE] [--fix METHOD --out FILE.pt]
 
-Experiment flags are generated from each experiment's declared parameters (``--depth 20``,
-``--gains 0.9,1,1.1``, ``--batch-norm`` / ``--no-batch-norm``). Bad input exits with status 2
-and one line naming the parameter and what it allows.
+``run`` has one argparse sub-parser per registered experiment, its flags generated from the
+experiment's declared parameters (``--depth 20``, ``--gains 0.9,1,1.1``, ``--batch-norm``,
+``--batch-norm false``, ``--no-batch-norm``). argparse finds the flags and their texts; each text
+is then parsed by its declaration (:meth:`~normlab.experiments.Parameter.parse`), so that a bad
+value is answered in the declaration's words. Bad input exits with status 2 and one line naming
+the parameter and what it allows.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import math
 import os
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -33,6 +36,7 @@ from rich.table import Table as RichTable
 
 from normlab.experiments import (
     Experiment,
+    Parameter,
     ParameterError,
     ParameterTypeError,
     Result,
@@ -40,7 +44,9 @@ from normlab.experiments import (
     UnknownExperiment,
     get_experiment,
     list_experiments,
+    params_dict,
     run_experiment,
+    script,
 )
 from normlab.experiments.base import MAX_SEED
 
@@ -53,9 +59,64 @@ class UsageError(Exception):
     """Bad command-line input: printed as one line, exit status 2."""
 
 
+class _Exit(Exception):
+    """argparse has answered by itself (``--help``): the command line ends with ``status``."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line (a :class:`UsageError`) and whose exits return.
+
+    ``run``'s NAME picks one of its sub-parsers, one per experiment: the registry answers a wrong
+    NAME (its message lists the valid names, as the one for a missing NAME does).
+    """
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        if action.dest == "name":  # run's NAME
+            get_experiment(value)  # raises UnknownExperiment, naming the valid ones
+        super()._check_value(action, value)
+
+    def error(self, message: str) -> NoReturn:
+        if message == "the following arguments are required: name":  # run's NAME
+            message += f" (one of: {_names()})"
+        raise UsageError(message)
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        if message:
+            print(message, file=sys.stderr, end="")
+        raise _Exit(status)
+
+
+class _Flag(argparse.Action):
+    """A declared parameter's flag (a bool's has a ``--no-`` form too). It records the option
+    and the text that followed it (``None`` when none did) under ``flags``; :func:`_values`
+    parses them afterwards, so that ``--help`` wins over the other flags."""
+
+    def __init__(
+        self, option_strings: Sequence[str], dest: str, param: Parameter, **kwargs: Any
+    ) -> None:
+        super().__init__(option_strings, dest, nargs="?", default=argparse.SUPPRESS, **kwargs)
+        self.param = param
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        text = values if isinstance(values, str) else None
+        option = option_string or self.param.flag
+        namespace.flags = {**namespace.flags, self.param.name: (option, text)}
+
+
 class _HelpFormatter(argparse.HelpFormatter):
     """argparse's layout, except that lines never break inside a hyphenated word
-    (``bn-lr-sweep``, ``--no-batch-norm``)."""
+    (``bn-lr-sweep``, ``--no-batch-norm``), and that a parameter's value shows as required
+    (``--lr X``) and a bool's as optional (``--batch-norm [true|false]``, in help both forms)."""
 
     def _split_lines(self, text: str, width: int) -> list[str]:
         return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
@@ -69,12 +130,15 @@ class _HelpFormatter(argparse.HelpFormatter):
             break_on_hyphens=False,
         )
 
+    def _format_args(self, action: argparse.Action, default_metavar: str) -> str:
+        if isinstance(action, _Flag) and action.param.kind != "bool":
+            return str(action.metavar)  # nargs="?" only to word a missing value ourselves
+        return super()._format_args(action, default_metavar)
 
-class _Parser(argparse.ArgumentParser):
-    run_parser: argparse.ArgumentParser | None = None  # the ``run`` subcommand's, for its help
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
+    def _format_action_invocation(self, action: argparse.Action) -> str:
+        if isinstance(action, _Flag) and action.param.kind == "bool":
+            return ", ".join(action.option_strings)
+        return super()._format_action_invocation(action)
 
 
 def _build_parser() -> _Parser:
@@ -86,23 +150,7 @@ def _build_parser() -> _Parser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     p_list = sub.add_parser("list", help="the experiments and their parameters", allow_abbrev=False)
     p_list.add_argument("--json", action="store_true", help="print the registry as JSON")
-    p_run = sub.add_parser(
-        "run",
-        help="run one experiment",
-        usage="normlab run NAME [--json] [--plot FILE] [--PARAMETER VALUE ...]",
-        description="Run one experiment and print its tables (or JSON); optionally save a figure.",
-        epilog=f"experiments: {_names()}. `normlab run NAME --help` lists NAME's parameters.",
-        formatter_class=_HelpFormatter,
-        allow_abbrev=False,
-        add_help=False,  # -h is answered in main: with a NAME, by that experiment's own help
-    )
-    p_run.add_argument(
-        "-h", "--help", action="store_true", help="show this help (with NAME: its parameters)"
-    )
-    p_run.add_argument("name", nargs="?", help="experiment name (see `normlab list`)")
-    p_run.add_argument("--json", action="store_true", help="print the result as JSON")
-    p_run.add_argument("--plot", metavar="FILE", help="also save a figure (.png or .svg)")
-    parser.run_parser = p_run
+    _add_run_parser(sub)
     _add_doctor_parser(sub)
     p_lab = sub.add_parser("lab", help="start the web lab", allow_abbrev=False)
     p_lab.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -122,6 +170,126 @@ def _build_parser() -> _Parser:
         "$XDG_DATA_HOME/normlab/progress.sqlite3, else ~/.local/share/normlab/...)",
     )
     return parser
+
+
+# -- normlab run -------------------------------------------------------------------------------
+
+_METAVARS = {"int": "N", "float": "X", "float_list": "X[,X...]", "bool": "true|false"}
+
+
+def _add_run_parser(sub: Any) -> None:
+    """``run``, and under it one sub-parser per registered experiment."""
+    p_run = sub.add_parser(
+        "run",
+        help="run one experiment",
+        usage="normlab run NAME [--json] [--plot FILE] [--PARAMETER VALUE ...]",
+        description="Run one experiment and print its tables (or JSON); optionally save a figure.",
+        epilog="`normlab run NAME --help` lists NAME's parameters.",
+        formatter_class=_HelpFormatter,
+        allow_abbrev=False,
+    )
+    _add_output_flags(p_run, defaults=True)  # also before NAME: normlab run --json drift
+    runs = p_run.add_subparsers(
+        title="experiments (see `normlab list`)",
+        dest="name",
+        metavar="name",
+        required=True,
+        prog="normlab run",
+        parser_class=_Parser,
+    )
+    for experiment in list_experiments():
+        _add_experiment_parser(runs, experiment)
+
+
+def _add_output_flags(parser: argparse.ArgumentParser, defaults: bool) -> None:
+    """``--json`` and ``--plot``. Only ``run``'s own pair has defaults: an experiment's
+    sub-parser would otherwise overwrite the ``--json`` given before its NAME."""
+    unset = argparse.SUPPRESS
+    group = parser.add_argument_group("output")
+    group.add_argument(
+        "--json",
+        action="store_true",
+        default=False if defaults else unset,
+        help="print the result as JSON",
+    )
+    group.add_argument(
+        "--plot",
+        metavar="FILE",
+        default=None if defaults else unset,
+        help="also save a figure (.png or .svg)",
+    )
+    group.add_argument(
+        "--code",
+        action="store_true",
+        default=False if defaults else unset,
+        help="print the plain PyTorch script that computes this result (needs no normlab), "
+        "instead of running it",
+    )
+    group.add_argument(
+        "--notebook",
+        metavar="FILE",
+        default=None if defaults else unset,
+        help="also write that code as a Jupyter notebook (.ipynb), with what it printed",
+    )
+
+
+def _add_experiment_parser(runs: Any, experiment: Experiment) -> None:
+    """``normlab run NAME``: the flags generated from ``experiment``'s declaration, each with its
+    default, what it allows and what it means."""
+    parser = runs.add_parser(
+        experiment.name,
+        help=experiment.summary,
+        description=f"{experiment.title}: {experiment.summary}.",
+        formatter_class=_HelpFormatter,
+        add_help=False,  # -h is added last, and hidden: the parameters are the help
+        allow_abbrev=False,
+    )
+    parser.set_defaults(flags={})
+    _add_output_flags(parser, defaults=False)
+    group = parser.add_argument_group("parameters (missing ones take their default)")
+    for p in experiment.parameters:
+        text = f"{p.help}; default {_default(p.default)}"
+        names: tuple[str, ...]
+        if p.kind == "bool":
+            names = (p.flag, "--no-" + p.flag[2:])
+        else:
+            names = (p.flag,)
+            text += f"; {p.allowed()}"
+        metavar = "{" + ",".join(p.choices or ()) + "}" if p.kind == "choice" else _METAVARS[p.kind]
+        group.add_argument(*names, action=_Flag, param=p, metavar=metavar, help=_escaped(text))
+    parser.add_argument("-h", "--help", action="help", help=argparse.SUPPRESS)
+
+
+def _escaped(text: str) -> str:
+    return text.replace("%", "%%")  # argparse %-formats help strings
+
+
+def _values(experiment: Experiment, flags: Mapping[str, tuple[str, str | None]]) -> dict[str, Any]:
+    """The texts the flags recorded (see :class:`_Flag`), each parsed and validated by its
+    declaration, in the order the flags came."""
+    declared = {p.name: p for p in experiment.parameters}
+    values: dict[str, Any] = {}
+    for name, (option, text) in flags.items():
+        p = declared[name]
+        if option != p.flag:  # a bool's --no- form
+            if text is not None:
+                raise UsageError(f"option {option!r} takes no value")
+            text = "false"
+        elif text is None:
+            if p.kind != "bool":
+                raise UsageError(f"option {option!r} needs a value: {p.allowed()}")
+            text = "true"
+        values[name] = p.parse(text)
+    return values
+
+
+def _unknown_options(args: argparse.Namespace, extra: Sequence[str]) -> str:
+    """The message for what no parser took: for ``run NAME``, the first one and NAME's flags."""
+    if args.command != "run":
+        return f"unrecognized arguments: {' '.join(extra)}"
+    flags = " ".join(p.flag for p in get_experiment(args.name).parameters)
+    option = extra[0].partition("=")[0]
+    return f"unknown option {option!r} for {args.name!r}, use one of: {flags}"
 
 
 def _names() -> str:
@@ -171,44 +339,6 @@ def _cmd_lab(args: argparse.Namespace) -> None:
     if token:
         print("normlab lab: every request needs the token in that URL", flush=True)
     serve(app, args.host, args.port)
-
-
-def parse_params(experiment: Experiment, tokens: Sequence[str]) -> dict[str, Any]:
-    """Turn ``--name value`` tokens into validated parameter values for ``experiment``."""
-    by_flag = {p.flag: p for p in experiment.parameters}
-    values: dict[str, Any] = {}
-    i = 0
-    while i < len(tokens):
-        token = tokens[i]
-        flag, eq, inline = token.partition("=")
-        negated = flag.startswith("--no-") and "--" + flag[5:] in by_flag
-        spec = by_flag.get("--" + flag[5:] if negated else flag)
-        if spec is None:
-            valid = " ".join(by_flag)
-            raise UsageError(
-                f"unknown option {flag!r} for {experiment.name!r}, use one of: {valid}"
-            )
-        if spec.kind == "bool" and not eq:
-            nxt = tokens[i + 1].lower() if i + 1 < len(tokens) else ""
-            if not negated and nxt in ("true", "false", "yes", "no", "on", "off", "1", "0"):
-                values[spec.name] = spec.parse(nxt)
-                i += 2
-            else:
-                values[spec.name] = not negated
-                i += 1
-            continue
-        if negated:
-            raise UsageError(f"option {flag!r} takes no value")
-        if eq:
-            text = inline
-            i += 1
-        elif i + 1 < len(tokens):
-            text = tokens[i + 1]
-            i += 2
-        else:
-            raise UsageError(f"option {flag!r} needs a value: {spec.allowed()}")
-        values[spec.name] = spec.parse(text)
-    return values
 
 
 def _check_plot_path(path: str) -> Path:
@@ -271,9 +401,12 @@ def _default(value: object) -> str:
     return str(value)
 
 
-def _run(experiment: Experiment, params: dict[str, Any], err: Console) -> Result:
+def _run(experiment: Experiment, params: Any, err: Console) -> Result:
+    """Run ``experiment`` on its validated ``Params``, with a progress bar on a terminal when it
+    trains."""
+    values = params_dict(params)
     if not experiment.trains or not err.is_terminal:
-        return run_experiment(experiment.name, **params)
+        return run_experiment(experiment.name, **values)
     columns = (
         TextColumn(f"training {experiment.name}"),
         BarColumn(),
@@ -287,73 +420,44 @@ def _run(experiment: Experiment, params: dict[str, Any], err: Console) -> Result
         def advance(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        return run_experiment(experiment.name, progress=advance, **params)
+        return run_experiment(experiment.name, progress=advance, **values)
 
 
-_METAVARS = {"int": "N", "float": "X", "float_list": "X[,X...]"}
-
-
-def experiment_help(experiment: Experiment) -> str:
-    """``normlab run NAME --help``: the flags generated from ``experiment``'s declaration.
-
-    Formatted by argparse, which only lays the text out here: the flags are parsed by
-    :func:`parse_params`.
-    """
-    parser = argparse.ArgumentParser(
-        prog=f"normlab run {experiment.name}",
-        description=f"{experiment.title}: {experiment.summary}.",
-        formatter_class=_HelpFormatter,
-        add_help=False,
-        allow_abbrev=False,
-    )
-    output = parser.add_argument_group("output")
-    output.add_argument("--json", action="store_true", help="print the result as JSON")
-    output.add_argument("--plot", metavar="FILE", help="also save a figure (.png or .svg)")
-    group = parser.add_argument_group("parameters (missing ones take their default)")
-    for p in experiment.parameters:
-        text = f"{p.help}; default {_default(p.default)}"
-        if p.kind == "bool":
-            group.add_argument(
-                p.flag, "--no-" + p.flag[2:], action="store_true", help=_escaped(text)
-            )
-            continue
-        metavar = "{" + ",".join(p.choices or ()) + "}" if p.kind == "choice" else None
-        group.add_argument(
-            p.flag,
-            metavar=metavar or _METAVARS[p.kind],
-            help=_escaped(f"{text}; {p.allowed()}"),
-        )
-    return parser.format_help()
-
-
-def _escaped(text: str) -> str:
-    return text.replace("%", "%%")  # argparse %-formats help strings
-
-
-def _cmd_run_help(name: str | None, run_parser: argparse.ArgumentParser | None) -> None:
-    if name is None:
-        if run_parser is not None:
-            run_parser.print_help()
-        return
-    print(experiment_help(get_experiment(name)), end="")
-
-
-def _cmd_run(args: argparse.Namespace, extra: list[str], console: Console) -> None:
-    if args.name is None:
-        raise UsageError(f"the following arguments are required: name (one of: {_names()})")
+def _cmd_run(args: argparse.Namespace, console: Console) -> None:
     experiment = get_experiment(args.name)
-    params = parse_params(experiment, extra)
+    params = experiment.make_params(_values(experiment, args.flags))  # the one validated set
+    if args.code:
+        print(script.render(experiment, params), end="")
+        return
     plot_path = _check_plot_path(args.plot) if args.plot else None
+    notebook_path = _check_notebook_path(args.notebook) if args.notebook else None
     result = _run(experiment, params, Console(stderr=True))
     if args.json:
         print(json.dumps(result.to_dict()))
     else:
         _print_tables(console, result.tables())
+    said = Console(stderr=True) if args.json else console
     if plot_path is not None:
         from normlab import plots
 
         plots.save(result, plot_path)
-        (Console(stderr=True) if args.json else console).print(f"plot written to {plot_path}")
+        said.print(f"plot written to {plot_path}")
+    if notebook_path is not None:
+        from normlab import notebook
+
+        nb = notebook.notebook(experiment, params, script.output(experiment, result))
+        notebook_path.write_text(notebook.dumps(nb))
+        said.print(f"notebook written to {notebook_path}")
+
+
+def _check_notebook_path(path: str) -> Path:
+    """``--notebook``'s file, refused at once (before the run) when it cannot be written."""
+    target = Path(path)
+    if target.suffix != ".ipynb":
+        raise UsageError(f"--notebook {path!r}: the file must end in .ipynb")
+    if not target.parent.is_dir():
+        raise UsageError(f"--notebook {path!r}: folder {str(target.parent)!r} does not exist")
+    return target
 
 
 # -- normlab doctor ------------------------------------------------------------------------------
@@ -499,13 +603,9 @@ def _writable(option: str, path_text: str) -> Path:
     return path
 
 
-def _cmd_doctor(args: argparse.Namespace, console: Console) -> None:
-    import torch
-    from torch import nn
-
-    from normlab import doctor
-    from normlab.experiments.doctor import diagnosis_tables
-
+def _doctor_outputs(args: argparse.Namespace) -> tuple[Path | None, Path | None]:
+    """``--fix``, ``--out`` and ``--html`` checked together: where the state_dict and the report
+    go (``None`` for neither)."""
     if args.fix is not None and args.fix not in DOCTOR_FIXES:
         raise UsageError(
             f"--fix {args.fix!r} is not a method, use one of: {', '.join(DOCTOR_FIXES)}"
@@ -516,26 +616,41 @@ def _cmd_doctor(args: argparse.Namespace, console: Console) -> None:
         raise UsageError("--out is only used with --fix METHOD")
     out_path = _writable("--out", args.out) if args.out is not None else None
     html_path = _writable("--html", args.html) if args.html is not None else None
-    batches = _doctor_inputs(args)
-    factory, name = _load_factory(args.target)
+    return out_path, html_path
+
+
+def _build_model(target: str) -> Any:
+    """Call ``FACTORY`` of ``FILE.py:FACTORY``; what it builds must be a ``torch.nn.Module``."""
+    from torch import nn
+
+    factory, name = _load_factory(target)
     try:
         model = factory()
     except Exception as exc:
         raise UsageError(
-            _one_line(f"model {args.target!r}: {name}() raised {type(exc).__name__}: {exc}")
+            _one_line(f"model {target!r}: {name}() raised {type(exc).__name__}: {exc}")
         ) from None
     if not isinstance(model, nn.Module):
         raise UsageError(
-            f"model {args.target!r}: {name}() returned {type(model).__name__}, "
+            f"model {target!r}: {name}() returned {type(model).__name__}, "
             "use a factory that returns a torch.nn.Module"
         )
-    g = torch.Generator().manual_seed(args.seed)
+    return model
+
+
+def _cmd_doctor(args: argparse.Namespace, console: Console) -> None:
+    import torch
+
+    from normlab import doctor
+    from normlab.experiments.doctor import diagnosis_tables
+
+    out_path, html_path = _doctor_outputs(args)
+    batches = _doctor_inputs(args)
+    model = _build_model(args.target)
     try:
-        before = doctor.diagnose(model, batches, generator=g)
-        report = after = None
-        if args.fix is not None:
-            report = doctor.fix(model, args.fix, batches[0], generator=g)
-            after = doctor.diagnose(model, batches, generator=g)
+        exam = doctor.examine(
+            model, batches, fix=args.fix, generator=torch.Generator().manual_seed(args.seed)
+        )
     except (doctor.ModelInputError, doctor.ModelOutputError) as exc:
         raise UsageError(_one_line(f"model {args.target!r}: {exc}")) from None
     except ValueError as exc:  # fix found nothing to re-initialize, or LSUV could not rescale
@@ -544,22 +659,23 @@ def _cmd_doctor(args: argparse.Namespace, console: Console) -> None:
         torch.save(model.state_dict(), out_path)
     notes = Console(stderr=True) if args.json else console
     if args.json:
-        d: dict[str, Any] = {"model": args.target, **before.to_dict()}
-        if report is not None and after is not None:
-            d["fix"] = {**report.to_dict(), "out": str(out_path), "after": after.to_dict()}
+        d: dict[str, Any] = {"model": args.target, **exam.to_dict()}
+        if "fix" in d:
+            d["fix"]["out"] = str(out_path)
         print(json.dumps(d))
     else:
-        _print_tables(console, diagnosis_tables(before, f"{args.target}: as given"))
-        if report is not None and after is not None:
-            _print_tables(
-                console, diagnosis_tables(after, f"{args.target}: after --fix {args.fix}")
-            )
+        _print_tables(console, diagnosis_tables(exam.before, f"{args.target}: as given"))
+        if exam.after is not None:
+            title = f"{args.target}: after --fix {args.fix}"
+            _print_tables(console, diagnosis_tables(exam.after, title))
     if out_path is not None:
         notes.print(f"re-initialized ({args.fix}) state_dict written to {out_path}")
     if html_path is not None:
         from normlab import report as html_report
 
-        html_report.write_html(html_path, before, title=args.target, after=after, fix=report)
+        html_report.write_html(
+            html_path, exam.before, title=args.target, after=exam.after, fix=exam.fix
+        )
         notes.print(f"report written to {html_path}")
 
 
@@ -583,24 +699,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line on ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
     try:
         console = _stdout_console()
-        parser = _build_parser()
-        args, extra = parser.parse_known_args(argv)
+        args, extra = _build_parser().parse_known_args(argv)
+        if extra:
+            raise UsageError(_unknown_options(args, extra))
         if args.command == "list":
-            if extra:
-                raise UsageError(f"unrecognized arguments: {' '.join(extra)}")
             _cmd_list(args.json, console)
         elif args.command == "lab":
-            if extra:
-                raise UsageError(f"unrecognized arguments: {' '.join(extra)}")
             _cmd_lab(args)
         elif args.command == "doctor":
-            if extra:
-                raise UsageError(f"unrecognized arguments: {' '.join(extra)}")
             _cmd_doctor(args, console)
-        elif args.help:  # run NAME --help: NAME's parameters (the other flags are not read)
-            _cmd_run_help(args.name, parser.run_parser)
         else:
-            _cmd_run(args, extra, console)
+            _cmd_run(args, console)
+    except _Exit as done:  # argparse printed the help
+        return done.status
     except (UsageError, ParameterError, ParameterTypeError, UnknownExperiment) as exc:
         print(f"normlab: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -610,5 +721,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # python -m normlab.cli: through the entry point, as python -m normlab
+    from normlab.__main__ import main as _entry_point
+
+    sys.exit(_entry_point())

@@ -767,77 +767,102 @@ def _suggestions(
         )
     if graph is None:
         return out
-    modules = dict(graph.order)
     if "dead" in problems:
-        for name in [layer.name for layer in layers if "dead" in layer.labels][:3]:
-            source = graph.source(name)
-            if source is None:
-                continue
-            w = modules[source]
-            assert isinstance(w, _WEIGHT_LAYERS)
-            bias = (
-                f"its bias has mean {float(w.bias.detach().mean()):.3g} and min "
-                f"{float(w.bias.detach().min()):.3g}; "
-                if w.bias is not None
-                else ""
-            )
-            out.append(
-                f"{name!r} is fed by {source!r}, where those units' pre-activation is below 0 "
-                f"on every input: {bias}reset the biases to 0 and use He init (--fix he), or a "
-                "LeakyReLU"
-            )
+        out += _dead_suggestions(layers, graph)
     if {"vanishing", "exploding", "saturated"} & set(problems):
-        groups: dict[str, list[tuple[str, float, float, str]]] = {}
-        for name, m in graph.order:
-            if not isinstance(m, _WEIGHT_LAYERS):
-                continue
-            act, slope = graph.follows(name)
-            gain = init.calculate_gain(act, slope)  # type: ignore[arg-type]
-            fan_in, fan_out = init._calculate_fan_in_and_fan_out(m.weight)
-            now = float(m.weight.detach().std()) if m.weight.numel() > 1 else math.nan
-            if act in ("relu", "leaky_relu"):
-                wanted = gain / math.sqrt(fan_in)
-                rule = f"He (init.kaiming_normal_, nonlinearity={act!r})"
-            else:
-                wanted = gain * math.sqrt(2.0 / (fan_in + fan_out))
-                rule = f"Xavier (init.xavier_normal_, gain={gain:.4g})"
-            groups.setdefault(act, []).append((name, now, wanted, rule))
-        stuck = {layer.name for layer in layers if layer.grad_vanishing}
-        sigmoids = [e[0] for e in groups.get("sigmoid", []) if e[0] in stuck]
-        if sigmoids:
-            out.append(
-                f"{len(sigmoids)} of the layers whose gradient vanishes feed a sigmoid, whose "
-                "slope is at most 1/4: each sigmoid layer passes back at most a quarter of the "
-                "gradient unless its weights are large, and large weights push it onto its flat "
-                "ends: the usual re-initializations keep the forward scale, not the gradient. "
-                "Use tanh or ReLU in the hidden layers (keep sigmoid for the output), or "
-                "BatchNorm before each sigmoid"
-            )
-        # Scale problems the sigmoids do not explain: an initializer matched to each activation
-        rest = "saturated" in problems or any(
-            layer.scale_vanishing
-            or layer.scale_exploding
-            or ((layer.grad_exploding or layer.grad_vanishing) and layer.name not in sigmoids)
-            for layer in layers
+        out += _scale_suggestions(model, layers, graph, problems)
+    return out
+
+
+def _dead_suggestions(layers: Sequence[LayerDiagnosis], graph: _Graph) -> list[str]:
+    """For the first three dead layers: the weight layer that feeds them, and its bias."""
+    modules = dict(graph.order)
+    out = []
+    for name in [layer.name for layer in layers if "dead" in layer.labels][:3]:
+        source = graph.source(name)
+        if source is None:
+            continue
+        w = modules[source]
+        assert isinstance(w, _WEIGHT_LAYERS)
+        bias = (
+            f"its bias has mean {float(w.bias.detach().mean()):.3g} and min "
+            f"{float(w.bias.detach().min()):.3g}; "
+            if w.bias is not None
+            else ""
         )
-        if rest:
-            for act, entries in groups.items():
-                shown = ", ".join(repr(e[0]) for e in entries[:3])
-                shown += f", ... {len(entries) - 3} more" if len(entries) > 3 else ""
-                out.append(
-                    f"{len(entries)} weight layer(s) followed by {act} ({shown}): use "
-                    f"{entries[0][3]}; their weight std is {_span([e[1] for e in entries])}, "
-                    f"that init gives {_span([e[2] for e in entries])}"
-                )
-        if not any(isinstance(m, _NORMS) for m in model.modules()):
-            conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in modules.values())
-            where = "BatchNorm2d after each conv" if conv else "BatchNorm1d after each Linear"
+        out.append(
+            f"{name!r} is fed by {source!r}, where those units' pre-activation is below 0 "
+            f"on every input: {bias}reset the biases to 0 and use He init (--fix he), or a "
+            "LeakyReLU"
+        )
+    return out
+
+
+def _init_groups(graph: _Graph) -> dict[str, list[tuple[str, float, float, str]]]:
+    """The weight layers by the activation that follows them: (name, std now, wanted std, rule)."""
+    groups: dict[str, list[tuple[str, float, float, str]]] = {}
+    for name, m in graph.order:
+        if not isinstance(m, _WEIGHT_LAYERS):
+            continue
+        act, slope = graph.follows(name)
+        gain = init.calculate_gain(act, slope)  # type: ignore[arg-type]
+        fan_in, fan_out = init._calculate_fan_in_and_fan_out(m.weight)
+        now = float(m.weight.detach().std()) if m.weight.numel() > 1 else math.nan
+        if act in ("relu", "leaky_relu"):
+            wanted = gain / math.sqrt(fan_in)
+            rule = f"He (init.kaiming_normal_, nonlinearity={act!r})"
+        else:
+            wanted = gain * math.sqrt(2.0 / (fan_in + fan_out))
+            rule = f"Xavier (init.xavier_normal_, gain={gain:.4g})"
+        groups.setdefault(act, []).append((name, now, wanted, rule))
+    return groups
+
+
+def _scale_suggestions(
+    model: nn.Module,
+    layers: Sequence[LayerDiagnosis],
+    graph: _Graph,
+    problems: Sequence[str],
+) -> list[str]:
+    """For a vanishing, exploding or saturated scale: sigmoids, matched inits, a norm, LSUV."""
+    out = []
+    groups = _init_groups(graph)
+    stuck = {layer.name for layer in layers if layer.grad_vanishing}
+    sigmoids = [e[0] for e in groups.get("sigmoid", []) if e[0] in stuck]
+    if sigmoids:
+        out.append(
+            f"{len(sigmoids)} of the layers whose gradient vanishes feed a sigmoid, whose "
+            "slope is at most 1/4: each sigmoid layer passes back at most a quarter of the "
+            "gradient unless its weights are large, and large weights push it onto its flat "
+            "ends: the usual re-initializations keep the forward scale, not the gradient. "
+            "Use tanh or ReLU in the hidden layers (keep sigmoid for the output), or "
+            "BatchNorm before each sigmoid"
+        )
+    # Scale problems the sigmoids do not explain: an initializer matched to each activation
+    rest = "saturated" in problems or any(
+        layer.scale_vanishing
+        or layer.scale_exploding
+        or ((layer.grad_exploding or layer.grad_vanishing) and layer.name not in sigmoids)
+        for layer in layers
+    )
+    if rest:
+        for act, entries in groups.items():
+            shown = ", ".join(repr(e[0]) for e in entries[:3])
+            shown += f", ... {len(entries) - 3} more" if len(entries) > 3 else ""
             out.append(
-                f"add a normalization layer: {where}, before its activation (LayerNorm for "
-                "sequences or small batches), so each layer's output is rescaled whatever the init"
+                f"{len(entries)} weight layer(s) followed by {act} ({shown}): use "
+                f"{entries[0][3]}; their weight std is {_span([e[1] for e in entries])}, "
+                f"that init gives {_span([e[2] for e in entries])}"
             )
-        if rest:
-            out.append("or re-initialize data-driven: normlab doctor ... --fix lsuv (init.lsuv_)")
+    if not any(isinstance(m, _NORMS) for m in model.modules()):
+        conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in dict(graph.order).values())
+        where = "BatchNorm2d after each conv" if conv else "BatchNorm1d after each Linear"
+        out.append(
+            f"add a normalization layer: {where}, before its activation (LayerNorm for "
+            "sequences or small batches), so each layer's output is rescaled whatever the init"
+        )
+    if rest:
+        out.append("or re-initialize data-driven: normlab doctor ... --fix lsuv (init.lsuv_)")
     return out
 
 
@@ -899,3 +924,71 @@ def fix(
         raise ValueError("model has no Linear or Conv1d/2d/3d layer that its forward pass calls")
     lsuv = init.lsuv_(model, batch, generator=generator) if method == "lsuv" else None
     return FixReport(method=method, layers=names, follows=follows, gains=gains, lsuv=lsuv)
+
+
+# -- the whole visit ----------------------------------------------------------------------------
+
+
+@dataclass
+class Examination:
+    """What :func:`examine` found: the model as given and, when a fix was asked for, what the
+    fix did and the model after it."""
+
+    before: Diagnosis
+    fix: FixReport | None = None
+    after: Diagnosis | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """``before``'s dict, plus ``fix`` (the report, with ``after`` inside) after a fix."""
+        out = self.before.to_dict()
+        if self.fix is not None and self.after is not None:
+            out["fix"] = {**self.fix.to_dict(), "after": self.after.to_dict()}
+        return out
+
+
+_fix = fix  # examine's argument of that name hides the function
+
+
+def examine(
+    model: nn.Module,
+    batches: torch.Tensor | Sequence[torch.Tensor],
+    fix: str | None = None,
+    *,
+    generator: torch.Generator | None = None,
+) -> Examination:
+    """Diagnose ``model``; with ``fix``, re-initialize it by that method and diagnose it again.
+
+    What ``normlab doctor [--fix METHOD]`` does: :func:`diagnose`, then :func:`fix` on the first
+    batch and :func:`diagnose` once more, all drawing from ``generator`` in that order, so one
+    seed gives one report. An unknown method is refused before anything runs.
+
+    Args:
+        model: the network; re-initialized in place when ``fix`` is given.
+        batches: one input batch, or several (one step each), for both diagnoses.
+        fix: one of :data:`FIX_METHODS`, or ``None`` to diagnose only.
+        generator: draws the readouts (and the new weights).
+
+    Returns:
+        an :class:`Examination` (``fix`` and ``after`` are ``None`` without a fix).
+
+    Raises:
+        ModelInputError, ModelOutputError: as :func:`diagnose`.
+        ValueError: an unknown method, a model with no layer to re-initialize, or LSUV that
+            could not rescale a layer.
+
+    Examples::
+
+        >>> from normlab import zoo
+        >>> net = zoo.build("vanishing-tanh")
+        >>> exam = examine(net, torch.randn(64, 32), fix="xavier")
+        >>> exam.before.problems, exam.after.problems
+        (['vanishing'], [])
+    """
+    if fix is not None and fix not in FIX_METHODS:
+        raise ValueError(f"method {fix!r} not supported, use one of {FIX_METHODS}")
+    before = diagnose(model, batches, generator=generator)
+    if fix is None:
+        return Examination(before)
+    first = batches if isinstance(batches, torch.Tensor) else batches[0]
+    report = _fix(model, fix, first, generator=generator)
+    return Examination(before, report, diagnose(model, batches, generator=generator))
