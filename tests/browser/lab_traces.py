@@ -1,150 +1,150 @@
-"""What each widget's plot must show for a Result: trace ``meta`` -> y values (``EXPECTED``),
-and, where the x values carry data too, trace ``meta`` -> x values (``EXPECTED_X``).
+"""A widget seen from the test: what it must draw for a result, read off the result's own
+figure descriptions, and the page-side helpers that wait for it and read what it drew.
 
-These mirror ``lab.js``'s views (and ``normlab.plots``): the same fields, floors and clipping.
+The lab's renderer (``render.js``) knows no experiment: every series of every figure becomes one
+plotly trace, in order, named as the series, with the series' x and y. A histogram is drawn as
+bars at its bin centres (nothing when its edges cannot place them); a heatmap carries its z.
+Tables are shown as given: title, columns, rows of formatted cells, notes.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
-LOG_FLOOR = 1e-30
-INIT_TRAIN_FLOOR = 1e-12
-LOSS_CLIP = 5.0
-SWEEP_FLOOR = 1e-6
-MAX_LINES = 8
+from labpage import api
 
-Traces = dict[str, list[Any]]
+Trace = dict[str, Any]
+
+TRACES = """(plot) => [...plot.querySelectorAll('.nl-figure-plot')].map((gd) =>
+  (gd.data || []).map((t) => ({ name: t.name, x: t.x ?? null, y: t.y ?? null, z: t.z ?? null })))"""
+"""JS: per figure drawn in a widget's ``.nl-plot``, its traces' name, x, y and z."""
+
+TABLES = """(box) => [...box.querySelectorAll('.nl-table-block')].map((b) => ({
+  title: b.querySelector('caption')?.textContent ?? '',
+  columns: [...b.querySelectorAll('thead th')].map((c) => c.textContent),
+  rows: [...b.querySelectorAll('tbody tr')].map((r) => [...r.children].map((c) => c.textContent)),
+  notes: [...b.querySelectorAll('.nl-table-note')].map((n) => n.textContent),
+}))"""
+"""JS: the tables shown in a widget's ``.nl-table``."""
 
 
-def _floor(xs: list[float | None], floor: float) -> list[float | None]:
-    return [None if v is None else max(v, floor) for v in xs]
+def _histogram(s: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+    edges, counts = s.get("edges") or [], s["y"]
+    usable = len(edges) == len(counts) + 1 and all(
+        isinstance(e, int | float) and math.isfinite(e) for e in edges
+    )
+    if not usable:
+        return [], []
+    return [(edges[i] + edges[i + 1]) / 2 for i in range(len(counts))], counts
 
 
-def _clip(xs: list[float | None]) -> list[float]:
+def expected_traces(result: dict[str, Any]) -> list[list[Trace]]:
+    """Per figure of ``result``, the traces its series must become."""
+    out = []
+    for figure in result["figures"]:
+        traces = []
+        for panel in figure["panels"]:
+            for s in panel["series"]:
+                x, y = _histogram(s) if s["kind"] == "histogram" else (s["x"], s["y"])
+                z = s.get("z") if s["kind"] == "heatmap" else None
+                traces.append({"name": s["name"], "x": x, "y": y, "z": z})
+        out.append(traces)
+    return out
+
+
+def expected_tables(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tables of ``result`` as the page must show them."""
     return [
-        LOSS_CLIP if v is None or not math.isfinite(v) else min(max(v, 0.0), LOSS_CLIP) for v in xs
+        {
+            "title": t.get("title") or "",
+            "columns": list(t["columns"]),
+            "rows": [list(r) for r in t["rows"]],
+            "notes": list(t.get("notes") or []),
+        }
+        for t in result["tables"]
     ]
 
 
-def _stack(r: dict[str, Any]) -> Traces:
-    return {"std": [r["input_std"], *r["stds"]], "mean": [r["input_mean"], *r["means"]]}
+def unescaped(traces: list[list[Trace]]) -> list[list[Trace]]:
+    """Drawn traces with their names as the series wrote them (plotly's texts are escaped)."""
+    import html
+
+    return [[{**t, "name": html.unescape(t["name"])} for t in fig] for fig in traces]
 
 
-def _running(r: dict[str, Any]) -> Traces:
-    out: Traces = {}
-    for j in range(min(len(r["running_means"][0]), MAX_LINES)):
-        out[f"running_mean:{j}"] = [0, *(row[j] for row in r["running_means"])]
-        out[f"running_var:{j}"] = [1, *(row[j] for row in r["running_vars"])]
-        out[f"batch_mean:{j}"] = [row[j] for row in r["batch_means"]]
-        out[f"batch_var:{j}"] = [row[j] for row in r["batch_vars"]]
-    return out
+# -- a widget seen from the test ---------------------------------------------------------
+
+SETTLED = """([id, error]) => {
+  const w = document.querySelector(`.nl-widget[data-widget="${id}"]`);
+  if (!w || !w.nlWidget) return false;
+  const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+  if (error) {
+    return w.dataset.state === "error" && !!w.nlError && same(w.nlError.params, w.nlParams);
+  }
+  return w.dataset.state === "ready" && same(w.nlLastParams, w.nlParams);
+}"""
+
+ALL_SETTLED = """() => [...document.querySelectorAll(".nl-widget")].every(
+  (w) => w.nlWidget && w.dataset.state !== "loading")"""
+
+SNAPSHOT = f"""(id) => {{
+  const w = document.querySelector(`.nl-widget[data-widget="${{id}}"]`);
+  return {{
+    experiment: w.dataset.experiment,
+    state: w.dataset.state,
+    params: w.nlParams,
+    lastParams: w.nlLastParams,
+    result: w.nlLastResult,
+    error: w.nlError,
+    errorText: w.querySelector(".nl-error").textContent,
+    traces: ({TRACES})(w.querySelector(".nl-plot")),
+    titles: [...w.querySelectorAll(".nl-figure-title")].map((t) => t.textContent),
+    tables: ({TABLES})(w.querySelector(".nl-table")),
+    controls: [...w.querySelectorAll("input[data-param], select[data-param]")].map((c) =>
+      [c.dataset.param, c.dataset.index ?? null, c.type === "checkbox" ? c.checked : c.value]),
+  }};
+}}"""
 
 
-def _symmetry(r: dict[str, Any]) -> Traces:
-    hidden = len(r["weights"][0])
-    out: Traces = {}
-    for j in range(hidden):
-        out[f"weight:{j}"] = [w[j][0] for w in r["weights"]]
-        out[f"grad:{j}"] = [g[j][0] for g in r["grads"]]
-    return out
+def widget_ids(page: Any) -> list[str]:
+    ids: list[str] = page.eval_on_selector_all(".nl-widget", "ws => ws.map(w => w.dataset.widget)")
+    return ids
 
 
-def _variance(r: dict[str, Any]) -> Traces:
-    out: Traces = {}
-    for i, c in enumerate(r["curves"]):
-        out[f"measured:{i}"] = _floor(c["measured"], LOG_FLOOR)
-        out[f"theory:{i}"] = _floor(c["theory"], LOG_FLOOR)
-    return out
+def snapshot(page: Any, wid: str) -> dict[str, Any]:
+    snap: dict[str, Any] = page.evaluate(SNAPSHOT, wid)
+    return snap
 
 
-def _init_compare(r: dict[str, Any]) -> Traces:
-    out: Traces = {}
-    for i, c in enumerate(r["curves"]):
-        out[f"variance:{i}"] = _floor(c["variances"], LOG_FLOOR)
-        out[f"theory:{i}"] = _floor(c["theory"], LOG_FLOOR)
-        out[f"hist:{i}"] = [0 if v is None else v for v in c["histogram"]["counts"]]
-    return out
+def settle(page: Any, wid: str, error: bool = False) -> dict[str, Any]:
+    page.wait_for_function(SETTLED, arg=[wid, error])
+    return snapshot(page, wid)
 
 
-def _bn_lr(r: dict[str, Any]) -> Traces:
-    chosen = r["batch_norm"]
-    return {
-        f"bn:{'true' if chosen else 'false'}": _clip(r["losses"]),
-        f"bn:{'false' if chosen else 'true'}": _clip(r["contrast_losses"]),
-    }
+def check_drawing(snap: dict[str, Any]) -> None:
+    """The widget draws its result's figures (every series one trace) and tables as given."""
+    result, name = snap["result"], snap["experiment"]
+    assert result["figures"], f"{name}: the result describes no figure"
+    assert snap["titles"] == [f["title"] for f in result["figures"]], f"{name}: figure titles"
+    drawn, expected = unescaped(snap["traces"]), expected_traces(result)
+    assert len(drawn) == len(expected), f"{name}: {len(drawn)} plots for {len(expected)} figures"
+    for i, (got, want) in enumerate(zip(drawn, expected, strict=True)):
+        assert [t["name"] for t in got] == [t["name"] for t in want], f"{name}: figure {i} traces"
+        for g, w in zip(got, want, strict=True):
+            assert g == w, f"{name}: figure {i}, trace {w['name']!r} differs from its series"
+    assert snap["tables"] == expected_tables(result), f"{name}: tables differ from the result's"
 
 
-def _sweep_shown(xs: list[float | None]) -> list[float]:
-    """Not finite or above the ceiling: on the ceiling; otherwise floored for the log axis."""
-    return [
-        LOSS_CLIP if v is None or not math.isfinite(v) or v > LOSS_CLIP else max(v, SWEEP_FLOOR)
-        for v in xs
-    ]
+def check_plot(base: str, snap: dict[str, Any]) -> None:
+    """The widget draws exactly what the API answers for the parameters it shows."""
+    status, answer = api(base, snap["experiment"], snap["lastParams"])
+    assert status == 200, answer
+    assert snap["result"] == answer
+    check_drawing(snap)
 
 
-def _bn_lr_sweep(r: dict[str, Any]) -> Traces:
-    out: Traces = {}
-    for c in r["curves"]:
-        bn = "true" if c["batch_norm"] else "false"
-        out[f"final:{bn}"] = out[f"dots:{bn}"] = _sweep_shown(c["final_losses"])
-        out[f"peak:{bn}"] = _sweep_shown(c["peak_losses"])
-    return out
-
-
-def _bn_lr_sweep_x(r: dict[str, Any]) -> Traces:
-    out: Traces = {}
-    for c in r["curves"]:
-        bn = "true" if c["batch_norm"] else "false"
-        out[f"final:{bn}"] = out[f"dots:{bn}"] = r["lrs"]
-        out[f"peak:{bn}"] = r["lrs"]
-        stable = [i for i, ok in enumerate(c["stable"]) if ok]
-        if stable:  # a dotted vertical line at the largest stable rate (its y spans the axis)
-            out[f"largest:{bn}"] = [r["lrs"][stable[-1]]] * 2
-    return out
-
-
-def _doctor(r: dict[str, Any]) -> Traces:
-    return {
-        key: _floor([layer[key] for layer in r["layers"]], LOG_FLOOR)
-        for key in ("act_std", "grad_ratio", "grad_std")
-    }
-
-
-EXPECTED: dict[str, Callable[[dict[str, Any]], Traces]] = {
-    "doctor": _doctor,
-    "linear-scale": lambda r: {
-        "input_std": [r["input_std"], r["scaled_input_std"]],
-        "output_std": [r["output_std"], r["scaled_output_std"]],
-    },
-    "drift": _stack,
-    "bn-stack": _stack,
-    "bn-columns": lambda r: {
-        "std_before": _floor(r["input_stds"], 1e-12),
-        "std_after": _floor(r["output_stds"], 1e-12),
-        "mean_before": r["input_means"],
-        "mean_after": r["output_means"],
-    },
-    "bn-running-stats": _running,
-    "symmetry": _symmetry,
-    "variance": _variance,
-    "init-compare": _init_compare,
-    "init-train": lambda r: {
-        "forward": _floor(r["forward_variances"], INIT_TRAIN_FLOOR),
-        "backward": _floor(r["backward_variances"], INIT_TRAIN_FLOOR),
-        "loss": r["losses"],
-    },
-    "bn-from-scratch": lambda r: {
-        "before": r["before_hist"]["counts"],
-        "after": r["after_hist"]["counts"],
-        "rescaled": r["rescaled_hist"]["counts"],
-    },
-    "bn-lr": _bn_lr,
-    "bn-lr-sweep": _bn_lr_sweep,
-}
-
-EXPECTED_X: dict[str, Callable[[dict[str, Any]], Traces]] = {
-    "bn-lr-sweep": _bn_lr_sweep_x,
-}
+def open_lesson(page: Any, server: str, slug: str, query: str = "") -> list[str]:
+    page.goto(f"{server}/lessons/{slug}{query}", wait_until="load")
+    page.wait_for_function(ALL_SETTLED)
+    return widget_ids(page)

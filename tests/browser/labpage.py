@@ -24,6 +24,17 @@ CHROMIUM_ARGS = [
 START_TIMEOUT_S = 120.0
 ALLOWED_HOST = "127.0.0.1"
 
+# Training widgets start from fewer steps so every change answers quickly on a small CI box
+# (and their scripts run within the playground's time limit); starting from the address is
+# itself part of what is tested.
+PRESETS = {
+    "initialization": "?symmetry.steps=8&init-train.steps=12&init-compare.depth=12",
+    "bn-from-scratch": (
+        "?bn-lr.steps=12&bn-from-scratch.parity_batches=2"
+        "&bn-lr-sweep.points=3&bn-lr-sweep.steps=30&bn-lr-sweep.tail=3"
+    ),
+}
+
 
 def api(base: str, name: str, params: dict[str, Any]) -> tuple[int, Any]:
     """POST the experiment API from the test side: (status, JSON body)."""

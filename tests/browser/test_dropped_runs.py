@@ -1,9 +1,9 @@
 """A widget's superseded request, dropped in the browser, stops its run on the server.
 
 These tests need the lab's ``Runner`` to see what the server did, so they serve the lab from
-this process (uvicorn on a thread, with its helper process, as ``normlab lab`` runs it) instead
-of the session's subprocess: the ``server`` fixture below overrides conftest's, and the guarded
-``page`` fixture uses it.
+this process (uvicorn on a thread, as ``normlab lab`` runs it) instead of the session's
+subprocess: the ``server`` fixture below overrides conftest's, and the guarded ``page`` fixture
+uses it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 from labpage import ALLOWED_HOST, api
 
-from normlab import workers
 from normlab.lab.app import create_app
 from normlab.lab.runner import Runner
 
@@ -48,13 +47,12 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Runner]
         s.bind((ALLOWED_HOST, 0))
         port = int(s.getsockname()[1])
     db: Path = tmp_path_factory.mktemp("dropped") / "progress.sqlite3"
-    app = create_app(runner, helpers=True, db_path=db)
+    app = create_app(runner, db_path=db)
     server = uvicorn.Server(uvicorn.Config(app, host=ALLOWED_HOST, port=port, log_level="warning"))
     serving = threading.Thread(target=server.run, name="lab-under-test")
     serving.start()
     try:
         _wait_for(lambda: server.started, "the lab to serve")
-        _wait_for(lambda: workers.running() is not None, "its helper")
         yield f"http://{ALLOWED_HOST}:{port}", runner
     finally:
         server.should_exit = True
@@ -82,7 +80,7 @@ def test_superseded_and_left_requests_stop_their_runs(page: Any, lab: tuple[str,
     # leaving the page drops the new (also long) request too
     page.goto(f"{base}/")
     _wait_for(lambda: runner.abandoned == 2, "the left run to stop", page)
-    _wait_for(_idle_helper, "the helper to be free", page, timeout=20)
+    _wait_for(lambda: _long_runs(runner) == 0, "the long runs to end", page, timeout=20)
     status, body = api(base, "bn-lr", {"seed": 4})  # the lab is free for the next learner
     assert status == 200 and len(body["losses"]) == 150
 
@@ -92,11 +90,3 @@ def _long_runs(runner: Runner) -> int:
     with runner._lock:
         entries = list(runner._cache.items())
     return sum('"steps": 2000' in key and not e.future.done() for key, e in entries)
-
-
-def _idle_helper() -> bool:
-    future = workers.submit(abs, -1)
-    if future is None:
-        return False
-    future.result(timeout=60)
-    return True

@@ -23,7 +23,6 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 from fastapi.testclient import TestClient
 
-from normlab import workers
 from normlab.experiments import ParameterError, list_experiments
 from normlab.lab.app import create_app
 from normlab.lab.runner import RunAbandoned, RunCancelled, Runner, Waiter
@@ -358,35 +357,6 @@ def _abandon(port: int, name: str, body: dict, runner: Runner) -> None:
 
 
 @pytest.mark.slow
-def test_a_dropped_request_stops_its_runs_here_and_in_the_helper(tmp_path: Path) -> None:
-    """Two requests for a long bn-lr, dropped by their clients (as a widget aborts a superseded
-    fetch), kept training: the next request waited for them (84.7 s measured), both here and
-    queued behind them in the helper. Now both stop, and the helper is free again."""
-    import uvicorn
-
-    runner = Runner()
-    port = free_port()
-    app = create_app(runner, helpers=True, db_path=tmp_path / "p.db")
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    serving = threading.Thread(target=server.run)
-    serving.start()
-    try:
-        _wait_for(lambda: server.started, "the server")
-        _wait_for(lambda: workers.running() is not None, "the helper")
-        for seed in (1, 2):
-            _abandon(port, "bn-lr", {**LONG_BN_LR, "seed": seed}, runner)
-        _wait_for(lambda: runner.abandoned == 2, "both runs to stop")
-        # the helper's runs were called off too: it takes new work (a queued run would keep
-        # it busy for most of a minute)
-        _wait_for(lambda: workers.submit(abs, -1) is not None, "a free helper", timeout=20)
-        answer = _post(f"http://127.0.0.1:{port}/api/experiments/bn-lr", {"seed": 3})
-        assert answer["params"]["seed"] == 3 and len(answer["losses"]) == 150
-    finally:
-        server.should_exit = True
-        serving.join(timeout=60)
-
-
-@pytest.mark.slow
 def test_ctrl_c_cancels_a_long_run_in_progress(tmp_path: Path) -> None:
     """Ctrl+C used to wait for the run in progress (41.9 s for this one) before the lab ended."""
     port = free_port()
@@ -426,69 +396,6 @@ def test_ctrl_c_cancels_a_long_run_in_progress(tmp_path: Path) -> None:
                 server.kill()
     assert server.returncode == 0, err.decode()
     assert answers == [503]  # cancelled, not trained to the end
-
-
-BN_LR = {"lr": 1.9, "seed": 4, "steps": 40}
-
-
-def _fresh(name: str, params: dict) -> dict:
-    from normlab.experiments import run_experiment
-
-    return json.loads(json.dumps(run_experiment(name, **params).to_dict()))
-
-
-def test_toggling_batch_norm_is_answered_from_the_same_two_runs() -> None:
-    """bn-lr with and without BN trains the same two runs: one computation answers both."""
-    runner = Runner()
-    with TestClient(create_app(runner), base_url=LAB) as c:
-        off = c.post("/api/experiments/bn-lr", json={**BN_LR, "batch_norm": False})
-        on = c.post("/api/experiments/bn-lr", json={**BN_LR, "batch_norm": True})
-        assert (off.status_code, on.status_code) == (200, 200)
-        assert (runner.misses, runner.mirrored) == (1, 1)
-        assert on.json() == _fresh("bn-lr", {**BN_LR, "batch_norm": True})  # as if computed
-        assert on.json()["losses"] == off.json()["contrast_losses"]
-        c.post("/api/experiments/bn-lr", json={**BN_LR, "batch_norm": True})
-        assert runner.hits == 1
-        c.post("/api/experiments/bn-lr", json={**BN_LR, "batch_norm": True, "lr": 1.8})
-        assert runner.misses == 2  # another rate: other runs
-
-
-def test_mirrored_requests_in_flight_compute_once() -> None:
-    runner = Runner()
-    out: dict[bool, dict] = {}
-
-    def request(bn: bool) -> None:
-        out[bn] = runner.run("bn-lr", {**BN_LR, "batch_norm": bn})
-
-    threads = [threading.Thread(target=request, args=(bn,)) for bn in (False, True)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert (runner.misses, runner.mirrored) == (1, 1)
-    for bn in (False, True):
-        assert json.loads(json.dumps(out[bn])) == _fresh("bn-lr", {**BN_LR, "batch_norm": bn})
-
-
-def test_a_failing_mirror_falls_back_to_computing(monkeypatch: pytest.MonkeyPatch) -> None:
-    import dataclasses
-
-    from normlab.experiments import get_experiment
-    from normlab.lab import runner as runner_module
-
-    def broken(params: object) -> tuple[object, object]:
-        def convert(other: dict) -> dict:
-            raise KeyError("losses")
-
-        return dataclasses.replace(params, batch_norm=not params.batch_norm), convert  # type: ignore[type-var]
-
-    bn_lr = dataclasses.replace(get_experiment("bn-lr"), mirror=broken)
-    monkeypatch.setattr(runner_module, "get_experiment", lambda name: bn_lr)
-    runner = Runner()
-    runner.run("bn-lr", {**BN_LR, "batch_norm": False})
-    on = runner.run("bn-lr", {**BN_LR, "batch_norm": True})
-    assert (runner.misses, runner.mirrored) == (2, 0)
-    assert json.loads(json.dumps(on)) == _fresh("bn-lr", {**BN_LR, "batch_norm": True})
 
 
 def _post(url: str, body: dict) -> dict:
@@ -545,57 +452,41 @@ def test_warm_start_fills_the_cache_for_every_lesson() -> None:
         assert runner.misses == misses  # every live number was already computed
 
 
-def test_concurrent_trainings_leave_the_thread_count_alone() -> None:
-    """The fast trainer drops to one intra-op thread while it runs; a server runs several
-    trainings at once, so the process's setting must come back whatever the interleaving."""
-    import torch
-
-    before = torch.get_num_threads()
-    runner = Runner()
-    jobs = [
-        threading.Thread(target=runner.run, args=("bn-lr", {"seed": s, "steps": 40}))
-        for s in range(4)
-    ]
-    for job in jobs:
-        job.start()
-    for job in jobs:
-        job.join()
-    assert runner.misses == 4
-    assert torch.get_num_threads() == before
-    seen: list[int] = []
-    fresh = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
-    fresh.start()
-    fresh.join()
-    assert seen == [before]
+def test_shutdown_stops_the_warm_up() -> None:
+    """A warm-up still going at shutdown stops after its current run and is joined."""
+    with TestClient(create_app(Runner(), warm=True), base_url=LAB) as c:
+        assert c.get("/api/experiments").status_code == 200
+        warmer = next(t for t in threading.enumerate() if t.name == "normlab-warm")
+        assert warmer.is_alive()  # every lesson takes tens of seconds
+    assert not warmer.is_alive()
 
 
 @pytest.mark.slow
-def test_lab_helper_process_lives_with_the_app_and_changes_no_answer() -> None:
-    """``normlab lab`` (warm) starts a helper process for the second run of a training widget;
-    the app stops it at shutdown, and the answers are the ones computed without it."""
-    from normlab import workers
-    from normlab.experiments import run_experiment
-
-    params = {"lr": 1.3, "seed": 11, "steps": 60}
-    with TestClient(create_app(), base_url=LAB) as c:
-        assert workers.running() is None  # not started unless asked
-    with TestClient(create_app(helpers=True), base_url=LAB) as c:
-        deadline = time.monotonic() + 120
-        while workers.running() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert workers.running() is not None
-        answers = [
-            c.post("/api/experiments/bn-lr", json={**params, "batch_norm": bn})
-            for bn in (False, True)
-        ]
-        assert [a.status_code for a in answers] == [200, 200]
-        bad = c.post("/api/experiments/bn-lr", json={"lr": -1})
-        assert bad.status_code == 422 and bad.json()["detail"]["parameter"] == "lr"
-        still_serving(c)
-    assert workers.running() is None  # stopped with the app
-    for bn, answer in zip((False, True), answers, strict=True):
-        alone = run_experiment("bn-lr", **params, batch_norm=bn).to_dict()
-        assert answer.json() == json.loads(json.dumps(alone))
+def test_ctrl_c_while_warming_exits_cleanly(tmp_path: Path) -> None:
+    """Stopping ``normlab lab`` during its warm-up used to abort the interpreter (a training on
+    a daemon thread at exit: "terminate called without an active exception", exit 134). The
+    Ctrl+C goes to the whole process group, as a terminal sends it; the lab starts no helper
+    process, so there is no one else to take it."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "normlab", "lab", "--port", str(port)]
+    with subprocess.Popen(  # ``with``: the stderr pipe is closed even if the test fails
+        [*cmd, "--db", str(tmp_path / "p.db")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # a process group of its own, as a terminal gives a command
+    ) as server:
+        try:
+            assert wait_until_serving(server, f"http://127.0.0.1:{port}") == 200
+            time.sleep(5)  # into the warm-up's training runs
+            assert _children(server.pid) <= _sandbox_processes(server.pid)  # no helper pool
+            os.killpg(server.pid, signal.SIGINT)
+            _, err = server.communicate(timeout=120)
+        finally:
+            if server.poll() is None:
+                server.kill()
+    assert server.returncode == 0, err.decode()
+    assert b"terminate called" not in err
+    assert b"Traceback" not in err and b"KeyboardInterrupt" not in err, err.decode()
 
 
 def _children(pid: int) -> set[int]:
@@ -612,54 +503,15 @@ def _children(pid: int) -> set[int]:
     return found
 
 
-def test_shutdown_stops_the_warm_up() -> None:
-    """A warm-up still going at shutdown stops after its current run and is joined."""
-    with TestClient(create_app(Runner(), warm=True), base_url=LAB) as c:
-        assert c.get("/api/experiments").status_code == 200
-        warmer = next(t for t in threading.enumerate() if t.name == "normlab-warm")
-        assert warmer.is_alive()  # every lesson takes tens of seconds
-    assert not warmer.is_alive()
-
-
-@pytest.mark.slow
-def test_ctrl_c_while_warming_exits_cleanly_and_ends_the_helper(tmp_path: Path) -> None:
-    """Stopping ``normlab lab`` during its warm-up used to abort the interpreter (a training on
-    a daemon thread at exit: "terminate called without an active exception", exit 134; in my
-    runs with Ctrl+C about 12 s after the start). The Ctrl+C goes to the whole process group,
-    as a terminal sends it: the helper used to take it too and print a traceback."""
-    port = free_port()
-    cmd = [sys.executable, "-m", "normlab", "lab", "--port", str(port)]
-    with subprocess.Popen(  # ``with``: the stderr pipe is closed even if the test fails
-        [*cmd, "--db", str(tmp_path / "p.db")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,  # a process group of its own, as a terminal gives a command
-    ) as server:
+def _sandbox_processes(pid: int) -> set[int]:
+    """The lab's children that belong to the playground's sandbox (bubblewrap or its child)."""
+    found = set()
+    for child in _children(pid):
         try:
-            helpers: set[int] = set()
-            deadline = time.monotonic() + 120
-            while not helpers and time.monotonic() < deadline:  # the helper of normlab.workers
-                helpers = {c for c in _children(server.pid) if _is_helper(c)}
-                time.sleep(0.1)
-            assert helpers, "no helper process started"
-            # the helper starts before uvicorn binds the port (CI once found it refused here)
-            assert wait_until_serving(server, f"http://127.0.0.1:{port}") == 200
-            time.sleep(10)  # into the warm-up's training runs
-            os.killpg(server.pid, signal.SIGINT)
-            _, err = server.communicate(timeout=120)
-        finally:
-            if server.poll() is None:
-                server.kill()
-    assert server.returncode == 0, err.decode()
-    assert b"terminate called" not in err
-    assert b"Traceback" not in err and b"KeyboardInterrupt" not in err, err.decode()
-    time.sleep(0.5)
-    assert not any(os.path.exists(f"/proc/{pid}") and _is_helper(pid) for pid in helpers)
-
-
-def _is_helper(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"multiprocessing" in f.read()
-    except OSError:
-        return False
+            with open(f"/proc/{child}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if b"bwrap" in cmdline or b"_sandbox_child" in cmdline or b"sandbox" in cmdline:
+            found.add(child)
+    return found

@@ -10,6 +10,7 @@ same declarations. Pages and static files come from :mod:`normlab.lab.pages`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import sys
@@ -22,16 +23,20 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from normlab import __version__, train, workers
+from normlab import __version__, notebook
 from normlab.experiments import (
     Experiment,
     Parameter,
     ParameterError,
     ParameterTypeError,
     UnknownExperiment,
+    get_experiment,
     list_experiments,
+    script,
 )
+from normlab.experiments.base import params_dict
 from normlab.lab.errors import bad_input
+from normlab.lab.lessons.markup import highlight
 from normlab.lab.progress import ProgressStore, default_db_path
 from normlab.lab.runner import RunAbandoned, RunCancelled, Runner
 from normlab.lab.sandbox import Sandbox, SandboxError
@@ -103,7 +108,6 @@ def create_app(
     runner: Runner | None = None,
     *,
     warm: bool = False,
-    helpers: bool | None = None,
     token: str | None = None,
     sandbox: Sandbox | None = None,
     db_path: str | os.PathLike[str] | None = None,
@@ -112,9 +116,6 @@ def create_app(
 
     With ``warm``, a background thread renders every lesson once at startup, so the first
     learner to open a lesson does not wait for its live results (several training runs).
-    ``helpers`` (default: ``warm``) starts a helper process at startup, in which training
-    experiments run their second model beside the request's thread (see :mod:`normlab.workers`;
-    until it is ready they use a thread), and ends it at shutdown.
     ``token``: every request must carry it (see :mod:`normlab.lab.security`); ``None`` serves
     loopback clients only. Either way, requests that change state must come from the lab's own
     pages.
@@ -124,94 +125,26 @@ def create_app(
     here (a bad path raises :class:`~normlab.lab.progress.ProgressStoreError`) and closed when
     the app shuts down.
     """
-
-    use_helpers = warm if helpers is None else helpers
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.runner.resume()  # after a shutdown, the app may be started again
-        if use_helpers:  # first: it imports torch in its own process while the rest starts
-            workers.start(1, train.helper_init)
-        warmer: threading.Thread | None = None
-        try:
-            if warm:
-                warmer = threading.Thread(
-                    target=_warm, args=(app,), name="normlab-warm", daemon=True
-                )
-                warmer.start()
-                try:
-                    app.state.sandbox.start()  # its imports run in its own process meanwhile
-                except SandboxError as exc:  # the playground will answer 503 with the reason
-                    print(f"normlab lab: {exc}", file=sys.stderr)
-            if app.state.progress.closed:  # the app is started again after a shutdown
-                app.state.progress = ProgressStore(app.state.progress.path)
-            yield
-        finally:
-            # A run still going on a daemon thread when the interpreter exits aborts it
-            # ("terminate called without an active exception"): runs in progress, the
-            # warm-up's and requests', stop at their next step, and no other starts.
-            app.state.runner.cancel()
-            if warmer is not None:
-                warmer.join(timeout=WARM_STOP_TIMEOUT_S)
-            if use_helpers:
-                workers.stop()
-            app.state.sandbox.close()
-            app.state.progress.close()
-
     app = FastAPI(
         title="normlab lab",
         version=__version__,
         description="Experiments on signal propagation in deep networks, run live.",
-        lifespan=lifespan,
+        lifespan=functools.partial(_lifespan, warm=warm),
     )
     app.state.runner = runner or Runner()
     app.state.sandbox = sandbox if sandbox is not None else Sandbox()
     app.state.progress = ProgressStore(db_path if db_path is not None else default_db_path())
     app.add_middleware(LabGuard, token=token)
-
-    @app.get(
-        "/api/experiments", tags=["experiments"], summary="Every experiment and its parameters"
+    app.add_api_route(
+        "/api/experiments",
+        experiments,
+        methods=["GET"],
+        tags=["experiments"],
+        summary="Every experiment and its parameters",
     )
-    def experiments() -> list[dict[str, Any]]:
-        return [describe(e) for e in list_experiments()]
-
-    async def run(name: str, request: Request) -> Any:
-        params = await _read_params(request)
-        if isinstance(params, JSONResponse):
-            return params
-        try:
-            body = await request.app.state.runner.arun_json(
-                name, params, gone=lambda: _client_gone(request)
-            )
-            return Response(content=body, media_type="application/json")
-        except (RunCancelled, RunAbandoned) as exc:  # (abandoned: nobody is there to read it)
-            return bad_input(None, str(exc), status=503)
-        except UnknownExperiment as exc:
-            return bad_input("name", str(exc))
-        except (ParameterError, ParameterTypeError) as exc:
-            return bad_input(exc.param, str(exc))
-
     for e in list_experiments():
-        app.add_api_route(
-            f"/api/experiments/{e.name}",
-            _bound(run, e.name),
-            methods=["POST"],
-            tags=["experiments"],
-            summary=e.title,
-            description=e.summary + ". Missing parameters take their defaults.",
-            name=f"run_{e.name}",
-            openapi_extra={
-                "requestBody": {
-                    "required": False,
-                    "content": {"application/json": {"schema": _body_schema(e)}},
-                },
-                "responses": {"422": {"description": "a parameter outside what it allows"}},
-            },
-        )
-
-    @app.post("/api/experiments/{name}", include_in_schema=False)
-    async def run_unknown(name: str, request: Request) -> Any:
-        return await run(name, request)  # unknown names answer 422 from here
+        _add_experiment_routes(app, e)
+    app.add_api_route("/api/experiments/{name}", run, methods=["POST"], include_in_schema=False)
 
     from normlab.lab import learn, pages, playground
 
@@ -219,6 +152,138 @@ def create_app(
     playground.install(app)
     learn.install(app)
     return app
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI, warm: bool) -> AsyncIterator[None]:
+    """Start (the warm-up, the sandbox) and, whatever happens, stop what the app owns."""
+    app.state.runner.resume()  # after a shutdown, the app may be started again
+    warmer: threading.Thread | None = None
+    try:
+        if warm:
+            warmer = threading.Thread(target=_warm, args=(app,), name="normlab-warm", daemon=True)
+            warmer.start()
+            try:
+                app.state.sandbox.start()  # its imports run in its own process meanwhile
+            except SandboxError as exc:  # the playground will answer 503 with the reason
+                print(f"normlab lab: {exc}", file=sys.stderr)
+        if app.state.progress.closed:  # the app is started again after a shutdown
+            app.state.progress = ProgressStore(app.state.progress.path)
+        yield
+    finally:
+        # A run still going on a daemon thread when the interpreter exits aborts it
+        # ("terminate called without an active exception"): runs in progress, the
+        # warm-up's and requests', stop at their next step, and no other starts.
+        app.state.runner.cancel()
+        if warmer is not None:
+            warmer.join(timeout=WARM_STOP_TIMEOUT_S)
+        app.state.sandbox.close()
+        app.state.progress.close()
+
+
+def _add_experiment_routes(app: FastAPI, e: Experiment) -> None:
+    """``POST /api/experiments/NAME`` (run) and its ``/code`` and ``/notebook`` siblings."""
+    app.add_api_route(
+        f"/api/experiments/{e.name}",
+        _bound(run, e.name),
+        methods=["POST"],
+        tags=["experiments"],
+        summary=e.title,
+        description=e.summary + ". Missing parameters take their defaults.",
+        name=f"run_{e.name}",
+        openapi_extra={
+            "requestBody": {
+                "required": False,
+                "content": {"application/json": {"schema": _body_schema(e)}},
+            },
+            "responses": {"422": {"description": "a parameter outside what it allows"}},
+        },
+    )
+    query = {"parameters": [_query_schema(p) for p in e.parameters]}
+    app.add_api_route(
+        f"/api/experiments/{e.name}/code",
+        _bound(code, e.name),
+        methods=["GET"],
+        tags=["code"],
+        summary=f"The plain-PyTorch code of {e.name}",
+        description="The script that computes the experiment for these parameters (query "
+        "values as the CLI takes them), plain and highlighted. It needs no normlab.",
+        name=f"code_{e.name}",
+        openapi_extra=query,
+    )
+    app.add_api_route(
+        f"/api/experiments/{e.name}/notebook",
+        _bound(download, e.name),
+        methods=["GET"],
+        tags=["code"],
+        summary=f"{e.name} as a Jupyter notebook",
+        description="The same code as an .ipynb download, with what it prints as outputs.",
+        name=f"notebook_{e.name}",
+        openapi_extra=query,
+        response_class=Response,
+    )
+
+
+REFUSED = (RunCancelled, RunAbandoned, UnknownExperiment, ParameterError, ParameterTypeError)
+"""What an experiment's routes answer with the lab's error shape instead of a result."""
+
+
+def _refusal(exc: Exception) -> JSONResponse:
+    """422 naming the parameter (or the experiment's name); 503 for a run that was stopped."""
+    if isinstance(exc, RunCancelled | RunAbandoned):  # (abandoned: nobody is there to read it)
+        return bad_input(None, str(exc), status=503)
+    if isinstance(exc, UnknownExperiment):
+        return bad_input("name", str(exc))
+    return bad_input(getattr(exc, "param", None), str(exc))
+
+
+def experiments() -> list[dict[str, Any]]:
+    """``GET /api/experiments``: the registry, with every parameter's schema."""
+    return [describe(e) for e in list_experiments()]
+
+
+async def run(name: str, request: Request) -> Any:
+    """``POST /api/experiments/NAME``: the answer for a JSON object of parameters."""
+    params = await _read_params(request)
+    if isinstance(params, JSONResponse):
+        return params
+    try:
+        body = await request.app.state.runner.arun_json(
+            name, params, gone=lambda: _client_gone(request)
+        )
+        return Response(content=body, media_type="application/json")
+    except REFUSED as exc:
+        return _refusal(exc)
+
+
+async def code(name: str, request: Request) -> Any:
+    """``GET /api/experiments/NAME/code``: the script behind the answer, plain and highlighted."""
+    try:
+        experiment, params = _query_params(name, request)
+    except REFUSED as exc:
+        return _refusal(exc)
+    text = script.render(experiment, params)
+    return {
+        "experiment": name,
+        "params": params_dict(params),
+        "script": text,
+        "html": str(highlight(text)),
+    }
+
+
+async def download(name: str, request: Request) -> Any:
+    """``GET /api/experiments/NAME/notebook``: the script as a notebook, with its output."""
+    try:
+        experiment, params = _query_params(name, request)
+        body = await request.app.state.runner.arun_json(name, params_dict(params))
+    except REFUSED as exc:
+        return _refusal(exc)
+    nb = notebook.notebook(experiment, params, json.loads(body)["output"])
+    return Response(
+        notebook.dumps(nb),
+        media_type="application/x-ipynb+json",
+        headers={"Content-Disposition": f'attachment; filename="normlab-{name}.ipynb"'},
+    )
 
 
 def serve(app: FastAPI, host: str, port: int) -> None:
@@ -239,6 +304,29 @@ def serve(app: FastAPI, host: str, port: int) -> None:
         server.run()
     if not server.started:  # e.g. the port is taken: uvicorn has said why (uvicorn.run's 3)
         raise SystemExit(3)
+
+
+def _query_params(name: str, request: Request) -> tuple[Experiment, Any]:
+    """The experiment and its validated ``Params`` from a query string (CLI-style values)."""
+    experiment = get_experiment(name)
+    declared = {p.name: p for p in experiment.parameters}
+    values: dict[str, Any] = {}
+    for key, text in request.query_params.items():
+        if key not in declared:
+            valid = ", ".join(declared)
+            raise ParameterError(
+                key, f"unknown parameter {key!r} for {name!r}, use one of: {valid}"
+            )
+        values[key] = declared[key].parse(text)
+    return experiment, experiment.make_params(values)
+
+
+def _query_schema(p: Parameter) -> dict[str, Any]:
+    """One parameter as an OpenAPI query parameter."""
+    schema = _json_schema(p)
+    if p.kind == "float_list":  # written as the CLI takes it: 0.9,1,1.1
+        schema = {"type": "string", "description": p.help, "default": ",".join(map(str, p.default))}
+    return {"name": p.name, "in": "query", "required": False, "schema": schema}
 
 
 async def _client_gone(request: Request) -> None:

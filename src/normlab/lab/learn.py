@@ -34,8 +34,10 @@ from normlab.lab.exercises import (
     BadSubmission,
     ChoiceExercise,
     CodeExercise,
+    Exercise,
     NumberExercise,
     UnknownExercise,
+    Verdict,
 )
 from normlab.lab.lessons import LESSONS
 from normlab.lab.progress import ProgressStore, check_listing_id
@@ -103,98 +105,114 @@ def progress_report(store: ProgressStore) -> dict[str, Any]:
     return {"lessons": lessons, "listings": store.listings()}
 
 
+# The route handlers have no docstrings: FastAPI would put a handler's docstring into its
+# route's OpenAPI description.
+
+
+def list_exercises() -> list[dict[str, Any]]:
+    return [e.public() for e in exercises.EXERCISES]
+
+
+async def _check(request: Request, exercise: Exercise, submission: Any) -> Verdict:
+    """The verdict on ``submission`` (code runs in the app's sandbox, checks in a thread)."""
+    if isinstance(exercise, CodeExercise):
+        job = exercise.prepare(submission)
+        run = await request.app.state.sandbox.arun(job.code, files=job.files, wall_s=job.wall_s)
+        return await anyio.to_thread.run_sync(exercise.verdict, job, run)
+    if isinstance(exercise, ChoiceExercise | NumberExercise):
+        return await anyio.to_thread.run_sync(exercise.check, submission)
+    # every registered kind is one of the three
+    raise TypeError(f"exercise kind {exercise.kind!r} has no checker")
+
+
+async def submit(exercise_id: str, request: Request) -> Any:
+    try:
+        exercise = exercises.get(exercise_id)
+    except UnknownExercise as exc:
+        return bad_input("id", str(exc))
+    body = await _json_object(request)
+    if isinstance(body, JSONResponse):
+        return body
+    field = "code" if isinstance(exercise, CodeExercise) else "answer"
+    refused = _only(body, field, f"the {exercise.kind} exercise {exercise.id!r}")
+    if refused is not None:
+        return refused
+    submission = body[field]
+    try:
+        verdict = await _check(request, exercise, submission)
+    except BadSubmission as exc:
+        return bad_input(exc.parameter, str(exc))
+    except SandboxError as exc:  # the lab's fault, not the learner's: nothing recorded
+        return bad_input(None, f"the code could not be run: {exc}", status=503)
+    await anyio.to_thread.run_sync(
+        _store(request).record_attempt,
+        exercise.id,
+        submission,
+        verdict.passed,
+        verdict.feedback,
+    )
+    answer = verdict.to_dict()
+    if isinstance(exercise, CodeExercise):
+        answer["output"] = verdict.output
+    return answer
+
+
+def progress(request: Request) -> dict[str, Any]:
+    return progress_report(_store(request))
+
+
+async def save_listing(listing_id: str, request: Request) -> Any:
+    try:
+        check_listing_id(listing_id)
+    except ValueError as exc:
+        return bad_input("listing_id", str(exc))
+    body = await _json_object(request)
+    if isinstance(body, JSONResponse):
+        return body
+    refused = _only(body, "code", f"listing {listing_id!r}")
+    if refused is not None:
+        return refused
+    try:
+        code = checked_code(body["code"], MAX_LISTING_CHARS)
+    except (TypeError, ValueError) as exc:
+        return bad_input("code", str(exc))
+    await anyio.to_thread.run_sync(_store(request).save_listing, listing_id, code)
+    return {"id": listing_id, "saved": True}
+
+
+def get_listing(listing_id: str, request: Request) -> Any:
+    try:
+        code = _store(request).listing(listing_id)
+    except ValueError as exc:
+        return bad_input("listing_id", str(exc))
+    if code is None:
+        return bad_input("listing_id", f"no code saved for listing {listing_id!r}", status=404)
+    return {"id": listing_id, "code": code}
+
+
 def install(app: FastAPI) -> None:
     """Add the exercise, progress and listing routes to ``app``."""
-
-    @app.get("/api/exercises", tags=["exercises"], summary="Every exercise (without answers)")
-    def list_exercises() -> list[dict[str, Any]]:
-        return [e.public() for e in exercises.EXERCISES]
-
-    @app.post(
+    app.get("/api/exercises", tags=["exercises"], summary="Every exercise (without answers)")(
+        list_exercises
+    )
+    app.post(
         "/api/exercises/{exercise_id}/submit",
         tags=["exercises"],
         summary="Check an answer (or code) and record the attempt",
         responses={422: {"description": "unknown exercise or a malformed submission"}},
+    )(submit)
+    app.get("/api/progress", tags=["exercises"], summary="Solved exercises and saved listings")(
+        progress
     )
-    async def submit(exercise_id: str, request: Request) -> Any:
-        try:
-            exercise = exercises.get(exercise_id)
-        except UnknownExercise as exc:
-            return bad_input("id", str(exc))
-        body = await _json_object(request)
-        if isinstance(body, JSONResponse):
-            return body
-        field = "code" if isinstance(exercise, CodeExercise) else "answer"
-        refused = _only(body, field, f"the {exercise.kind} exercise {exercise.id!r}")
-        if refused is not None:
-            return refused
-        submission = body[field]
-        try:
-            if isinstance(exercise, CodeExercise):
-                job = exercise.prepare(submission)
-                run = await request.app.state.sandbox.arun(
-                    job.code, files=job.files, wall_s=job.wall_s
-                )
-                verdict = await anyio.to_thread.run_sync(exercise.verdict, job, run)
-            elif isinstance(exercise, ChoiceExercise | NumberExercise):
-                verdict = await anyio.to_thread.run_sync(exercise.check, submission)
-            else:  # every registered kind is one of the three
-                raise TypeError(f"exercise kind {exercise.kind!r} has no checker")
-        except BadSubmission as exc:
-            return bad_input(exc.parameter, str(exc))
-        except SandboxError as exc:  # the lab's fault, not the learner's: nothing recorded
-            return bad_input(None, f"the code could not be run: {exc}", status=503)
-        await anyio.to_thread.run_sync(
-            _store(request).record_attempt,
-            exercise.id,
-            submission,
-            verdict.passed,
-            verdict.feedback,
-        )
-        answer = verdict.to_dict()
-        if isinstance(exercise, CodeExercise):
-            answer["output"] = verdict.output
-        return answer
-
-    @app.get("/api/progress", tags=["exercises"], summary="Solved exercises and saved listings")
-    def progress(request: Request) -> dict[str, Any]:
-        return progress_report(_store(request))
-
-    @app.put(
+    app.put(
         "/api/listings/{listing_id}",
         tags=["listings"],
         summary="Save the learner's code of a listing",
         responses={422: {"description": "a bad listing id or body"}},
-    )
-    async def save_listing(listing_id: str, request: Request) -> Any:
-        try:
-            check_listing_id(listing_id)
-        except ValueError as exc:
-            return bad_input("listing_id", str(exc))
-        body = await _json_object(request)
-        if isinstance(body, JSONResponse):
-            return body
-        refused = _only(body, "code", f"listing {listing_id!r}")
-        if refused is not None:
-            return refused
-        try:
-            code = checked_code(body["code"], MAX_LISTING_CHARS)
-        except (TypeError, ValueError) as exc:
-            return bad_input("code", str(exc))
-        await anyio.to_thread.run_sync(_store(request).save_listing, listing_id, code)
-        return {"id": listing_id, "saved": True}
-
-    @app.get(
+    )(save_listing)
+    app.get(
         "/api/listings/{listing_id}",
         tags=["listings"],
         summary="The learner's saved code of a listing",
         responses={404: {"description": "nothing saved"}, 422: {"description": "a bad id"}},
-    )
-    def get_listing(listing_id: str, request: Request) -> Any:
-        try:
-            code = _store(request).listing(listing_id)
-        except ValueError as exc:
-            return bad_input("listing_id", str(exc))
-        if code is None:
-            return bad_input("listing_id", f"no code saved for listing {listing_id!r}", status=404)
-        return {"id": listing_id, "code": code}
+    )(get_listing)

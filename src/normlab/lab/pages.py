@@ -21,11 +21,15 @@ Every lesson template can call these helpers:
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import html
 import importlib.util
 import json
 import math
+import urllib.parse
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +40,8 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from markupsafe import Markup
 
 from normlab import __version__, doctor
-from normlab.experiments import get_experiment
+from normlab.experiments import ParameterError, get_experiment, script
+from normlab.experiments.base import params_dict
 from normlab.lab import lessons
 from normlab.lab.lessons.markup import MathExtension, code, num, sci, tex
 from normlab.lab.runner import RunCancelled
@@ -45,6 +50,13 @@ HERE = Path(__file__).parent
 TEMPLATES = HERE / "templates"
 STATIC = HERE / "static"
 LESSONS = Path(lessons.__file__).parent
+STARTER = """import torch
+
+torch.manual_seed(0)
+x = torch.randn(64, 16)
+print(f"mean {x.mean():.4f}, std {x.std():.4f}")
+"""
+"""What the playground holds when no experiment's code is opened in it."""
 
 
 def plotly_js() -> Path:
@@ -139,30 +151,25 @@ class PageContext:
         )
 
 
-def install(app: FastAPI) -> None:
-    """Add the pages, the static files and the vendored plotly to ``app``."""
-    env = environment()
-    plotly = plotly_js()
+@dataclass(frozen=True)
+class Site:
+    """What the page routes share, built once per app: the Jinja environment and plotly's JS."""
 
-    def render(name: str, status: int = 200, **context: Any) -> HTMLResponse:
-        page = env.get_template(name).render(**context)
+    env: Environment
+    plotly: Path
+
+    def render(self, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        """The page template ``name`` rendered with ``context``."""
+        page = self.env.get_template(name).render(**context)
         return HTMLResponse(page, status_code=status)
 
-    def home() -> HTMLResponse:
-        return render("home.html")
-
-    def lesson(slug: str, request: Request) -> HTMLResponse:
-        found = lessons.find(slug)
-        if found is None:
-            return render("404.html", status=404, slug=slug)
-        return render_lesson(found, request.app.state.runner.run)
-
     def render_lesson(
-        found: lessons.Lesson, run: Callable[[str, dict[str, Any]], dict[str, Any]]
+        self, found: lessons.Lesson, run: Callable[[str, dict[str, Any]], dict[str, Any]]
     ) -> HTMLResponse:
+        """A lesson page, its live results from ``run``."""
         ctx = PageContext(run)
         before, after = lessons.neighbours(found)
-        return render(
+        return self.render(
             found.template,
             lesson=found,
             previous=before,
@@ -171,32 +178,99 @@ def install(app: FastAPI) -> None:
             widget=ctx.widget,
         )
 
-    def warm() -> None:
-        """Render every lesson once, so their live results sit in the cache.
 
-        Ends early when the lab shuts down: the runner is cancelled then
-        (:meth:`~normlab.lab.runner.Runner.cancel`), so the run in progress stops at its next
-        step and no other starts, and the lab does not exit with a training still running on a
-        daemon thread.
-        """
-        try:
-            for found in lessons.LESSONS:
-                render_lesson(found, app.state.runner.run)
-        except RunCancelled:
-            return
+def _site(app: FastAPI) -> Site:
+    site: Site = app.state.site
+    return site
 
-    app.state.warm_lessons = warm
 
-    def vendor_plotly() -> FileResponse:
-        return FileResponse(
-            plotly,
-            media_type="text/javascript",
-            headers={"Cache-Control": "public, max-age=86400"},
+def warm_lessons(app: FastAPI) -> None:
+    """Render every lesson once, so their live results sit in the cache.
+
+    Ends early when the lab shuts down: the runner is cancelled then
+    (:meth:`~normlab.lab.runner.Runner.cancel`), so the run in progress stops at its next
+    step and no other starts, and the lab does not exit with a training still running on a
+    daemon thread.
+    """
+    try:
+        for found in lessons.LESSONS:
+            _site(app).render_lesson(found, app.state.runner.run)
+    except RunCancelled:
+        return
+
+
+# The route handlers read the app's Site from ``request.app.state.site``.
+
+
+def home(request: Request) -> HTMLResponse:
+    return _site(request.app).render("home.html")
+
+
+def lesson(slug: str, request: Request) -> HTMLResponse:
+    site = _site(request.app)
+    found = lessons.find(slug)
+    if found is None:
+        return site.render("404.html", status=404, slug=slug)
+    return site.render_lesson(found, request.app.state.runner.run)
+
+
+def playground(request: Request) -> HTMLResponse:
+    site = _site(request.app)
+    query = dict(request.query_params)
+    name = query.pop("experiment", None)
+    if name is None:
+        return site.render(
+            "playground.html", experiment=None, slug="playground", source=STARTER, error=None
         )
+    try:
+        experiment = get_experiment(name)
+        declared = {p.name: p for p in experiment.parameters}
+        unknown = [k for k in query if k not in declared]
+        if unknown:
+            raise ParameterError(unknown[0], f"unknown parameter {unknown[0]!r} for {name!r}")
+        params = experiment.make_params({k: declared[k].parse(v) for k, v in query.items()})
+    except (ValueError, TypeError) as exc:  # an unknown name or a bad value, named
+        return site.render(
+            "playground.html",
+            status=422,
+            experiment=None,
+            slug="playground",
+            source=STARTER,
+            error=f"Could not open that code: {exc}",
+        )
+    source = script.render(experiment, params)
+    digest = hashlib.sha1(source.encode()).hexdigest()[:8]  # edits kept per code shown
+    return site.render(
+        "playground.html",
+        experiment=experiment,
+        params=params_dict(params),
+        slug=f"playground-{name}-{digest}",
+        source=source,
+        error=None,
+        notebook_url=f"/api/experiments/{name}/notebook?{urllib.parse.urlencode(query)}",
+    )
 
-    def favicon() -> FileResponse:
-        return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
 
+def vendor_plotly(request: Request) -> FileResponse:
+    return FileResponse(
+        _site(request.app).plotly,
+        media_type="text/javascript",
+        headers={"Cache-Control": "public, max-age=86400"},
+    )
+
+
+def favicon() -> FileResponse:
+    return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
+
+
+def install(app: FastAPI) -> None:
+    """Add the pages, the static files and the vendored plotly to ``app``.
+
+    Keeps the pages' :class:`Site` in ``app.state.site``, and in ``app.state.warm_lessons`` a
+    function of no arguments that renders every lesson once (:func:`warm_lessons`).
+    """
+    app.state.site = Site(environment(), plotly_js())
+    app.state.warm_lessons = functools.partial(warm_lessons, app)
     app.add_api_route("/", home, methods=["GET"], include_in_schema=False, name="home")
     app.add_api_route(
         "/lessons/{slug}", lesson, methods=["GET"], include_in_schema=False, name="lesson"
@@ -207,6 +281,9 @@ def install(app: FastAPI) -> None:
         methods=["GET"],
         include_in_schema=False,
         name="plotly",
+    )
+    app.add_api_route(
+        "/playground", playground, methods=["GET"], include_in_schema=False, name="playground"
     )
     app.add_api_route("/favicon.ico", favicon, methods=["GET"], include_in_schema=False)
     # after the plotly route: a mount answers everything under its prefix

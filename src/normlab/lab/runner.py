@@ -2,8 +2,8 @@
 
 The cache key is the experiment name plus every parameter *after* validation and defaults, so
 ``{}`` and ``{"depth": 10}`` for ``drift`` share one entry. Concurrent requests for the same key
-wait for one computation instead of starting several. Where an experiment declares a ``mirror``
-(``bn-lr``: toggling BatchNorm shows the same two runs), one computation answers both keys.
+wait for one computation instead of starting several. An answer is the result's ``to_dict()``
+with its figure descriptions and tables beside it (``figures``, ``tables``): what a page draws.
 
 A run that every one of its requests has given up on stops at its next step: a learner who
 drags a slider past a long setting (a 12 x 256 bn-lr of 2000 steps trains for most of a
@@ -22,7 +22,14 @@ from typing import Any
 
 import anyio.to_thread
 
-from normlab.experiments import get_experiment, params_dict, run_experiment
+from normlab.experiments import (
+    Experiment,
+    Result,
+    get_experiment,
+    params_dict,
+    run_experiment,
+    script,
+)
 
 
 class RunCancelled(Exception):
@@ -80,7 +87,6 @@ class Runner:
         self._lock = threading.Lock()
         self.hits = 0  # answered from this key's entry
         self.misses = 0  # computed
-        self.mirrored = 0  # answered from the mirror's entry (see run)
         self.abandoned = 0  # runs stopped because every request for them had gone
         self._cancelled = threading.Event()
 
@@ -110,10 +116,8 @@ class Runner:
     def run(
         self, name: str, params: dict[str, Any], waiter: Waiter | None = None
     ) -> dict[str, Any]:
-        """The ``to_dict()`` of the run, computed once per distinct full parameter set.
-
-        An experiment with a ``mirror`` (``bn-lr``: ``batch_norm`` on and off train the same two
-        runs) is answered from its mirror's entry when that one is cached or being computed.
+        """The answer for the run (see the module docstring), computed once per distinct full
+        parameter set.
 
         ``waiter``: this request's :class:`Waiter`; when it and every other request waiting for
         the same run have left, the run stops at its next step and this call raises
@@ -126,14 +130,7 @@ class Runner:
         error here)."""
         if waiter is not None and waiter._runner is not self:
             raise ValueError("waiter belongs to another Runner: make it with Waiter(this runner)")
-        experiment = get_experiment(name)
-        full = experiment.make_params(params)
-        key = _key(name, full)
-        mirror: tuple[str, Callable[[dict[str, Any]], dict[str, Any]]] | None = None
-        if experiment.mirror is not None:
-            other, convert = experiment.mirror(full)
-            mirror = (_key(name, other), convert)
-        source: Future[dict[str, Any]] | None = None
+        key = self.key(name, params)
         with self._lock:
             if waiter is not None and waiter.gone:
                 raise RunAbandoned("the request had gone before its run started")
@@ -148,10 +145,6 @@ class Runner:
                 entry = _Entry()
                 self._cache[key] = entry
                 owner = True
-                if mirror is not None:
-                    found = self._cache.get(mirror[0])
-                    if found is not None and not found.abandoned.is_set():
-                        source = found.future
                 while len(self._cache) > self.max_entries:
                     self._cache.popitem(last=False)
             # Counted before the lock is let go, so the run cannot be abandoned under a caller
@@ -162,40 +155,21 @@ class Runner:
                 entry.waiters += 1
                 waiter._entry = entry
         if owner:
-            self._compute(key, entry, name, params, full, mirror, source)
+            self._compute(key, entry, name, params)
         entry.future.result()
         return entry
 
-    def _compute(
-        self,
-        key: str,
-        entry: _Entry,
-        name: str,
-        params: dict[str, Any],
-        full: object,
-        mirror: tuple[str, Callable[[dict[str, Any]], dict[str, Any]]] | None,
-        source: Future[dict[str, Any]] | None,
-    ) -> None:
+    def _compute(self, key: str, entry: _Entry, name: str, params: dict[str, Any]) -> None:
         try:
-            value = None
-            if source is not None and mirror is not None:
-                try:  # waits if it is being computed
-                    value = {**mirror[1](source.result()), "params": params_dict(full)}
-                except Exception:  # that run failed or was dropped: compute this one itself
-                    value = None
-            if value is not None:
-                with self._lock:
-                    self.mirrored += 1
-            else:
-                with self._lock:
-                    self.misses += 1
-                self._check(entry)  # refuse at once while shutting down
+            with self._lock:
+                self.misses += 1
+            self._check(entry)  # refuse at once while shutting down
 
-                def progress(done: int, total: int) -> None:
-                    self._check(entry)
+            def progress(done: int, total: int) -> None:
+                self._check(entry)
 
-                value = run_experiment(name, progress=progress, **params).to_dict()
-            entry.future.set_result(value)
+            result = run_experiment(name, progress=progress, **params)
+            entry.future.set_result(answer(get_experiment(name), result))
         except BaseException as exc:
             with self._lock:
                 if self._cache.get(key) is entry:
@@ -248,6 +222,17 @@ class Runner:
 
     def _run_json(self, name: str, params: dict[str, Any], waiter: Waiter | None) -> bytes:
         return _body(self._run(name, params, waiter))  # rendered here, off the event loop
+
+
+def answer(experiment: Experiment, result: Result) -> dict[str, Any]:
+    """What the lab sends for a result: its data, its figures described as data, its tables,
+    and what the experiment's script prints for it (``output``)."""
+    return {
+        **result.to_dict(),
+        "figures": [f.to_dict() for f in result.figures()],
+        "tables": [t.to_dict() for t in result.tables()],
+        "output": script.output(experiment, result),
+    }
 
 
 def _body(entry: _Entry) -> bytes:

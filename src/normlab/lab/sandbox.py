@@ -475,7 +475,10 @@ def _checked_files(files: Mapping[str, str] | None) -> dict[str, str]:
 
 def _environment(scratch: str) -> dict[str, str]:
     """The fork server's whole environment: nothing of the lab's (tokens, paths) leaks in."""
-    threads = str(min(os.cpu_count() or 1, 8))  # keeps torch's pool well inside `processes`
+    # The lab's own thread count: a matmul or a reduction may split its work by threads, so the
+    # playground prints the lab's numbers to the last bit only with the same count (capped to
+    # keep torch's pool well inside `processes`).
+    threads = str(min(_lab_threads(), 8))
     venv_bin = str(Path(sys.executable).parent)
     return {
         "PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin",
@@ -487,9 +490,19 @@ def _environment(scratch: str) -> dict[str, str]:
         "MPLBACKEND": "Agg",
         "MPLCONFIGDIR": f"{scratch}/matplotlib",
         "OMP_NUM_THREADS": threads,
+        # torch's OpenMP threads sleep when idle instead of spinning: a spin counts against the
+        # run's CPU-time limit, and on a loaded machine it can burn most of it (results are
+        # the same either way: the wait policy changes no arithmetic)
+        "OMP_WAIT_POLICY": "PASSIVE",
         "MKL_NUM_THREADS": threads,
         "OPENBLAS_NUM_THREADS": threads,
     }
+
+
+def _lab_threads() -> int:
+    """The intra-op threads the lab's own torch runs with (torch's default: one per core)."""
+    torch = sys.modules.get("torch")
+    return int(torch.get_num_threads()) if torch is not None else (os.cpu_count() or 1)
 
 
 def _command(backend: str | None) -> tuple[list[str], dict[str, str], dict[str, Any] | None]:

@@ -1,0 +1,380 @@
+/* normlab lab: the one plotly renderer of figure descriptions (normlab.figures), and tables.
+ *
+ * A result describes its figures as data: a Figure is a grid of Panels, each with an x and a y
+ * Axis, the Series drawn on it, reference Lines, shaded Bands and a note. This file turns any
+ * such description into plotly traces and a layout, and a result's tables into HTML tables. It
+ * knows no experiment: every value it draws is in the description, already clipped or floored
+ * by the experiment that made it. The matplotlib twin is normlab/plots.py.
+ *
+ * Every Series becomes exactly one trace, in order (figure by figure, panel by panel), named as
+ * the series: reference lines and bands are layout shapes, notes and panel titles annotations.
+ */
+"use strict";
+
+(() => {
+  const { el } = window.NLDom;
+
+  const PT = 4 / 3; // matplotlib sizes are points, plotly's CSS pixels
+  const PX_PER_INCH = 80; // a Figure's height is in inches per row, as matplotlib's figsize
+  const MIN_PANEL_PX = 300; // narrower than this per column: the panels stack
+  const WIDE_PX = 720; // from this width the legend sits at the right, below it under the plot
+  const BAR_WIDTH = 0.8; // matplotlib's default bar width
+  const COLORBAR_PX = 80; // a colour bar, its ticks and its title
+  const SYMBOLS = { circle: "circle", square: "square", triangle: "triangle-up", diamond: "diamond", x: "x" };
+  const INK = "#1d2430";
+  const MUTED = "#5b6573";
+  const CONFIG = {
+    responsive: true,
+    displaylogo: false,
+    modeBarButtonsToRemove: ["lasso2d", "select2d", "autoScale2d"],
+  };
+
+  const isNum = (x) => typeof x === "number" && Number.isFinite(x);
+  // plotly reads <b>, <br>, ... in its texts: a "<" of ours must stay a character
+  const plain = (text) => String(text ?? "").replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+  const axisSuffix = (i) => (i === 0 ? "" : String(i + 1));
+
+  // -- series -> traces -----------------------------------------------------------------------
+
+  function scatterTrace(s, color) {
+    const mode = { line: "lines", markers: "markers", "line+markers": "lines+markers" }[s.kind];
+    const colors = s.colors || color;
+    const trace = {
+      type: "scatter", mode: s.labels ? `${mode}+text` : mode,
+      line: { color, width: s.width * PT, dash: s.dash || "solid" },
+      marker: {
+        color: colors, size: s.marker_size * PT,
+        symbol: (SYMBOLS[s.marker] || "circle") + (s.hollow ? "-open" : ""),
+        line: { color: colors, width: s.hollow ? 1.5 : 0 },
+      },
+    };
+    if (s.labels) Object.assign(trace, { text: s.labels, textposition: "top center", cliponaxis: false });
+    return trace;
+  }
+
+  /** Bars; `slot` {k, n}: the k-th of n bar series on the panel, which stand side by side. */
+  function barTrace(s, color, slot) {
+    const widths = s.x.map((_, i) => (isNum(s.widths?.[i]) ? s.widths[i] : BAR_WIDTH));
+    const fill = s.colors || color;
+    const trace = {
+      type: "bar",
+      width: widths.map((w) => w / slot.n),
+      marker: s.hollow ? { color: "rgba(0,0,0,0)", line: { color: fill, width: 1.5 } } : { color: fill },
+    };
+    if (slot.n > 1) trace.offset = widths.map((w) => -w / 2 + (slot.k * w) / slot.n);
+    if (s.labels) Object.assign(trace, { text: s.labels.map(plain), textposition: "outside", cliponaxis: false });
+    return trace;
+  }
+
+  /** Bars at the bin centres, as wide as the bins; nothing when the edges cannot place them. */
+  function histogramTrace(s, color) {
+    const edges = s.edges || [];
+    const usable = edges.length === s.y.length + 1 && edges.every(isNum);
+    return {
+      type: "bar",
+      x: usable ? s.y.map((_, i) => (edges[i] + edges[i + 1]) / 2) : [],
+      y: usable ? s.y : [],
+      width: usable ? s.y.map((_, i) => edges[i + 1] - edges[i]) : [],
+      marker: { color: s.colors || color, line: { width: 0 } },
+    };
+  }
+
+  // plotly's named scales (matplotlib's lower-case names of the same scales map onto them)
+  const SCALES = ["Blackbody", "Bluered", "Blues", "Cividis", "Earth", "Electric", "Greens", "Greys",
+    "Hot", "Jet", "Picnic", "Portland", "Rainbow", "RdBu", "Reds", "Viridis", "YlGnBu", "YlOrRd"];
+  const scaleName = (name) => SCALES.find((k) => k.toLowerCase() === String(name).toLowerCase()) || "Viridis";
+
+  function heatmapTrace(s, where) {
+    return {
+      type: "heatmap", z: s.z, colorscale: scaleName(s.colorscale), showlegend: false,
+      // the colour bar beside its own panel (not at the figure's edge), named as the series
+      colorbar: { x: where.x[1] + 0.005, xanchor: "left", y: (where.y[0] + where.y[1]) / 2,
+        len: where.y[1] - where.y[0], thickness: 10, outlinewidth: 0,
+        title: { text: plain(s.name), side: "right" } },
+    };
+  }
+
+  function trace(s, color, slot, where, axes) {
+    const kind = s.kind || "line";
+    let t;
+    if (kind === "bars") t = barTrace(s, color, slot);
+    else if (kind === "histogram") t = histogramTrace(s, color);
+    else if (kind === "heatmap") t = heatmapTrace(s, where);
+    else t = scatterTrace(s, color);
+    return {
+      name: plain(s.name), x: s.x, y: s.y, opacity: s.opacity ?? 1,
+      xaxis: `x${axes}`, yaxis: `y${axes}`, ...t,
+    };
+  }
+
+  /** The traces of one panel, colours taken from the palette in order by series without one. */
+  function panelTraces(panel, axes, where, legend) {
+    const bars = panel.series.filter((s) => s.kind === "bars");
+    return panel.series.map((s) => {
+      const color = s.color || INK; // the description colours every series but a heat map
+      const t = trace(s, color, { k: bars.indexOf(s), n: Math.max(bars.length, 1) }, where, axes);
+      // one legend entry per name and colour: the same curve on two panels is listed once
+      const key = `${s.name}\u0000${color}`;
+      t.legendgroup = key;
+      if (t.showlegend === undefined) t.showlegend = s.legend !== false && s.name !== "" && !legend.has(key);
+      if (t.showlegend) legend.add(key);
+      return t;
+    });
+  }
+
+  // -- panels -> axes, shapes, annotations -----------------------------------------------------
+
+  /** String x values of the panel in order of first appearance: category i sits at i. */
+  function categories(panel) {
+    const found = [];
+    for (const s of panel.series) {
+      for (const v of s.x || []) if (typeof v === "string" && !found.includes(v)) found.push(v);
+    }
+    return found;
+  }
+
+  /** Every finite value the panel places along "x" or "y" (category positions for names). */
+  function values(panel, which, cats) {
+    const out = [];
+    for (const s of panel.series) {
+      const vs = s.kind === "histogram" ? (which === "x" ? s.edges || [] : s.y) : which === "x" ? s.x : s.y;
+      for (const v of vs || []) out.push(typeof v === "string" ? cats.indexOf(v) : v);
+    }
+    return out.filter(isNum);
+  }
+
+  const placeable = (v, log) => isNum(v) && (v > 0 || !log);
+  const g = (t) => String(Number(t.toPrecision(6))); // Python's f"{t:g}", near enough for ticks
+
+  function axisLayout(a, cats, data) {
+    const log = a.scale === "log";
+    const out = {
+      title: { text: plain(a.label), standoff: 6 }, automargin: true,
+      type: log ? "log" : cats.length ? "category" : "linear",
+      gridcolor: "#e6e9ee", zerolinecolor: "#c5ccd5", linecolor: "#c5ccd5",
+    };
+    if (log) out.exponentformat = "power";
+    const positive = data.filter((v) => v > 0);
+    // a log axis over a few decades: label 1, 2, 5 of each, not every digit
+    if (log && !a.ticks && positive.length && Math.log10(Math.max(...positive) / Math.min(...positive)) <= 4) {
+      out.dtick = "D2";
+    }
+    if (cats.length) Object.assign(out, { categoryorder: "array", categoryarray: cats });
+    const [lo, hi] = a.limits || [];
+    if (a.limits && (!log || (lo > 0 && hi > 0))) out.range = log ? [Math.log10(lo), Math.log10(hi)] : [lo, hi];
+    else if (log && !data.some((v) => v > 0)) out.range = [-1, 1]; // nothing to place: (0.1, 10)
+    let names = null;
+    if (a.ticks) {
+      // on a category axis a tick is a position: name it by its category
+      const at = (t) => (cats.length && Number.isInteger(t) && cats[t] !== undefined ? cats[t] : t);
+      names = (a.tick_labels || a.ticks.map(g)).map(plain);
+      Object.assign(out, { tickmode: "array", tickvals: a.ticks.map(at), ticktext: names });
+    } else if (cats.length) {
+      const every = Math.ceil(cats.length / 30); // more names than 30 crowd an axis
+      names = cats.filter((_, i) => i % every === 0);
+      Object.assign(out, { tickmode: "array", tickvals: names, ticktext: names.map(plain) });
+    }
+    if (names && names.join("").length > 60) out.tickangle = -45;
+    return out;
+  }
+
+  /** A reference line across the panel: horizontal for axis "y", vertical for "x". */
+  function lineShape(line, axes) {
+    const across = line.axis === "x" ? "y" : "x";
+    return {
+      type: "line", [`${across}ref`]: `${across}${axes} domain`, [`${across}0`]: 0, [`${across}1`]: 1,
+      [`${line.axis}ref`]: `${line.axis}${axes}`, [`${line.axis}0`]: line.value, [`${line.axis}1`]: line.value,
+      line: { color: line.color, width: 1.5, dash: line.dash || "dot" },
+      name: plain(line.label), showlegend: !!line.label,
+    };
+  }
+
+  /** A shaded range; an end the axis cannot place reaches the edge of the data's range. */
+  function bandShape(band, axes, data, log) {
+    const across = band.axis === "x" ? "y" : "x";
+    const shown = data.filter((v) => placeable(v, log));
+    const low = placeable(band.low, log) ? band.low : Math.min(...shown);
+    const high = placeable(band.high, log) ? band.high : Math.max(...shown);
+    if (!isNum(low) || !isNum(high)) return null; // neither end nor any data to reach
+    return {
+      type: "rect", layer: "below", line: { width: 0 }, fillcolor: band.color, opacity: band.opacity,
+      [`${across}ref`]: `${across}${axes} domain`, [`${across}0`]: 0, [`${across}1`]: 1,
+      [`${band.axis}ref`]: `${band.axis}${axes}`, [`${band.axis}0`]: low, [`${band.axis}1`]: high,
+      name: plain(band.label), showlegend: !!band.label,
+    };
+  }
+
+  /** The panel's reference lines and bands as layout shapes (lines it cannot place left out). */
+  function panelShapes(panel, axes, cats) {
+    const log = { x: panel.x.scale === "log", y: panel.y.scale === "log" };
+    const data = { x: values(panel, "x", cats), y: values(panel, "y", cats) };
+    const bands = (panel.bands || []).map((b) => ({ axis: "y", ...b }))
+      .map((b) => bandShape(b, axes, data[b.axis], log[b.axis])).filter(Boolean);
+    const lines = (panel.lines || []).map((l) => ({ axis: "y", ...l }))
+      .filter((l) => placeable(l.value, log[l.axis])).map((l) => lineShape(l, axes));
+    return [...bands, ...lines];
+  }
+
+  function panelAnnotations(panel, where, axes) {
+    const out = [];
+    if (panel.title) {
+      out.push({ text: plain(panel.title), xref: "paper", yref: "paper", x: (where.x[0] + where.x[1]) / 2,
+        y: where.y[1], xanchor: "center", yanchor: "bottom", yshift: 4, showarrow: false, font: { size: 12 } });
+    }
+    if (panel.note) {
+      out.push({ text: plain(panel.note).replace(/\n/g, "<br>"), xref: `x${axes} domain`, yref: `y${axes} domain`,
+        x: 0.99, y: 0.02, xanchor: "right", yanchor: "bottom", align: "right", showarrow: false,
+        font: { size: 10, color: MUTED }, bgcolor: "rgba(255,255,255,0.8)" });
+    }
+    return out;
+  }
+
+  // -- a figure -> {data, layout} ----------------------------------------------------------------
+
+  /** Rows and columns for `width` pixels: the figure's own grid, or stacked when too narrow. */
+  function gridOf(fig, width) {
+    const n = fig.panels.length;
+    let cols = Math.min(fig.columns || n, n) || 1;
+    cols = Math.max(1, Math.min(cols, Math.floor(width / MIN_PANEL_PX)));
+    return { rows: Math.ceil(n / cols), cols };
+  }
+
+  /** Each panel's [x0, x1] and [y0, y1] on the paper, with room between for ticks and titles. */
+  function domains(fig, grid, width, rowPx) {
+    const hasTitles = fig.panels.some((p) => p.title);
+    const gapX = grid.cols > 1 ? Math.min(0.2, 90 / width) : 0;
+    const gapPx = (fig.shared_x ? 24 : 64) + (hasTitles ? 22 : 0);
+    const paper = grid.rows * rowPx + (grid.rows - 1) * gapPx;
+    const colW = (1 - gapX * (grid.cols - 1)) / grid.cols;
+    const out = fig.panels.map((_, i) => {
+      const r = Math.floor(i / grid.cols);
+      const c = i % grid.cols;
+      const top = 1 - (r * (rowPx + gapPx)) / paper;
+      // a heatmap's colour bar sits inside its panel's cell, clear of the next panel and the legend
+      const bar = fig.panels[i].series.some((s) => s.kind === "heatmap") ? Math.min(0.3, COLORBAR_PX / width) : 0;
+      return { x: [c * (colW + gapX), c * (colW + gapX) + colW - bar], y: [top - rowPx / paper, top] };
+    });
+    return { where: out, paper };
+  }
+
+  function legendLayout(wide) {
+    if (wide) return { font: { size: 11 }, x: 1.02, xanchor: "left", y: 1, yanchor: "top" };
+    return { font: { size: 11 }, orientation: "h", x: 0, xanchor: "left",
+      y: 0, yref: "container", yanchor: "bottom" };
+  }
+
+  /** The x and y axes of panel i, placed on the paper; a shared x shows its ticks once. */
+  function panelAxes(fig, i, grid, where, cats) {
+    const panel = fig.panels[i];
+    const axes = axisSuffix(i);
+    const x = { ...axisLayout(panel.x, cats, values(panel, "x", cats)), domain: where.x, anchor: `y${axes}` };
+    const y = { ...axisLayout(panel.y, [], values(panel, "y", cats)), domain: where.y, anchor: `x${axes}` };
+    if (fig.shared_x && i > 0) x.matches = "x";
+    if (fig.shared_x && i + grid.cols < fig.panels.length) { // another panel sits under this one
+      Object.assign(x, { showticklabels: false, title: { text: "" } });
+    }
+    return { [`xaxis${axes}`]: x, [`yaxis${axes}`]: y };
+  }
+
+  function figurePlot(fig, width) {
+    const grid = gridOf(fig, width);
+    const rowPx = Math.max(200, Math.round((fig.height || 4.2) * PX_PER_INCH));
+    const { where, paper } = domains(fig, grid, width, rowPx);
+    const legend = new Set();
+    const data = [];
+    const layout = { shapes: [], annotations: [] };
+    fig.panels.forEach((panel, i) => {
+      const axes = axisSuffix(i);
+      const cats = categories(panel);
+      data.push(...panelTraces(panel, axes, where[i], legend));
+      Object.assign(layout, panelAxes(fig, i, grid, where[i], cats));
+      layout.shapes.push(...panelShapes(panel, axes, cats));
+      layout.annotations.push(...panelAnnotations(panel, where[i], axes));
+    });
+    const entries = legend.size + layout.shapes.filter((s) => s.showlegend).length;
+    const wide = width >= WIDE_PX;
+    const top = 12 + (fig.panels.slice(0, grid.cols).some((p) => p.title) ? 24 : 0);
+    const bottom = wide || !entries ? 8 : 8 + 22 * Math.ceil(entries / Math.max(1, Math.floor(width / 150)));
+    Object.assign(layout, {
+      height: top + paper + bottom + 48, // 48: the bottom row's tick labels and axis title
+      margin: { l: 8, r: 8, t: top, b: bottom + 48, autoexpand: true },
+      font: { family: getComputedStyle(document.body).fontFamily, size: 12, color: INK },
+      paper_bgcolor: "#ffffff", plot_bgcolor: "#ffffff", hovermode: "closest",
+      barmode: "overlay", bargap: 0, showlegend: entries > 0, legend: legendLayout(wide),
+    });
+    return { data, layout };
+  }
+
+  // -- drawing into the page ---------------------------------------------------------------------
+
+  const drawn = new Map(); // box -> {figures, key}: redrawn when a resize changes the layout
+
+  function holder(box, i) {
+    let node = box.children[i];
+    if (!node) {
+      node = el("div", { class: "nl-figure" },
+        el("p", { class: "nl-figure-title" }), el("div", { class: "nl-figure-plot" }));
+      box.append(node);
+    }
+    return node;
+  }
+
+  /** Draw `figures` into `box`, one titled plotly plot per figure; resolves once drawn. */
+  async function draw(box, figures) {
+    const width = box.clientWidth || 800;
+    drawn.set(box, { figures, key: layoutKey(figures, width) });
+    for (const [i, fig] of figures.entries()) {
+      const node = holder(box, i);
+      node.querySelector(".nl-figure-title").textContent = fig.title || "";
+      const { data, layout } = figurePlot(fig, width);
+      await Plotly.react(node.querySelector(".nl-figure-plot"), data, layout, CONFIG);
+    }
+    while (box.children.length > figures.length) {
+      const extra = box.lastElementChild;
+      Plotly.purge(extra.querySelector(".nl-figure-plot"));
+      extra.remove();
+    }
+  }
+
+  /** What of the layout depends on the width: each figure's grid and where its legend sits. */
+  const layoutKey = (figures, width) =>
+    figures.map((f) => `${gridOf(f, width).cols}`).join(",") + (width >= WIDE_PX ? "w" : "n");
+
+  let resizeTimer = null;
+  window.addEventListener("resize", () => {
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(() => {
+      for (const [box, last] of drawn) {
+        if (!box.isConnected) { drawn.delete(box); continue; }
+        if (layoutKey(last.figures, box.clientWidth || 800) !== last.key) draw(box, last.figures);
+      }
+    }, 200);
+  });
+
+  // -- tables ------------------------------------------------------------------------------------
+
+  /** One table of already formatted cells: title as caption, first cell of a row as its header. */
+  function tableBlock(t) {
+    const table = el("table");
+    if (t.title) table.append(el("caption", { text: t.title }));
+    const head = el("tr");
+    for (const c of t.columns) head.append(el("th", { scope: "col", text: c }));
+    table.append(el("thead", {}, head));
+    const body = el("tbody");
+    for (const row of t.rows) {
+      const tr = el("tr");
+      row.forEach((cell, i) => tr.append(i === 0 ? el("th", { scope: "row", text: cell }) : el("td", { text: cell })));
+      body.append(tr);
+    }
+    table.append(body);
+    const block = el("div", { class: "nl-table-block" }, table);
+    for (const note of t.notes || []) block.append(el("p", { class: "nl-table-note", text: note }));
+    return block;
+  }
+
+  function tables(box, list) {
+    box.replaceChildren(el("div", { class: "nl-tables" }, ...list.map(tableBlock)));
+  }
+
+  window.NLRender = { draw, tables, figurePlot };
+})();
