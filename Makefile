@@ -48,5 +48,4 @@ bench: install
 	$(PY) benchmarks/widgets.py
 	$(PY) benchmarks/playground.py
 	$(PY) benchmarks/probe.py
-	$(PY) benchmarks/payload.py
 	$(PY) benchmarks/answers.py

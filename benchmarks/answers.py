@@ -1,7 +1,8 @@
 """Rendering a lab answer: FastAPI's way for a returned dict against the Runner's JSON bytes.
 
-For each seed widget's answer (its ``to_dict()`` at the widget's parameters), interleaved in one
-process, medians and ratios:
+For each seed widget's answer at one setting (what the lab sends: the result's ``to_dict()`` with
+its ``figures``, ``tables`` and printed ``output``, :func:`normlab.lab.runner.answer`),
+interleaved in one process, medians and ratios:
 
 - FastAPI (the baseline, what the experiment route did on every request, cached answers too):
   ``jsonable_encoder`` walks the dict, then ``JSONResponse`` renders it;
@@ -9,9 +10,9 @@ process, medians and ratios:
   settings);
 - cached answer: an entry already rendered, whose bytes are sent as they are.
 
-This times the rendering alone, not a request; through a real server the whole cached request
-takes 1-3 ms. Absolute times on a shared machine move from run to run; the ratios within one
-run are the result.
+This times the rendering alone, not a request (``benchmarks/widgets.py`` times whole cached
+requests through a real server). Absolute times on a shared machine move from run to run; the
+ratios within one run are the result.
 
 Usage::
 
@@ -32,11 +33,11 @@ from typing import Any
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
 
-from normlab.experiments import run_experiment
-from normlab.lab.runner import _body, _Entry
+from normlab.experiments import get_experiment, run_experiment
+from normlab.lab.runner import _body, _Entry, answer
 
 CALLS = 20  # per timing, to lift short calls above the clock's resolution
-WIDGETS: dict[str, dict[str, Any]] = {  # as benchmarks/widgets.py asks them over HTTP
+WIDGETS: dict[str, dict[str, Any]] = {  # one setting of each seed widget
     "bn-lr": {"batch_norm": True, "lr": 1.7},
     "init-train": {"method": "xavier"},
     "symmetry": {"random_init": True},
@@ -62,7 +63,7 @@ def cases() -> dict[str, tuple[Callable[[], bytes], ...]]:
     """Each widget: (FastAPI's rendering, a new entry's, a cached entry's), all the same bytes."""
     table: dict[str, tuple[Callable[[], bytes], ...]] = {}
     for name, params in WIDGETS.items():
-        value = run_experiment(name, **params).to_dict()
+        value = answer(get_experiment(name), run_experiment(name, **params))
         cached = _entry(value)
         assert _body(cached) == _new(value) == _fastapi(value)
         table[name] = (partial(_fastapi, value), partial(_new, value), partial(_body, cached))

@@ -1,49 +1,55 @@
-"""The lab's widgets against the seed notebook's own way of computing the same data.
+"""The lab's training widgets: the seed notebook's own code against normlab, in this process and
+through a real lab server; then what a learner waits for after the lab's warm start.
 
-Each widget request is one ``normlab.experiments.run_experiment`` call. Next to it runs what the
-seed notebook does for the same data, written here from its description: an eager
-``nn.Sequential``/``nn.Module``, ``torch.optim.SGD``, and ``.item()`` per step (or per layer):
+Why. An experiment's run is plain PyTorch, the seed notebook's own loop (``zero_grad``, forward,
+loss, backward, step, ``loss.item()``), so a setting nobody has asked for before costs what the
+notebook's code costs for the same data: the honest expectation is a ratio of about 1.0 in
+process, and a little below it through HTTP (validation, a worker thread, the answer's figures,
+tables and printed output, JSON). What a learner feels as speed comes from the lab's
+architecture instead: the lesson defaults are computed when the lab starts, and every answer is
+cached by its full parameter set. This script measures both.
 
-- ``bn-lr``: the 4 x 64 MLP trained 150 full-batch SGD steps on two moons, without and with
-  BatchNorm (a bn-lr result holds both curves, so the seed way trains both settings);
-- ``init-train``: build the 5 x 32 ReLU MLP, set its weights by the method, the forward pass
-  that measures each layer's variance, 150 SGD steps at lr 0.2 (no plotting);
-- ``symmetry``: the 2-6-1 net trained from a constant and from a random init (the result holds
-  the chosen run's history and the other run's summary), weights and gradients recorded per step;
-- ``variance``: 30 layers of 128 x 128 Gaussian weights, variance read per layer.
+What, for every training widget (``symmetry``, ``init-train``, ``bn-lr``, ``bn-lr-sweep``) and a
+few parameter sets, three ways side by side:
 
-Every timed call uses a parameter set the process has not seen before (cases differ, and each
-repeat changes the seed, the same on both sides), repeats are interleaved with a rotating order,
-and the table shows medians. Each timed call starts after a short pause (:data:`SETTLE_S`): after
-a parallel region, torch's OpenMP worker threads (libgomp) spin for up to ~10 ms before they
-sleep, and without the pause that spinning lands on the next call, most often ours right after
-the seed way's two threads (through HTTP, init-train measured 63.5 ms without the pause and 58.1
-ms with it, the seed way 234 and 236 ms). The two training widgets have a target: the seed way
-must take at least 4 times as long as ours. Absolute times on a shared machine move from run to
-run; the ratios within one run are the result, and the load average is printed so a noisy run can
-be told apart. The training widgets are also timed with the seed way on one intra-op thread
-(``seed@1t``): that shows how much of the ratio is the thread count (normlab's trainer runs each
-model on one thread) and how much the trainer itself.
+- ``seed``: the seed notebook's code for the same data, written here from its description (eager
+  ``nn.Module``\\ s, ``torch.optim.SGD``, ``loss.item()`` per step; the dataset built once, as the
+  notebook does). The result of each widget holds a contrast, so the seed way computes it too:
+  ``symmetry`` runs ``init_net`` and ``train_track`` for the chosen init and the other one;
+  ``init-train`` is ``init_task_demo`` without the plot; ``bn-lr`` is ``train_bn`` for both
+  settings; ``bn-lr-sweep`` is ``train_bn`` over the rates, without and with BN;
+- ``ours``: ``normlab.experiments.run_experiment(name, **params)`` in this process;
+- ``http``: ``POST /api/experiments/{name}`` to a lab started in its own process as a learner
+  starts it (``python -m normlab lab --port P --db TMP``), over loopback; then the same request
+  again, answered from the lab's cache (target: under 10 ms).
 
-After the verdict, bn-lr at its defaults is broken down: the seed way, our two runs together and
-each alone, and the matmuls and BatchNorm kernels of both runs alone on one thread, called from
-Python (the work any implementation on torch's kernels must do, plus Python's time per call,
-which normlab's trainer, running these nets from TorchScript, pays about half of). The seed
-way's time over our longer run is what our trainer can reach with the two runs on two cores.
+The ratio is seed / ours (at least 1.0: ours is no slower). Every timed call uses a parameter set
+not seen before (each repeat changes the seed, the same on every side; the lab never saw it), the
+repeats are interleaved with a rotating order, and the tables show medians. Each repeat pairs the
+seed way with ours for the same parameters; a ratio is called within noise of 1.0 when a sign
+test cannot tell which of the two was faster more often (p >= 0.05). Each timed call starts
+after a short pause (:data:`SETTLE_S`): after a parallel region, torch's OpenMP worker threads
+(libgomp) spin for up to ~10 ms before they sleep, and without the pause that spinning lands on
+the next call, most often the one right after the seed way's. Before the tables, the seed way's
+numbers are compared with ours for the first case: the same loop from the same seed gives the
+same numbers.
 
-Last, the same widgets through a real lab server (``create_app(helpers=True)`` in its own
-process, loopback HTTP): new parameter sets, each followed by the seed way for the same
-parameters, so that the ratio covers the whole request (validation, the hand-off to a worker
-thread, JSON) and not only the run; then a cached answer, whose target is 10 ms.
+After the warm start (the server's CPU time stops growing: the lessons have been rendered once),
+before any other request: ``GET /lessons/{slug}`` for every lesson, and each training widget's
+default answer (``POST`` with ``{}``: a lesson's widget starts at its defaults), first visit and
+again. The lesson pages count as computed at start-up when a first visit takes no longer than a
+later one (within 2x + 5 ms); in the full run, a lab started without the warm-up shows what the
+first visit of each page would cost instead. The server's process tree is read from ``/proc``
+(Linux). Absolute times on a shared machine move from run to run; the ratios within one run are
+the result, and the load average is printed so that a noisy run can be told apart.
 
 Usage::
 
-    python benchmarks/widgets.py            # every case, 7 repeats
+    python benchmarks/widgets.py            # 1-5 cases per widget, 7 repeats, warm-up
     python benchmarks/widgets.py --quick    # one case per widget, 1 repeat, no warm-up
 """
 
 import argparse
-import itertools
 import json
 import math
 import os
@@ -51,230 +57,563 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.error
 import urllib.request
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from normlab import data, models, train, workers
-from normlab.experiments import run_experiment
+from normlab.data import two_moons
+from normlab.experiments import get_experiment, params_dict, run_experiment
+from normlab.lab.lessons import LESSONS
 
-TARGET = 4.0
 SETTLE_S = 0.03  # pause before every timed call: the last call's OpenMP threads stop spinning
-TRAINING = ("bn-lr", "init-train")
-X, Y = data.two_moons()  # the seed's shared dataset: 200 standardized two-moons points
+CACHED_TARGET_MS = 10.0
+TRAINING = ("symmetry", "init-train", "bn-lr", "bn-lr-sweep")
+X_moons, y_moons = two_moons()  # the seed's shared dataset, built once as the notebook does
 
 
 # --------------------------------------------------------------------------------------------
-# The seed notebook's way (eager modules, torch.optim.SGD, .item() per step)
+# The seed notebook's way (eager modules, torch.optim.SGD, loss.item() per step)
 
 
-def seed_fit(net: nn.Module, lr: float, steps: int) -> list[float]:
-    """Full-batch SGD on the moons, a host sync per step, as every seed training loop does."""
+def seed_train(net: nn.Module, lr: float, steps: int) -> list[float]:
+    """The notebook's ``train_moons`` (and ``train_bn``'s loop): full-batch SGD."""
     net.train()
     opt = torch.optim.SGD(net.parameters(), lr=lr)
     losses = []
     for _ in range(steps):
         opt.zero_grad()
-        loss = F.binary_cross_entropy_with_logits(net(X), Y)
+        loss = F.binary_cross_entropy_with_logits(net(X_moons), y_moons)
         loss.backward()
         opt.step()
         losses.append(loss.item())
     return losses
 
 
-def seed_bn_net(use_bn: bool, width: int = 64, depth: int = 4) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    d = 2
-    for _ in range(depth):
-        layers.append(nn.Linear(d, width))
-        if use_bn:
-            layers.append(nn.BatchNorm1d(width))  # before the ReLU
-        layers.append(nn.ReLU())
-        d = width
-    layers.append(nn.Linear(d, 1))
-    return nn.Sequential(*layers)
+class SeedMLPBN(nn.Module):
+    """The notebook's ``MLPBN``: hidden blocks Linear -> (BN) -> ReLU, BN before the ReLU."""
+
+    def __init__(self, width: int, n_hidden: int, use_bn: bool) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        d = 2
+        for _ in range(n_hidden):
+            layers.append(nn.Linear(d, width))
+            if use_bn:
+                layers.append(nn.BatchNorm1d(width))
+            layers.append(nn.ReLU())
+            d = width
+        layers.append(nn.Linear(d, 1))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.net(x)
+        return out
 
 
-def seed_bn_lr(batch_norm: bool, lr: float, seed: int) -> list[list[float]]:
-    """Widget 4's ``train_bn``, run for the chosen setting and for the contrast."""
+def seed_train_bn(use_bn: bool, lr: float, p: dict[str, Any]) -> list[float]:
+    """The notebook's ``train_bn``."""
+    torch.manual_seed(p["seed"])
+    net = SeedMLPBN(p["width"], p["hidden_layers"], use_bn)
+    return seed_train(net, lr, p["steps"])
+
+
+def seed_bn_lr(p: dict[str, Any]) -> list[list[float]]:
+    """Widget 4 for the chosen setting, and for the other one (a bn-lr result holds both)."""
+    return [seed_train_bn(bn, p["lr"], p) for bn in (p["batch_norm"], not p["batch_norm"])]
+
+
+def seed_bn_lr_sweep(p: dict[str, Any]) -> list[list[tuple[float, float]]]:
+    """``train_bn`` at every rate, without and with BN: the final loss and the later peak."""
+    lrs = torch.logspace(math.log10(p["lr_min"]), math.log10(p["lr_max"]), p["points"]).tolist()
+    tail = p["tail"]
     curves = []
-    for use_bn in (batch_norm, not batch_norm):
-        torch.manual_seed(seed)
-        curves.append(seed_fit(seed_bn_net(use_bn), lr, 150))
+    for use_bn in (False, True):
+        runs = []
+        for lr in lrs:
+            losses = [math.inf if math.isnan(v) else v for v in seed_train_bn(use_bn, lr, p)]
+            runs.append((sum(losses[-tail:]) / tail, max(losses[tail:])))
+        curves.append(runs)
     return curves
 
 
-class SeedDeepMLP(nn.Module):
-    """Widget 3's network: ReLU hidden layers that can hand back their activations."""
+class SeedTinyMLP(nn.Module):
+    """The notebook's ``TinyMLP``: one hidden ReLU layer, then a linear output."""
 
-    def __init__(self, width: int = 32, n_hidden: int = 5) -> None:
+    def __init__(self, hidden: int) -> None:
         super().__init__()
-        sizes = [2] + [width] * n_hidden
-        self.hidden = nn.ModuleList(nn.Linear(a, b) for a, b in itertools.pairwise(sizes))
-        self.out = nn.Linear(width, 1)
+        self.fc1 = nn.Linear(2, hidden)
+        self.fc2 = nn.Linear(hidden, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.out(self.activations(x)[-1])
+        out: torch.Tensor = self.fc2(torch.relu(self.fc1(x)))
         return out
 
-    def activations(self, x: torch.Tensor) -> list[torch.Tensor]:
+
+def seed_symmetry(p: dict[str, Any]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Widget 1 (``init_net`` then ``train_track``) for the chosen init and the other one."""
+    runs = []
+    for random_init in (p["random_init"], not p["random_init"]):
+        net = SeedTinyMLP(p["hidden"])
+        torch.manual_seed(p["seed"])  # init_net
+        with torch.no_grad():
+            for name, w in net.named_parameters():
+                if "bias" in name:
+                    w.zero_()
+                elif random_init:
+                    nn.init.normal_(w, mean=0.0, std=p["std"])
+                else:
+                    w.fill_(p["const"])
+        opt = torch.optim.SGD(net.parameters(), lr=p["lr"])  # train_track
+        w_hist, g_hist = [], []
+        for _ in range(p["steps"]):
+            opt.zero_grad()
+            loss = F.binary_cross_entropy_with_logits(net(X_moons), y_moons)
+            loss.backward()
+            assert net.fc1.weight.grad is not None
+            w_hist.append(net.fc1.weight.detach().cpu().clone())  # (hidden, 2)
+            g_hist.append(net.fc1.weight.grad.detach().cpu().clone())
+            opt.step()
+        w_all, g_all = torch.stack(w_hist), torch.stack(g_hist)  # (steps, hidden, 2)
+        (w_all[:, 0] - w_all[:, 1]).abs().max().item()  # what the notebook prints
+        (g_all[:, 0] - g_all[:, 1]).abs().max().item()
+        runs.append((w_all, g_all))
+    return runs
+
+
+class SeedDeepMLP(nn.Module):
+    """The notebook's ``DeepMLP``: ReLU hidden layers that can hand back their outputs."""
+
+    def __init__(self, width: int, n_hidden: int) -> None:
+        super().__init__()
+        self.hidden = nn.ModuleList()
+        d = 2
+        for _ in range(n_hidden):
+            self.hidden.append(nn.Linear(d, width))
+            d = width
+        self.out = nn.Linear(d, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.acts(x)[0]
+
+    def acts(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         acts = []
         for lin in self.hidden:
             x = torch.relu(lin(x))
             acts.append(x)
-        return acts
+        out: torch.Tensor = self.out(x)
+        return out, acts
 
 
-def seed_weight(method: str, fan_in: int, fan_out: int) -> torch.Tensor:
-    if method == "zeros":
-        return torch.zeros(fan_out, fan_in)
+def seed_weight(method: str, fan_in: int, fan_out: int) -> torch.Tensor | None:
+    """The notebook's ``apply_init`` for one weight (``None``: zero it)."""
     if method == "small":
         return torch.randn(fan_out, fan_in) * 0.02
     if method == "large":
         return torch.randn(fan_out, fan_in) * 0.30
-    if method == "xavier":  # U(-a, a), a = sqrt(6 / (fan_in + fan_out)), from scratch
-        return (torch.rand(fan_out, fan_in) * 2 - 1) * math.sqrt(6 / (fan_in + fan_out))
-    return torch.randn(fan_out, fan_in) * math.sqrt(2 / fan_in)  # He normal, from scratch
+    if method == "xavier":  # xavier_uniform_init
+        a: float = (6.0 / (fan_in + fan_out)) ** 0.5
+        return (torch.rand(fan_out, fan_in) * 2.0 - 1.0) * a
+    if method == "he":  # he_normal_init
+        std: float = (2.0 / fan_in) ** 0.5
+        return torch.randn(fan_out, fan_in) * std
+    return None
 
 
-def seed_init_train(method: str, seed: int) -> tuple[list[float], list[float]]:
-    """Widget 3's ``init_task_demo`` without the plot: variances at init, then the losses."""
-    torch.manual_seed(seed)
-    net = SeedDeepMLP()
+def seed_init_train(p: dict[str, Any]) -> tuple[list[float], list[float], list[float]]:
+    """Widget 3's ``init_task_demo`` without the plot: variances at init, then the losses.
+
+    The widget also shows each hidden output's gradient variance at init, which the notebook
+    does not compute: the seed way gets it as a notebook would, one more forward and backward
+    with ``retain_grad``, so that both sides compute the same data.
+    """
+    torch.manual_seed(p["seed"])
+    net = SeedDeepMLP(p["width"], p["hidden_layers"])
     with torch.no_grad():
         for m in net.modules():
             if isinstance(m, nn.Linear):
-                m.weight.copy_(seed_weight(method, m.in_features, m.out_features))
-                m.bias.zero_()
-        variances = [max(a.var(unbiased=False).item(), 1e-12) for a in net.activations(X)]
-    return variances, seed_fit(net, 0.2, 150)
-
-
-def seed_symmetry(random_init: bool, seed: int, steps: int = 30) -> list[float]:
-    """Widget 1's run for the chosen init and for the other one (the result holds both)."""
-    out = []
-    for rand in (random_init, not random_init):
-        torch.manual_seed(seed)
-        net = nn.Sequential(nn.Linear(2, 6), nn.ReLU(), nn.Linear(6, 1))
-        with torch.no_grad():
-            for name, p in net.named_parameters():
-                if "bias" in name:
-                    p.zero_()
-                elif rand:
-                    nn.init.normal_(p, 0.0, 0.5)
+                w = seed_weight(p["method"], m.in_features, m.out_features)
+                if w is None:
+                    m.weight.zero_()
                 else:
-                    p.fill_(0.1)
-        first = net[0]
-        assert isinstance(first, nn.Linear)
-        opt = torch.optim.SGD(net.parameters(), lr=0.5)
-        w_hist, g_hist = [], []
-        for _ in range(steps):
-            opt.zero_grad()
-            F.binary_cross_entropy_with_logits(net(X), Y).backward()
-            assert first.weight.grad is not None
-            w_hist.append(first.weight.detach().clone())  # (6, 2)
-            g_hist.append(first.weight.grad.detach().clone())
-            opt.step()
-        w, g = torch.stack(w_hist), torch.stack(g_hist)  # (steps, 6, 2)
-        out += [(w[:, 0] - w[:, 1]).abs().max().item(), (g[:, 0] - g[:, 1]).abs().max().item()]
-    return out
+                    m.weight.copy_(w)
+                m.bias.zero_()
+        _, acts = net.acts(X_moons)
+        variances = [max(a.var(unbiased=False).item(), 1e-12) for a in acts]
+    out, acts = net.acts(X_moons)
+    for a in acts:
+        a.retain_grad()
+    F.binary_cross_entropy_with_logits(out, y_moons).backward()
+    grads = [a.grad.var(unbiased=False).item() for a in acts if a.grad is not None]
+    net.zero_grad()
+    return variances, seed_train(net, p["lr"], p["steps"]), grads
 
 
-def seed_variance(gain: float, seed: int, depth: int = 30) -> list[float]:
-    """Widget 2's ``layer_variances``: a host sync per layer."""
-    torch.manual_seed(seed)
-    a = torch.randn(256, 128)
-    std = gain / 128**0.5
-    variances = []
-    for _ in range(depth):
-        a = a @ (torch.randn(128, 128) * std).t()
-        variances.append(a.var(unbiased=False).item())
-    return variances
+SEED_WAY: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "symmetry": seed_symmetry,
+    "init-train": seed_init_train,
+    "bn-lr": seed_bn_lr,
+    "bn-lr-sweep": seed_bn_lr_sweep,
+}
+
+
+# --------------------------------------------------------------------------------------------
+# The same data: the seed way's numbers against ours
+
+
+def _max_diff(ours: list[float], seed: list[float]) -> float:
+    """The largest |difference|; two equal non-finite values (inf, nan) count as equal."""
+    assert len(ours) == len(seed), (len(ours), len(seed))
+    worst = 0.0
+    for a, b in zip(ours, seed, strict=True):
+        if a == b or (math.isnan(a) and math.isnan(b)):
+            continue
+        worst = max(worst, abs(a - b) if math.isfinite(a - b) else math.inf)
+    return worst
+
+
+def same_data(widget: str, ours: Any, seed: Any) -> float:
+    """The largest difference between what ours and the seed way computed for one case."""
+    if widget == "bn-lr":
+        return _max_diff(ours.losses + ours.contrast_losses, seed[0] + seed[1])
+    if widget == "init-train":
+        variances = [max(v, 1e-12) for v in ours.forward_variances]  # the seed floors them
+        mine = variances + ours.losses + ours.backward_variances
+        return _max_diff(mine, seed[0] + seed[1] + seed[2])
+    if widget == "symmetry":
+        (w, g), (w_other, g_other) = seed
+        summaries = [ours.contrast.max_weight_diff, ours.contrast.max_grad_diff]
+        expected = [(w_other[:, 0] - w_other[:, 1]).abs().max().item()]
+        expected.append((g_other[:, 0] - g_other[:, 1]).abs().max().item())
+        mine = torch.tensor(ours.weights + ours.grads).flatten().tolist() + summaries
+        return _max_diff(mine, torch.cat([w, g]).flatten().tolist() + expected)
+    assert widget == "bn-lr-sweep"
+    pairs = [zip(c.final_losses, c.peak_losses, strict=True) for c in ours.curves]
+    mine = [v for curve in pairs for pair in curve for v in pair]
+    return _max_diff(mine, [v for runs in seed for pair in runs for v in pair])
+
+
+# --------------------------------------------------------------------------------------------
+# A real lab server in its own process
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _tree_cpu_s(pid: int) -> float:
+    """CPU seconds used so far by process ``pid`` and its living descendants (``/proc``)."""
+    procs: dict[int, tuple[int, int]] = {}  # pid -> (parent, utime + stime in ticks)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # it ended meanwhile
+                continue
+            procs[int(entry)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
+    tree, grown = {pid}, True
+    while grown:
+        more = {p for p, (parent, _) in procs.items() if parent in tree} - tree
+        tree |= more
+        grown = bool(more)
+    return sum(procs[p][1] for p in tree if p in procs) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class LabServer:
+    """A lab serving on 127.0.0.1 in its own process; ``serving_s``/``ready_s``: its start."""
+
+    base: str
+    proc: subprocess.Popen[bytes]
+    serving_s: float = 0.0  # from the start to the first HTTP answer
+    ready_s: float = 0.0  # from the start until its CPU time stops growing (warm-up done)
+    errors: list[str] = field(default_factory=list)  # what it said on stderr, once stopped
+
+
+@contextmanager
+def lab_server(warm: bool) -> Iterator[LabServer]:
+    """``python -m normlab lab`` (which warms up), or ``create_app(warm=False)`` via uvicorn."""
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="normlab-bench-") as tmp:
+        db = str(Path(tmp) / "progress.sqlite3")
+        if warm:
+            cmd = [sys.executable, "-m", "normlab", "lab", "--port", str(port), "--db", db]
+        else:
+            code = (
+                "import uvicorn; from normlab.lab.app import create_app; "
+                f"uvicorn.run(create_app(db_path={db!r}), host='127.0.0.1', port={port}, "
+                "log_level='warning')"
+            )
+            cmd = [sys.executable, "-c", code]
+        log = Path(tmp) / "stderr.txt"
+        t0 = time.perf_counter()
+        with log.open("wb") as err:
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        server = LabServer(f"http://127.0.0.1:{port}", proc)
+        try:
+            _wait_until_serving(server)
+            server.serving_s = time.perf_counter() - t0
+            _wait_until_idle(proc.pid)
+            server.ready_s = time.perf_counter() - t0
+            yield server
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            server.errors = _summary(log.read_text(errors="replace"))
+
+
+def _summary(stderr: str) -> list[str]:
+    """The lines of a lab's stderr that say what went wrong (tracebacks' frames left out)."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    return [
+        line
+        for line in lines
+        if not line.startswith((" ", "\t", "Traceback", "During handling", "The above"))
+        and not set(line.strip()) <= set("^~")
+    ]
+
+
+def _wait_until_serving(server: LabServer, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if server.proc.poll() is not None:
+            raise RuntimeError(f"the lab exited with status {server.proc.returncode}")
+        try:
+            urllib.request.urlopen(server.base + "/api/experiments", timeout=30).close()
+            return
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the lab did not answer within {timeout:g} s") from exc
+            time.sleep(0.1)
+
+
+def _wait_until_idle(pid: int, window: float = 1.5, share: float = 0.05) -> None:
+    """Until the server's process tree uses under ``share`` of one core over ``window`` s."""
+    deadline = time.monotonic() + 900
+    before = _tree_cpu_s(pid)
+    while time.monotonic() < deadline:
+        time.sleep(window)
+        now = _tree_cpu_s(pid)
+        if now - before < share * window:
+            return
+        before = now
+    raise RuntimeError("the lab kept computing for 15 minutes after it started serving")
+
+
+def _request(url: str, body: dict[str, Any] | None = None) -> tuple[float, int, bytes]:
+    """GET (no body) or POST JSON: the time to the whole answer (ms), its status and body."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"content-type": "application/json"})
+    t0 = time.perf_counter()
+    try:
+        with urllib.request.urlopen(request, timeout=900) as response:
+            status, answer = int(response.status), response.read()
+    except urllib.error.HTTPError as exc:  # the lab's error answers are timed and reported too
+        status, answer = exc.code, exc.read()
+        exc.close()
+    return (time.perf_counter() - t0) * 1e3, status, answer
+
+
+def _post_ok(url: str, body: dict[str, Any]) -> tuple[float, bytes]:
+    """POST that must succeed: the time (ms) and the answer."""
+    ms, status, answer = _request(url, body)
+    if status != 200:
+        raise RuntimeError(f"POST {url} {body} answered {status}: {answer[:300]!r}")
+    return ms, answer
 
 
 # --------------------------------------------------------------------------------------------
 # Cases and timing
 
 
-def _ignore(done: int, total: int) -> None:
-    """A progress callback, as the lab passes one."""
-
-
-@dataclass
+@dataclass(frozen=True)
 class Case:
     widget: str
     label: str
-    ours: Callable[[int], object]  # seed -> result
-    seed_way: Callable[[int], object]
+    params: dict[str, Any]  # what the widget sends, the seed aside
+
+    def full(self, seed: int) -> dict[str, Any]:
+        """Every parameter, defaults included, as the experiment runs with them."""
+        experiment = get_experiment(self.widget)
+        return params_dict(experiment.make_params({**self.params, "seed": seed}))
 
 
 def cases(quick: bool) -> list[Case]:
-    out = []
-    lrs = [2.0] if quick else [2.0, 0.5, 1.2, 3.0]
-    for lr in lrs:
-        label = "lr=2 (default)" if lr == 2.0 else f"lr={lr:g}"
-
-        def ours_bn(s: int, lr: float = lr) -> object:
-            return run_experiment("bn-lr", progress=_ignore, lr=lr, seed=s)
-
-        def seed_bn(s: int, lr: float = lr) -> object:
-            return seed_bn_lr(False, lr, s)
-
-        out.append(Case("bn-lr", label, ours_bn, seed_bn))
-    methods = ["he"] if quick else ["zeros", "small", "large", "xavier", "he"]
-    for method in methods:
-
-        def ours_it(s: int, m: str = method) -> object:
-            return run_experiment("init-train", progress=_ignore, method=m, seed=s)
-
-        def seed_it(s: int, m: str = method) -> object:
-            return seed_init_train(m, s)
-
-        out.append(Case("init-train", method, ours_it, seed_it))
-
-    def ours_sym(s: int) -> object:
-        return run_experiment("symmetry", progress=_ignore, random_init=True, seed=s)
-
-    out.append(Case("symmetry", "random init", ours_sym, lambda s: seed_symmetry(True, s)))
-    for gain in [1.1] if quick else [1.1, 0.93]:
-
-        def ours_var(s: int, g: float = gain) -> object:
-            return run_experiment("variance", gains=[g], depth=30, seed=s)
-
-        def seed_var(s: int, g: float = gain) -> object:
-            return seed_variance(g, s)
-
-        out.append(Case("variance", f"gain={gain:g}", ours_var, seed_var))
+    if quick:
+        return [
+            Case("symmetry", "random init", {"random_init": True}),
+            Case("init-train", "xavier", {"method": "xavier"}),
+            Case("bn-lr", "BN, lr=1.7", {"batch_norm": True, "lr": 1.7}),
+            Case("bn-lr-sweep", "2 rates", {"points": 2, "lr_max": 2.5}),
+        ]
+    out = [
+        Case("symmetry", "random init", {"random_init": True}),
+        Case("symmetry", "const 0.3", {"const": 0.3}),
+    ]
+    out += [Case("init-train", m, {"method": m}) for m in ("zeros", "small", "large", "xavier")]
+    out.append(Case("init-train", "he, lr=0.1", {"lr": 0.1}))
+    out += [
+        Case("bn-lr", "lr=2", {}),
+        Case("bn-lr", "lr=0.5", {"lr": 0.5}),
+        Case("bn-lr", "BN, lr=1.2", {"batch_norm": True, "lr": 1.2}),
+        Case("bn-lr", "lr=3", {"lr": 3.0}),
+        Case("bn-lr-sweep", "4 rates", {"points": 4, "lr_max": 2.5}),
+    ]
     return out
 
 
-def one_thread(fn: Callable[[int], object]) -> Callable[[int], object]:
-    def run(s: int) -> object:
-        old = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            return fn(s)
-        finally:
-            torch.set_num_threads(old)
-
-    return run
+Way = Callable[[Case, int], Any]  # (case, seed) -> what it computed
 
 
-def same_data(ours: Any, seed_way: Any) -> str:
-    """bn-lr's curves against the seed's ``train_bn`` run with the same rate and seed."""
-    plain, bn = seed_way  # the chosen setting (without BN, the default) first
-    d_plain = max(abs(a - b) for a, b in zip(ours.losses_with(False), plain, strict=True))
-    d_bn = max(abs(a - b) for a, b in zip(ours.losses_with(True)[:20], bn[:20], strict=True))
-    return (
-        f"same data: bn-lr without BN vs the seed's train_bn, max |diff| over 150 steps "
-        f"{d_plain:.1e}; with BN, over the first 20 steps {d_bn:.1e}"
+def ways(base: str) -> dict[str, Way]:
+    def seed(case: Case, s: int) -> Any:
+        return SEED_WAY[case.widget](case.full(s))
+
+    def ours(case: Case, s: int) -> Any:
+        return run_experiment(case.widget, **case.params, seed=s)
+
+    def http(case: Case, s: int) -> Any:
+        return _post_ok(f"{base}/api/experiments/{case.widget}", {**case.params, "seed": s})[1]
+
+    return {"seed": seed, "ours": ours, "http": http}
+
+
+Times = dict[str, dict[str, list[float]]]  # case label -> way -> ms per repeat
+
+
+def time_new(
+    all_cases: list[Case], fns: dict[str, Way], repeats: int, seed_base: int
+) -> tuple[Times, dict[str, float]]:
+    """Interleaved repeats, each a seed never used before; and the same-data check per widget."""
+    times: Times = {_key(c): {name: [] for name in fns} for c in all_cases}
+    diffs: dict[str, float] = {}
+    for r in range(repeats):
+        for i, case in enumerate(all_cases):
+            names = list(fns)
+            k = (r + i) % len(names)
+            outputs = {}
+            for name in names[k:] + names[:k]:  # rotate the order
+                time.sleep(SETTLE_S)
+                t0 = time.perf_counter()
+                outputs[name] = fns[name](case, seed_base + r)
+                times[_key(case)][name].append((time.perf_counter() - t0) * 1e3)
+            if r == 0 and case.widget not in diffs:
+                diffs[case.widget] = same_data(case.widget, outputs["ours"], outputs["seed"])
+    return times, diffs
+
+
+def time_cached(base: str, all_cases: list[Case], seed: int, n: int) -> dict[str, list[float]]:
+    """Each case's last new request, asked again ``n`` times: answered from the lab's cache."""
+    out = {}
+    for case in all_cases:
+        url = f"{base}/api/experiments/{case.widget}"
+        out[_key(case)] = [_post_ok(url, {**case.params, "seed": seed})[0] for _ in range(n)]
+    return out
+
+
+def _key(case: Case) -> str:
+    return f"{case.widget} {case.label}"
+
+
+@dataclass(frozen=True)
+class Wait:
+    """What a learner waits for one page or answer: the first visit, then the median again."""
+
+    what: str
+    first_ms: float
+    again_ms: float
+    status: int  # the HTTP status of the first visit (200 unless the lab failed)
+
+
+def learner_waits(base: str, repeats: int) -> list[Wait]:
+    """After the warm start: every lesson page and every training widget's default answer."""
+    targets: list[tuple[str, str, dict[str, Any] | None]] = [
+        (f"page {lesson.url}", base + lesson.url, None) for lesson in LESSONS
+    ]
+    targets += [(f"answer {w} {{}}", f"{base}/api/experiments/{w}", {}) for w in TRAINING]
+    rows = []
+    for what, url, body in targets:
+        time.sleep(SETTLE_S)
+        first, status, _ = _request(url, body)
+        again = []
+        for _ in range(repeats):
+            time.sleep(SETTLE_S)
+            again.append(_request(url, body)[0])
+        rows.append(Wait(what, first, statistics.median(again), status))
+    return rows
+
+
+def cold_pages(base: str) -> dict[str, tuple[float, int]]:
+    """Each lesson's first visit on a lab that did not warm up: computed on the visit."""
+    out = {}
+    for lesson in LESSONS:
+        time.sleep(SETTLE_S)
+        ms, status, _ = _request(base + lesson.url)
+        out[f"page {lesson.url}"] = (ms, status)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Reports
+
+
+def print_new(all_cases: list[Case], times: Times, cached: dict[str, list[float]]) -> None:
+    print(
+        f"  {'widget':11s} {'case':12s} {'seed (ms)':>10s} {'ours (ms)':>10s} {'ratio':>6s}"
+        f" {'http (ms)':>10s} {'ratio':>6s}   {'cached median (max) ms':>22s}"
     )
+    for case in all_cases:
+        m = {name: statistics.median(v) for name, v in times[_key(case)].items()}
+        again = cached[_key(case)]
+        print(
+            f"  {case.widget:11s} {case.label:12s} {m['seed']:10.1f} {m['ours']:10.1f}"
+            f" {m['seed'] / m['ours']:5.2f}x {m['http']:10.1f} {m['seed'] / m['http']:5.2f}x"
+            f"   {statistics.median(again):13.2f} ({max(again):5.2f})"
+        )
+
+
+def sign_test(wins: int, n: int) -> float:
+    """Two-sided p-value of ``wins`` of ``n`` paired repeats if either way is as fast."""
+    tail: float = sum(math.comb(n, k) for k in range(min(wins, n - wins) + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+def ratio_verdict(all_cases: list[Case], times: Times, widget: str, way: str) -> tuple[str, bool]:
+    """seed / ``way`` for one widget over its cases: the line and whether it is at least 1.0."""
+    rows = [times[_key(c)] for c in all_cases if c.widget == widget]
+    seed = sum(statistics.median(t["seed"]) for t in rows)
+    ours = sum(statistics.median(t[way]) for t in rows)
+    ratio = seed / ours
+    paired = [s / o for t in rows for s, o in zip(t["seed"], t[way], strict=True)]
+    wins = sum(r > 1.0 for r in paired)
+    line = f"{ratio:.2f}x (faster than the seed way in {wins} of {len(paired)} paired repeats"
+    if len(paired) >= 4:
+        low, _, high = statistics.quantiles(paired, n=4)
+        p = sign_test(wins, len(paired))
+        noise = "within noise of 1.0" if p >= 0.05 else "not noise"
+        line += f", sign test p={p:.2f}: {noise}; middle half of their ratios {low:.2f}-{high:.2f})"
+    else:
+        line += ": too few for a noise estimate)"
+    if way == "http":
+        per_request = (ours - sum(statistics.median(t["ours"]) for t in rows)) / len(rows)
+        line += f", {per_request:+.1f} ms a request over ours in process"
+    return line, ratio >= 1.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -284,275 +623,104 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     repeats = args.repeats or (1 if args.quick else 7)
     all_cases = cases(args.quick)
-    # As `normlab lab` does at startup: a helper process for bn-lr's second run
-    helpers = workers.start(1, train.helper_init)
-    print(f"helper process for train_mlps_fast ready: {helpers.wait_ready(120)}")
+    seed_base = 1000  # seeds never used before, here or by the lab: every call is new work
 
-    impls: dict[str, dict[str, Callable[[int], object]]] = {}
-    for c in all_cases:
-        key = f"{c.widget} {c.label}"
-        impls[key] = {"ours": c.ours, "seed": c.seed_way}
-        if c.widget in TRAINING and not args.quick:
-            impls[key]["seed@1t"] = one_thread(c.seed_way)
-
-    seed_base = 1000  # seeds never used before in this process: every call is new work
+    with lab_server(warm=True) as lab:
+        print(
+            f"lab: `python -m normlab lab` serving after {lab.serving_s:.1f} s, its start-up "
+            f"work (the lessons' live results, the playground's sandbox) done after "
+            f"{lab.ready_s:.1f} s"
+        )
+        waits = learner_waits(lab.base, 2 if args.quick else 5)
+        fns = ways(lab.base)
+        if not args.quick:  # warm-up: imports, allocator, kernels, the lab's first new runs
+            for case in all_cases:
+                for fn in fns.values():
+                    fn(case, seed_base - 1)
+        times, diffs = time_new(all_cases, fns, repeats, seed_base)
+        cached = time_cached(lab.base, all_cases, seed_base + repeats - 1, 3 if args.quick else 25)
+    lab_errors = list(lab.errors)
+    cold: dict[str, tuple[float, int]] = {}
     if not args.quick:
-        for fns in impls.values():  # warm up: imports, allocator, kernels, the moons cache
-            for fn in fns.values():
-                fn(seed_base - 1)
+        with lab_server(warm=False) as plain:
+            cold = cold_pages(plain.base)
+        lab_errors += plain.errors
 
-    times: dict[str, dict[str, list[float]]] = {k: {n: [] for n in v} for k, v in impls.items()}
-    check: dict[str, object] = {}
-    first = f"{all_cases[0].widget} {all_cases[0].label}"  # bn-lr with the default parameters
-    for r in range(repeats):
-        for key, fns in impls.items():
-            names = list(fns)
-            for name in names[r % len(names) :] + names[: r % len(names)]:  # rotate the order
-                time.sleep(SETTLE_S)
-                t0 = time.perf_counter()
-                out = fns[name](seed_base + r)
-                times[key][name].append(time.perf_counter() - t0)
-                if key == first and r == 0:
-                    check[name] = out
-    print(same_data(check["ours"], check["seed"]))
-
+    same = ", ".join(
+        f"{w} " + ("identical" if d == 0 else f"max |diff| {d:.1e}") for w, d in diffs.items()
+    )
+    print(f"same data (the seed way's numbers against ours, first case, same seed): {same}")
     load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     print(
-        f"widgets: seed notebook's way vs normlab, {torch.get_num_threads()} threads, "
-        f"{repeats} interleaved repeats, medians, load average {load}"
+        f"new parameter sets: the seed notebook's way, ours in process, ours through the lab "
+        f"(loopback HTTP); {torch.get_num_threads()} threads, {repeats} interleaved repeat"
+        f"{'s' if repeats > 1 else ''}, medians, load average {load}"
     )
-    print(f"  {'widget':11s} {'case':15s} {'seed (ms)':>10s} {'ours (ms)':>10s} {'ratio':>7s}")
-    med = {k: {n: statistics.median(ts) * 1e3 for n, ts in v.items()} for k, v in times.items()}
-    for c in all_cases:
-        m = med[f"{c.widget} {c.label}"]
-        extra = f"   seed@1t {m['seed@1t']:8.1f} ms" if "seed@1t" in m else ""
-        print(
-            f"  {c.widget:11s} {c.label:15s} {m['seed']:10.1f} {m['ours']:10.1f} "
-            f"{m['seed'] / m['ours']:6.2f}x{extra}"
-        )
-
-    verdicts = []
-    for widget in dict.fromkeys(c.widget for c in all_cases):
-        rows = [med[f"{c.widget} {c.label}"] for c in all_cases if c.widget == widget]
-        seed, ours = sum(m["seed"] for m in rows), sum(m["ours"] for m in rows)
-        ratio = seed / ours
-        worst = min(m["seed"] / m["ours"] for m in rows)
-        line = (
-            f"ratio {widget}: {ratio:.2f}x (seed way {seed:.0f} ms / ours {ours:.0f} ms over "
-            f"{len(rows)} cases; lowest case {worst:.2f}x)"
-        )
-        if all("seed@1t" in m for m in rows):
-            line += f"; vs seed way on 1 thread {sum(m['seed@1t'] for m in rows) / ours:.2f}x"
-        if widget in TRAINING:
-            ok = ratio >= TARGET
-            verdicts.append((widget, ratio, ok))
-            line += f" -> {'meets' if ok else 'misses'} the {TARGET:g}x target"
-        else:
-            line += " (no target)"
-        print(line)
-    passed = all(ok for _, _, ok in verdicts)
-    summary = ", ".join(f"{w} {r:.2f}x" for w, r, _ in verdicts)
-    print(f"verdict: {'PASS' if passed else 'FAIL'} ({summary}; target {TARGET:g}x)")
-    floor_section(1 if args.quick else 7)
-    workers.stop()
-    http_section(1 if args.quick else repeats, 3 if args.quick else 25)
+    print_new(all_cases, times, cached)
+    if args.quick:
+        print("  (--quick: one repeat, no warm-up: first calls pay one-time costs; a smoke test)")
+    passed = report(all_cases, times, cached, waits, cold)
+    for line in lab_errors:
+        print(f"the lab reported: {line}")
+    note = " (--quick: one sample each, no warm-up; judge by a full run)" if args.quick else ""
+    print(f"verdict: {'PASS' if passed and not lab_errors else 'FAIL'}{note}")
     return 0
 
 
-# --------------------------------------------------------------------------------------------
-# Where bn-lr's time goes: each run alone, and the kernels no implementation can skip
+def report(
+    all_cases: list[Case],
+    times: Times,
+    cached: dict[str, list[float]],
+    waits: list[Wait],
+    cold: dict[str, tuple[float, int]],
+) -> bool:
+    """The learner's waits after the warm start, then one verdict line per target."""
+    print("after the warm start, before any other request: first visit, then the median again")
+    for w in waits:
+        error = "" if w.status == 200 else f"   HTTP {w.status}"
+        extra = ""
+        if w.what in cold:
+            ms, status = cold[w.what]
+            extra = f"   (no warm-up: {ms:7.1f} ms{'' if status == 200 else f', HTTP {status}'})"
+        print(
+            f"  {w.what:28s} first {w.first_ms:7.2f} ms   again {w.again_ms:7.2f} ms{error}{extra}"
+        )
 
+    ok_ratio = True
+    print("target: seed / ours >= 1.0 for a new setting (ours is the seed's loop: about 1.0)")
+    for widget in TRAINING:
+        line, ok = ratio_verdict(all_cases, times, widget, "ours")
+        http, _ = ratio_verdict(all_cases, times, widget, "http")
+        ok_ratio &= ok
+        print(f"  {widget:11s} in process {line} -> {'meets' if ok else 'misses'} 1.0")
+        print(f"  {'':11s} through HTTP {http}")
 
-def bn_lr_kernels(s: int, width: int = 64, depth: int = 4, steps: int = 150) -> None:
-    """Only the matmuls and BatchNorm kernels of bn-lr's two runs, on the current thread.
-
-    Per step and run: the forward matmuls, the head, the backward matmuls (weights and inputs),
-    and for the BN run one ``native_batch_norm`` and one ``native_batch_norm_backward`` per
-    block; no elementwise op, no update, no Python logic beyond the loop. Any implementation of
-    full-batch SGD on these nets runs these matmuls, and any built on torch's BatchNorm kernels
-    (the seed way's and ours) runs these kernels too. Each is called from Python, so the time
-    includes Python's per-call cost (~2.5 us a call), which a loop run from TorchScript (as
-    normlab's is) halves: ours can come in under this.
-    """
-    g = torch.Generator().manual_seed(s)
-    n = X.shape[0]
-    bn_backward = torch.ops.aten.native_batch_norm_backward.default
-    for use_bn in (False, True):
-        ws = [torch.randn(width, 2, generator=g)]
-        ws += [torch.randn(width, width, generator=g) for _ in range(depth - 1)]
-        head = torch.randn(1, width, generator=g)
-        h = torch.randn(depth, n, width, generator=g).relu_()  # block outputs, (L, N, H)
-        da = torch.randn(depth, n, width, generator=g)  # their gradients, (L, N, H)
-        gamma, beta = torch.ones(width), torch.zeros(width)
-        rm, rv = torch.zeros(width), torch.ones(width)
-        for _ in range(steps):
-            inp = X
-            saved = []
-            for i, w in enumerate(ws):
-                a = torch.mm(inp, w.t())  # (N, H_in) @ (H_in, H)
-                if use_bn:
-                    _, mean, invstd = torch.native_batch_norm(
-                        a, gamma, beta, rm, rv, True, 0.1, 1e-5
-                    )
-                    saved.append((a, mean, invstd))
-                inp = h[i]
-            dz = torch.mm(inp, head.t())  # (N, H) @ (H, 1)
-            torch.mm(dz.t(), inp)  # (1, N) @ (N, H)
-            torch.mm(dz, head)  # (N, 1) @ (1, H)
-            for i in reversed(range(depth)):
-                if use_bn:
-                    a, mean, invstd = saved[i]
-                    bn_backward(
-                        da[i], a, gamma, None, None, mean, invstd, True, 1e-5, [True, True, True]
-                    )
-                below = X if i == 0 else h[i - 1]
-                torch.mm(da[i].t(), below)  # (H, N) @ (N, H_in)
-                if i > 0:
-                    torch.mm(da[i], ws[i])  # (N, H) @ (H, H_in)
-
-
-def floor_section(repeats: int) -> None:
-    """bn-lr at its defaults: the seed way, each of our runs alone, both, and the kernels."""
-
-    def net(s: int, use_bn: bool) -> nn.Module:
-        gen = torch.Generator().manual_seed(s)
-        return models.mlp(2, 64, 4, out_dim=1, norm="batch" if use_bn else "none", generator=gen)
-
-    def alone(use_bn: bool) -> Callable[[int], object]:
-        return lambda s: train.train_mlp_fast(net(s, use_bn), X, Y, lr=2.0, steps=150)
-
-    def on_threads(s: int) -> object:
-        nets = [net(s, False), net(s, True)]
-        return train.train_mlps_fast(nets, X, Y, lr=2.0, steps=150, helpers=False)
-
-    impls: dict[str, Callable[[int], object]] = {
-        "seed way, both runs": lambda s: seed_bn_lr(False, 2.0, s),
-        "ours, both runs": lambda s: run_experiment("bn-lr", progress=_ignore, seed=s),
-        "ours, both runs, threads, no helper": on_threads,
-        "ours, the run without BN alone": alone(False),
-        "ours, the run with BN alone": alone(True),
-        "kernels only, both runs, 1 thread": one_thread(bn_lr_kernels),
-    }
-    times: dict[str, list[float]] = {k: [] for k in impls}
-    for r in range(repeats + 1):
-        names = list(impls)
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            time.sleep(SETTLE_S)
-            t0 = time.perf_counter()
-            impls[name](2000 + r)
-            if r:  # the first round warms up
-                times[name].append(time.perf_counter() - t0)
-    med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
-    print(f"bn-lr at its defaults, where the time goes ({repeats} interleaved repeats, medians):")
-    for name, ms in med.items():
-        print(f"  {name:37s} {ms:8.1f} ms")
-    seed = med["seed way, both runs"]
-    kernels = med["kernels only, both runs, 1 thread"]
-    longest = max(med["ours, the run without BN alone"], med["ours, the run with BN alone"])
+    defaults = [w for w in waits if w.what.startswith("answer")]
+    answers = [statistics.median(v) for v in cached.values()] + [w.again_ms for w in defaults]
+    first = max(w.first_ms for w in defaults)
+    ok_cached = max(answers) < CACHED_TARGET_MS and first < CACHED_TARGET_MS
+    ok_cached &= all(w.status == 200 for w in defaults)
     print(
-        f"floor: the seed way takes {seed / kernels:.2f}x the kernels alone called from Python on "
-        f"one core, {seed / longest:.2f}x our longer run alone (the most our trainer can reach "
-        f"with the two runs on two cores)"
+        f"target: cached answers under {CACHED_TARGET_MS:g} ms: slowest median {max(answers):.2f}"
+        f" ms, slowest first default answer after the warm start {first:.2f} ms -> "
+        f"{'meets' if ok_cached else 'misses'}"
     )
 
-
-# --------------------------------------------------------------------------------------------
-# Through HTTP: a real lab server, request to answer, new parameters and then cached
-
-HTTP_WIDGETS: dict[str, tuple[dict[str, Any], Callable[[int], object]]] = {
-    # the widget's parameters (the seed comes per request), and the seed way for them
-    "bn-lr": ({"batch_norm": True, "lr": 1.7}, lambda s: seed_bn_lr(True, 1.7, s)),
-    "init-train": ({"method": "xavier"}, lambda s: seed_init_train("xavier", s)),
-    "symmetry": ({"random_init": True}, lambda s: seed_symmetry(True, s)),
-    "variance": ({"gains": [1.07], "depth": 30}, lambda s: seed_variance(1.07, s)),
-}
-CACHED_TARGET_MS = 10.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _post(url: str, body: dict[str, Any]) -> float:
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"content-type": "application/json"}
+    pages = [w for w in waits if w.what.startswith("page")]
+    failed = [w.what for w in pages if w.status != 200]
+    late = [w.what for w in pages if w.status == 200 and w.first_ms > 2 * w.again_ms + 5.0]
+    slowest = max(w.first_ms for w in pages)
+    contrast = (
+        f"; without the warm-up up to {max(ms for ms, _ in cold.values()):.0f} ms" if cold else ""
     )
-    t0 = time.perf_counter()
-    with urllib.request.urlopen(request, timeout=600) as response:
-        response.read()
-    return (time.perf_counter() - t0) * 1e3
-
-
-def http_section(repeats: int, cached_repeats: int) -> None:
-    """Time each seed widget through a real ``normlab lab`` server (loopback HTTP).
-
-    Each repeat sends a parameter set the server has not seen (a new seed) and, right after,
-    runs the seed way for the same parameters in this process, so the two alternate and the
-    ratio of their medians compares request-to-answer with the notebook's own computation.
-    Then one of those parameter sets is asked again, answered from the server's cache.
-    """
-    port = _free_port()
-    code = (
-        "import uvicorn; from normlab.lab.app import create_app; "
-        f"uvicorn.run(create_app(helpers=True), host='127.0.0.1', port={port}, log_level='warning')"
+    problems = [f"{', '.join(late)} computed on the first visit"] if late else []
+    problems += [f"{', '.join(failed)} answered an error"] if failed else []
+    verdict = "misses: " + "; ".join(problems) if problems else "meets"
+    print(
+        f"target: lesson pages computed at start-up (a first visit no slower than 2x + 5 ms a "
+        f"later one): slowest first visit {slowest:.1f} ms{contrast} -> {verdict}"
     )
-    server = subprocess.Popen([sys.executable, "-c", code])
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(600):
-            try:
-                urllib.request.urlopen(base + "/api/experiments", timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        # One-time process costs (imports, first kernels, the server's helper starting), as
-        # the lab's warm start pays them, on both sides.
-        for widget, (_, seed_way) in HTTP_WIDGETS.items():
-            _post(f"{base}/api/experiments/{widget}", {})
-            seed_way(0)
-        time.sleep(2.0)
-        _post(f"{base}/api/experiments/bn-lr", {"seed": 1})  # its second run in the helper
-        print(
-            f"http: request to answer through a lab server on 127.0.0.1, new parameters "
-            f"({repeats} repeats, alternating with the seed way) and cached ({cached_repeats})"
-        )
-        print(
-            f"  {'widget':11s} {'seed (ms)':>10s} {'http (ms)':>10s} {'ratio':>7s}"
-            f"   {'cached median (max)':>20s}"
-        )
-        worst = 0.0
-        for widget, (params, seed_way) in HTTP_WIDGETS.items():
-            url = f"{base}/api/experiments/{widget}"
-            new: list[float] = []
-            seeds: list[float] = []
-            for r in range(repeats):
-                time.sleep(SETTLE_S)
-                new.append(_post(url, {**params, "seed": 3000 + r}))  # never asked before
-                time.sleep(SETTLE_S)
-                t0 = time.perf_counter()
-                seed_way(3000 + r)
-                seeds.append((time.perf_counter() - t0) * 1e3)
-            cached = [_post(url, {**params, "seed": 3000}) for _ in range(cached_repeats)]
-            med_new, med_seed, med_cached = (statistics.median(v) for v in (new, seeds, cached))
-            worst = max(worst, med_cached)
-            verdict = ""
-            if widget in TRAINING:
-                meets = med_seed / med_new >= TARGET
-                verdict = f"   {'meets' if meets else 'misses'} {TARGET:g}x"
-            print(
-                f"  {widget:11s} {med_seed:10.1f} {med_new:10.1f} {med_seed / med_new:6.2f}x"
-                f"   {med_cached:10.2f} ({max(cached):5.2f}) ms{verdict}"
-            )
-        ok = worst < CACHED_TARGET_MS
-        print(
-            f"cached answers: slowest median {worst:.2f} ms -> "
-            f"{'meets' if ok else 'misses'} the {CACHED_TARGET_MS:g} ms target"
-        )
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    return ok_ratio and ok_cached and not problems
 
 
 if __name__ == "__main__":
