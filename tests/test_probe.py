@@ -677,6 +677,25 @@ def test_other_dtypes(dtype: torch.dtype) -> None:
         assert stats.std[0][j] == pytest.approx(want["std"], rel=1e-5)
 
 
+def test_samples_of_one_length_in_several_dtypes_are_reduced_together() -> None:
+    class Mixed(nn.Module):  # a bfloat16 layer, then a float64 one: both sampled to 16 elements
+        def __init__(self) -> None:
+            super().__init__()
+            self.low = nn.Linear(6, 6).to(torch.bfloat16)
+            self.high = nn.Linear(6, 6).double()
+
+        def forward(self, x: Tensor) -> Tensor:
+            return self.high(self.low(x.to(torch.bfloat16)).double())
+
+    torch.manual_seed(0)
+    model = Mixed()
+    stats, rec = run_steps(model, [torch.randn(5, 6), torch.randn(3, 6)], sample_size=16)
+    assert stats.sampled == [[16, 16], [16, 16]]
+    for step in range(2):
+        for name in stats.layers:
+            check_layer(stats, step, name, expected(rec.steps[step][name], 16))
+
+
 def test_inplace_relu_after_linear() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(5, 7), nn.ReLU(inplace=True), nn.Linear(7, 1))

@@ -41,6 +41,7 @@ SAMPLE_SIZE, KEEP, MAX = 1024, 4096, 1 << 24  # elements sampled per output, ste
 _MOMENTS = ("mean", "std", "min", "max", "zero_frac", "saturated_frac")
 FloatArray = npt.NDArray[np.float64]
 _Key = tuple[int, torch.dtype, torch.device]  # a sample's length, dtype and device
+_Call = tuple[tuple[int, int, int], list[Tensor]]  # (slot, numel, sampled), f_k(y)
 
 
 def select_modules(model: nn.Module, modules: ModuleFilter = None) -> list[tuple[str, nn.Module]]:
@@ -143,7 +144,7 @@ def _check_saturation(value: object) -> float | None:
         raise TypeError(f"saturation must be a finite number or None, got {value!r}")
     if value is not None and not (math.isfinite(value) and value > 0):
         raise ValueError(f"saturation must be a finite positive number or None, got {value!r}")
-    return None if value is None else float(value)
+    return value if value is None else float(value)
 
 
 def _check_stats(stats: object) -> dict[str, Statistic]:
@@ -252,9 +253,8 @@ class _Probe:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
+        while self._handles:
+            self._handles.pop().remove()
 
     def _gather(self, width: int) -> tuple[FloatArray, FloatArray, npt.NDArray[np.int64]]:
         """Close a step: its rows (C, W) on the host (one copy), each layer's sums of them and
@@ -262,10 +262,8 @@ class _Probe:
         rows, calls = self._rows, np.array(self._calls, dtype=np.int64).reshape(-1, 3)
         self._rows, self._calls, self._stepped = [], [], self._stepped + 1
         self._handles = [h for h in self._handles if h.hooks_dict_ref() is not None]  # alive
-        host = np.zeros((len(calls), width))  # (C, W)
-        if rows:  # (W,) or (R, W) each -> (C, W); over several devices: they meet on the first
-            here = [r if r.device == rows[0].device else r.to(rows[0].device) for r in rows]
-            host[:] = torch.cat([r.view(-1, width) for r in here]).cpu().numpy()
+        here = [r.to(rows[0].device).view(-1, width) for r in rows]  # on the first's device
+        host = torch.cat(here).cpu().numpy() if here else np.zeros((0, width))  # (C, W)
         pooled = np.zeros((len(self._layers), width + 3))
         np.add.at(pooled, calls[:, 0], np.column_stack([host, calls[:, 1:], np.ones(len(calls))]))
         return host, pooled, calls[:, 0]
@@ -295,26 +293,24 @@ class ActivationProbe(_Probe):
 
     .. math::
         \big(\textstyle\sum_i x_i,\ \sum_i x_i^2,\ \min_i x_i,\ \max_i x_i,\
-        \#\{i : x_i \ne 0\},\ [\#\{i : |x_i| \ge s\}],\ f_1(y), \dots, f_E(y)\big)
+        \#\{i : x_i \ne 0\},\ \#\{i : |x_i| \ge s\},\ f_1(y), \dots, f_E(y)\big)
 
     and pools them per layer (sums added) into mean and std (see :mod:`normlab.probe`),
     min, max, ``extra[name]`` (the mean of :math:`f_k` over the calls), the fractions
     :math:`\text{zero\_frac} = \#\{x_i = 0\} / m` (dead ReLU units) and
     :math:`\text{saturated\_frac} = \#\{|x_i| \ge s\} / m` (tanh units pinned at :math:`\pm 1`).
     A ``nan`` element is neither 0 nor saturated, and makes mean, std, min and max ``nan``.
-    The samples held until :meth:`step` take at most calls :math:`\times` ``sample_size``
-    elements; with ``sample_size=None`` each call holds a copy of its whole output.
 
     Args:
         model, modules: the network, and which of its modules (see :func:`select_modules`).
         stats: ``name -> function(Tensor) -> Tensor`` of one element (best on the output's
             device), given every call's whole detached output.
         saturation: :math:`s`, a positive number, or ``None`` (default): not measured, ``nan``.
-        sample_size: elements sampled per output, at least 1; ``None``: every element (slower).
+        sample_size: elements sampled per output, at least 1 (until :meth:`step`, at most
+            calls x ``sample_size`` wait); ``None``: every element, reduced at once (slower).
         keep: the most steps kept, in [1, 2**24]; the oldest go first.
 
-    Shape: a call's sample :math:`(m)`, a step's rows :math:`(C, 5 + [s] + E)`, a kept step
-    :math:`(L, 9 + E)` (:math:`C` calls, :math:`E` stats).
+    Shape: a sample :math:`(m)`, a step's rows :math:`(C, 6 + E)`, a kept step :math:`(L, 9 + E)`.
 
     Example::
 
@@ -342,14 +338,13 @@ class ActivationProbe(_Probe):
         size = sample_size
         self.sample_size = size if size is None else _check_int("sample_size", size, 1)
         self.stats = _check_stats(stats)
-        self._own = 5 + (self.saturation is not None)  # the row's own statistics
         self._indices: dict[tuple[int, torch.device], Tensor] = {}  # sample_indices by numel
         self._buffers: dict[_Key, Tensor] = {}  # (G, m) by sample length, dtype, device: reused
         super().__init__(model, modules, keep=keep)
 
     def reset(self) -> None:
         super().reset()
-        self._samples: dict[_Key, list[tuple[int, list[Tensor]]]] = {}  # call numbers, f_k(y)
+        self._samples: dict[_Key, list[_Call]] = {}  # the buffered rows' calls, by buffer
 
     def _hook(self, slot: int) -> Callable[[nn.Module, Any, Any], None]:
         def hook(module: nn.Module, args: Any, output: Any) -> None:
@@ -361,45 +356,44 @@ class ActivationProbe(_Probe):
             self._order.setdefault(slot)
             user = [_user_value(k, f(x), device) for k, f in self.stats.items()]
             if size is None:  # every element: reduced now, as a copy would double the traffic
-                self._rows.append(self._reduce(x.reshape(1, -1), [user]))  # (n,) -> (1, W)
-            else:
-                if (index := self._indices.get((n, device))) is None:
-                    index = self._indices[(n, device)] = sample_indices(n, size).to(device)
-                key = (len(index), x.dtype, device)
-                calls, buffer = self._samples.setdefault(key, []), self._buffers.get(key)
-                if buffer is None or len(buffer) == len(calls):  # (G, m) -> (2G, m)
-                    with torch.inference_mode(False):  # writable in and out of inference mode
-                        grown = x.new_empty((2 * len(calls) or 8, len(index)))
-                        if buffer is not None:
-                            grown[: len(calls)] = buffer
-                    buffer = self._buffers[key] = grown
-                torch.take(x, index, out=buffer[len(calls)])  # (n,) -> (m,), m = min(n, size)
-                calls.append((len(self._calls), user))
-            self._calls.append((slot, n, min(n, size or n)))
+                return self._add_rows(x.reshape(1, -1), [((slot, n, n), user)])  # (1, n)
+            if (index := self._indices.get((n, device))) is None:
+                index = self._indices[(n, device)] = sample_indices(n, size).to(device)
+            key = (index.shape[0], x.dtype, device)  # m = min(n, size)
+            calls = self._samples.setdefault(key, [])
+            if (buffer := self._buffers.get(key)) is None or buffer.shape[0] == len(calls):
+                buffer = self._grow(key, len(calls), x)
+            torch.take(x, index, out=buffer[len(calls)])  # (n,) -> (m,)
+            calls.append(((slot, n, key[0]), user))
 
         return hook
 
-    def _reduce(self, samples: Tensor, user: Sequence[list[Tensor]]) -> Tensor:
-        """The rows (G, W) of G samples (G, m)."""
-        x = samples.double()  # (G, m)
+    def _grow(self, key: _Key, held: int, like: Tensor) -> Tensor:
+        """The buffer (G, m) of ``key`` grown to (2G, m), at least 8 rows; ``held`` rows kept."""
+        with torch.inference_mode(False):  # writable in and out of inference mode
+            grown = like.new_empty((2 * held or 8, key[0]))
+            if (buffer := self._buffers.get(key)) is not None:
+                grown[:held] = buffer[:held]
+        self._buffers[key] = grown
+        return grown
+
+    def _add_rows(self, samples: Tensor, calls: Sequence[_Call]) -> None:
+        """Reduce G samples (G, m) of ``calls`` to this step's rows (G, W)."""
+        x, s = samples.double(), self.saturation  # (G, m)
         columns = [x.sum(1), (x * x).sum(1), x.amin(1), x.amax(1)]  # (G, m) -> (G,) each
         columns.append(x.abs().ne_(0).sum(1))  # flags as floats, in place: bools count slowly
-        if self.saturation is not None:
-            columns.append(x.abs().ge_(self.saturation).sum(1))
-        if self.stats:  # G x E scalars -> (G, E) -> E columns (G,)
-            columns += torch.stack([v for row in user for v in row]).view(len(x), -1).unbind(1)
-        return torch.stack(columns, dim=1)  # W x (G,) -> (G, W), promoted to float64
+        columns.append(x.new_zeros(len(x)) if s is None else x.abs().ge_(s).sum(1))
+        meta, user = zip(*calls, strict=True)
+        columns += [torch.stack(f) for f in zip(*user, strict=True)]  # G x E -> E x (G,)
+        self._rows.append(torch.stack(columns, dim=1))  # W x (G,) -> (G, W), float64
+        self._calls += meta
 
     def step(self) -> None:
         """Close the current step (even an empty one: ``nan``); one copy to the host."""
-        if self._samples:  # sampled calls: (G, m) -> (G, W) per sample length, in that order
-            order: list[int] = []  # each row's call number
-            for key, group in self._samples.items():
-                numbers, user = zip(*group, strict=True)
-                self._rows.append(self._reduce(self._buffers[key][: len(group)], user))
-                order += numbers
-            self._calls, self._samples = [self._calls[i] for i in order], {}
-        rows, pooled, slots = self._gather(self._own + len(self.stats))  # (C, W) (L, W + 3) (C,)
+        for key, group in self._samples.items():  # (G, m) -> (G, W) per sample length
+            self._add_rows(self._buffers[key][: len(group)], group)
+        self._samples = {}
+        rows, pooled, slots = self._gather(6 + len(self.stats))  # (C, W) (L, W + 3) (C,)
         low, high = np.full(len(pooled), np.inf), np.full(len(pooled), -np.inf)
         m, calls = pooled[:, -2], pooled[:, -1]
         with np.errstate(divide="ignore", invalid="ignore"):  # nan, and layers not called
@@ -407,8 +401,8 @@ class ActivationProbe(_Probe):
             np.maximum.at(high, slots, rows[:, 3])
             mean = pooled[:, 0] / m
             zero_frac = (m - pooled[:, 4]) / m
-            saturated_frac = pooled[:, 5] / m if self._own > 5 else np.full(len(m), np.nan)
-            extra = pooled[:, self._own : -3] / calls[:, None]  # (L, E)
+            saturated_frac = pooled[:, 5] / m if self.saturation else np.full(len(m), np.nan)
+            extra = pooled[:, 6:-3] / calls[:, None]  # (L, E)
         constant = (low == high) & (m > 1)  # exactly 0, not the one-pass formula's rounding
         std = np.where(constant, 0.0, _std(pooled[:, 0], pooled[:, 1], m))
         low, high = np.where(m > 0, low, np.nan), np.where(m > 0, high, np.nan)
@@ -417,6 +411,8 @@ class ActivationProbe(_Probe):
 
     def result(self) -> ActivationStats:
         """The kept steps; calls since the last :meth:`step` close a step first."""
+        if self._samples:
+            self.step()
         values, common = self._history(9 + len(self.stats))  # (T, layers, 9 + E)
         columns = {k: values[:, :, j].tolist() for j, k in enumerate(_MOMENTS)}
         extra = {name: values[:, :, 6 + k].tolist() for k, name in enumerate(self.stats)}
