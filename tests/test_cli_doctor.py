@@ -237,7 +237,7 @@ BAD: list[tuple[tuple[str, ...], str]] = [
     ),
     (
         ("models.py:dict_out", "--input-shape", "8,16"),
-        "the model returned dict, use a model that returns a tensor (or a tuple whose first",
+        "the model returned dict with tensor fields ['y']: name one with output=",
     ),
     (("models.py:vanishing", "--input-shape", "8,x"), "--input-shape '8,x': use positive"),
     (("models.py:vanishing", "--input-shape", "8"), "--input-shape '8': use positive integers"),

@@ -354,13 +354,21 @@ def test_to_dict_is_strict_json_with_the_documented_keys() -> None:
         "input_shape",
         "input_std",
         "steps",
+        "notes",
+        "trend",
     }
+    assert back["notes"] == []  # a float input, an eager model: nothing read differently
     first = back["layers"][0]
     keys = {"name", "labels", "act_mean", "act_std", "dead_frac", "grad_std", "grad_ratio"}
     assert keys <= set(first)
     linear, tanh = back["layers"][0], back["layers"][1]
     assert linear["saturated_frac"] is None and tanh["saturated_frac"] is not None  # nan -> null
     assert back["input_shape"] == [BATCH, zoo.MLP_IN]
+
+
+class Count(nn.Module):
+    def forward(self, x: torch.Tensor) -> int:
+        return x.numel()
 
 
 def test_the_model_s_own_errors_and_outputs() -> None:
@@ -371,8 +379,10 @@ def test_the_model_s_own_errors_and_outputs() -> None:
         def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
             return {"y": x}
 
-    with pytest.raises(doctor.ModelOutputError, match="returned dict, use a model that returns"):
+    with pytest.raises(doctor.ModelOutputError, match=r"dict with tensor fields \['y'\]: name"):
         doctor.diagnose(Dict(), torch.randn(4, 5))
+    with pytest.raises(doctor.ModelOutputError, match="returned int, use a model that returns"):
+        doctor.diagnose(nn.Sequential(nn.Linear(5, 3), Count()), torch.randn(4, 5))
 
     class Pair(nn.Module):
         def __init__(self) -> None:

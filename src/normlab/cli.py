@@ -7,7 +7,8 @@ Commands::
     normlab run NAME --help          NAME's parameters: default, allowed values, meaning
     normlab lab [--host HOST] [--port PORT] [--db PATH]
     normlab doctor FILE.py:FACTORY --input-shape N,D[,...] [--steps K] [--data FILE.pt]
-                   [--seed S] [--json] [--html FILE] [--fix METHOD --out FILE.pt]
+                   [--seed S] [--tokens V] [--output FIELD] [--json] [--html FILE]
+                   [--fix METHOD --out FILE.pt] [--traceback]
 
 ``run`` has one argparse sub-parser per registered experiment, its flags generated from the
 experiment's declared parameters (``--depth 20``, ``--gains 0.9,1,1.1``, ``--batch-norm``,
@@ -474,7 +475,8 @@ def _add_doctor_parser(sub: Any) -> None:
         allow_abbrev=False,
         description="Build a model from FACTORY in FILE.py, run a few forward and backward "
         "passes, and label each layer vanishing, exploding, dead, saturated, symmetric or ok. "
-        "The model's output must be a tensor, or a tuple whose first element is a tensor.",
+        "The model's output must be a tensor, a tuple whose first element is a tensor, or a "
+        "dict or Hugging Face ModelOutput (its logits or last_hidden_state, or --output).",
     )
     p.add_argument("target", metavar="FILE.py:FACTORY", help="file and function building the model")
     p.add_argument("--input-shape", metavar="N,D[,...]", help="shape of a random input batch")
@@ -485,6 +487,28 @@ def _add_doctor_parser(sub: Any) -> None:
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
     p.add_argument("--fix", metavar="METHOD", help=f"re-initialize: {', '.join(DOCTOR_FIXES)}")
     p.add_argument("--out", metavar="FILE.pt", help="where --fix saves the state_dict")
+    p.add_argument(
+        "--tokens",
+        type=_doctor_tokens,
+        metavar="V",
+        help="random integer token ids in [0, V) of --input-shape, not normal floats",
+    )
+    p.add_argument("--output", metavar="FIELD", help="the output field to read (dict, ModelOutput)")
+    p.add_argument(
+        "--traceback", action="store_true", help="show the model's own traceback on an error"
+    )
+
+
+def _doctor_tokens(text: str) -> int:
+    try:
+        vocab = int(text)
+    except ValueError:
+        vocab = 0
+    if not 1 <= vocab <= MAX_SEED:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not allowed, use a vocabulary size in [1, {MAX_SEED}]"
+        )
+    return vocab
 
 
 def _doctor_steps(text: str) -> int:
@@ -577,7 +601,11 @@ def _doctor_inputs(args: argparse.Namespace) -> list[Any]:
         if shape is None:
             raise UsageError("doctor needs --input-shape N,D[,...] (or --data FILE.pt)")
         g = torch.Generator().manual_seed(args.seed)
+        if args.tokens is not None:
+            return [torch.randint(args.tokens, shape, generator=g) for _ in range(args.steps)]
         return [torch.randn(shape, generator=g) for _ in range(args.steps)]
+    if args.tokens is not None:
+        raise UsageError("--tokens draws a random input: use it with --input-shape, not --data")
     if not Path(args.data).is_file():
         raise UsageError(f"--data {args.data!r}: file not found")
     try:
@@ -619,6 +647,15 @@ def _doctor_outputs(args: argparse.Namespace) -> tuple[Path | None, Path | None]
     return out_path, html_path
 
 
+def _traceback(args: argparse.Namespace, exc: BaseException) -> None:
+    """With ``--traceback``: the traceback of what the model raised (its cause), on stderr."""
+    if args.traceback:
+        import traceback
+
+        cause = exc.__cause__ or exc
+        traceback.print_exception(type(cause), cause, cause.__traceback__, file=sys.stderr)
+
+
 def _build_model(target: str) -> Any:
     """Call ``FACTORY`` of ``FILE.py:FACTORY``; what it builds must be a ``torch.nn.Module``."""
     from torch import nn
@@ -647,13 +684,16 @@ def _cmd_doctor(args: argparse.Namespace, console: Console) -> None:
     out_path, html_path = _doctor_outputs(args)
     batches = _doctor_inputs(args)
     model = _build_model(args.target)
+    g = torch.Generator().manual_seed(args.seed)
     try:
-        exam = doctor.examine(
-            model, batches, fix=args.fix, generator=torch.Generator().manual_seed(args.seed)
-        )
-    except (doctor.ModelInputError, doctor.ModelOutputError) as exc:
+        exam = doctor.examine(model, batches, fix=args.fix, generator=g, output=args.output)
+    except (doctor.ModelInputError, doctor.ModelOutputError, doctor.CannotDiagnose) as exc:
+        _traceback(args, exc)
         raise UsageError(_one_line(f"model {args.target!r}: {exc}")) from None
-    except ValueError as exc:  # fix found nothing to re-initialize, or LSUV could not rescale
+    except ValueError as exc:
+        if args.fix is None:
+            raise
+        _traceback(args, exc)  # fix found nothing to re-initialize, or LSUV could not rescale
         raise UsageError(_one_line(f"--fix {args.fix!r}: {exc}")) from None
     if out_path is not None:
         torch.save(model.state_dict(), out_path)

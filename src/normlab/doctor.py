@@ -75,18 +75,27 @@ left alone), zeroing their biases.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-from collections.abc import Callable, Iterator, Sequence
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 
 from normlab import init
 from normlab import nn as nlnn
-from normlab.probe import ActivationProbe, GradientProbe, finite_or_none
+from normlab.probe import (
+    ActivationProbe,
+    ActivationStats,
+    GradientProbe,
+    GradientStats,
+    finite_or_none,
+    select_modules,
+)
 
 LABELS = ("vanishing", "exploding", "dead", "saturated", "symmetric", "ok")
 """The label vocabulary, problems first in order of severity for the verdict's sake."""
@@ -153,6 +162,46 @@ _ELEMENTWISE = (
 )
 
 
+_NORM_NAME = re.compile(r"(RMS|Layer|Group|Batch|Instance)Norm")  # LlamaRMSNorm, T5LayerNorm
+_RELU_NAME = re.compile(r"GELU|SiLU|Swish|Mish|(?<!Leaky)ReLU")  # GELUActivation, SiLUActivation
+
+
+def _is_norm(module: nn.Module) -> bool:
+    """A normalization layer: torch's and normlab's, or one named like them (HF's RMSNorms)."""
+    return isinstance(module, _NORMS) or bool(_NORM_NAME.search(type(module).__name__))
+
+
+def _is_elementwise(module: nn.Module) -> bool:
+    """An activation, dropout or identity: torch's, or an activation named like one."""
+    return isinstance(module, _ELEMENTWISE) or _named_activation(module) is not None
+
+
+def _passes(module: nn.Module) -> bool:
+    """Leaves the data's structure alone: norms, dropout, pooling, reshapes, identity."""
+    return isinstance(module, _PASS_THROUGH) or _is_norm(module)
+
+
+def _named_activation(module: nn.Module) -> str | None:
+    """The ``calculate_gain`` name of an activation known only by its class name."""
+    name = type(module).__name__
+    if next(module.parameters(False), None) is not None or next(module.children(), None):
+        return None  # a layer with weights or sub-layers is not an activation
+    if _RELU_NAME.search(name):
+        return "relu"
+    if "Tanh" in name:
+        return "tanh"
+    return "sigmoid" if "Sigmoid" in name else None
+
+
+def _has_weight(module: nn.Module) -> bool:
+    """A weight layer: parameters of its own with 2+ dimensions (Linear, convs, HF's Conv1D)."""
+    return any(p.dim() >= 2 for p in module.parameters(False))
+
+
+class CannotDiagnose(ValueError):
+    """The doctor cannot give a verdict on this model and input (no layer ran, no gradient)."""
+
+
 class ModelInputError(ValueError):
     """The model raised when called on the input: its own message and the shape given."""
 
@@ -216,6 +265,40 @@ _STATS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 # -- results -----------------------------------------------------------------------------------
 
 
+TREND_BLOCKS, TREND_R2, TREND_TOTAL = 6, 0.9, 1e2
+"""A sustained gradient trend: over at least this many blocks, a fit of log rho over depth this
+good (R^2), and this much growth from one end to the other."""
+
+
+@dataclass
+class Trend:
+    r"""The depth trend of the gradient ratio: :math:`\log \rho` fitted linearly over the blocks.
+
+    A block is the weight layers of one repeated module (``h.3`` of GPT-2, ``layers.3`` of an
+    encoder: the dotted prefix followed by an integer that most weight layers share), or each
+    weight layer on its own; a block's value is the mean :math:`\log \rho` of its layers, the
+    ones scaled on purpose left out. ``factor`` is the fitted growth of :math:`\rho` per block
+    toward the input (above 1: the gradient grows on its way back; a deep BatchNorm + ReLU
+    stack's squared ratio grows by :math:`\pi/(\pi-1) \approx 1.47` per layer, Yang et al.
+    2019, "A mean field theory of batch normalization"), ``total`` that growth over all blocks.
+    """
+
+    factor: float
+    total: float
+    r2: float
+    blocks: int
+    grouped_by: str  # the blocks' prefix ("" for a top-level Sequential)
+
+    @property
+    def sustained(self) -> bool:
+        strong = max(self.total, 1 / self.total) >= TREND_TOTAL if self.total > 0 else False
+        return self.blocks >= TREND_BLOCKS and self.r2 >= TREND_R2 and strong
+
+    @property
+    def direction(self) -> str:
+        return "exploding" if self.factor > 1 else "vanishing"
+
+
 @dataclass
 class LayerDiagnosis:
     """One probed layer: its labels and the numbers they come from (``nan`` = not applicable)."""
@@ -231,11 +314,14 @@ class LayerDiagnosis:
     unit_spread: float  # max |y_u - y_0| / max |y|; 0 when every unit is identical
     grad_std: float  # std of the loss gradient w.r.t. the layer's output
     grad_ratio: float  # rho: relative weight gradient over the last weight layer's; nan: none
+    scaled_by: str | None = None  # the small parameter scaling its branch on purpose, if any
+    trend: str | None = None  # "exploding"/"vanishing": part of a sustained gradient trend
 
     @property
     def scale_vanishing(self) -> bool:
-        """The forward scale fell below :data:`VANISHING` times the input's (or to 0)."""
-        return self.scale < VANISHING or self.act_std == 0
+        """The forward scale fell below :data:`VANISHING` times the input's (or to 0), and not
+        by an intentional branch scaling."""
+        return (self.scale < VANISHING or self.act_std == 0) and self.scaled_by is None
 
     @property
     def scale_exploding(self) -> bool:
@@ -243,8 +329,9 @@ class LayerDiagnosis:
 
     @property
     def grad_vanishing(self) -> bool:
-        """The weights' relative gradient is below :data:`GRAD_VANISHING` of the last layer's."""
-        return self.grad_ratio < GRAD_VANISHING
+        """The weights' relative gradient is below :data:`GRAD_VANISHING` of the last layer's,
+        and not because an intentional branch scaling multiplies it."""
+        return self.grad_ratio < GRAD_VANISHING and self.scaled_by is None
 
     @property
     def grad_exploding(self) -> bool:
@@ -264,8 +351,10 @@ class Diagnosis:
     problems: list[str]  # the labels other than ok that occur, most severe first
     suggestions: list[str]
     input_shape: list[int]
-    input_std: float
+    input_std: float  # the reference scale: the input's std, or the embedding's (see notes)
     steps: int
+    notes: list[str] = field(default_factory=list)  # what the doctor read differently, and why
+    trend: Trend | None = None  # the gradient ratio over depth; None: too few weight layers
 
     @property
     def healthy(self) -> bool:
@@ -284,6 +373,7 @@ class Diagnosis:
             {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "layers"}
         )
         out["layers"] = [layer.to_dict() for layer in self.layers]
+        out["trend"] = self.trend and finite_or_none(dataclasses.asdict(self.trend))
         return out
 
 
@@ -327,7 +417,9 @@ def _nonlinearity(module: nn.Module) -> tuple[str, float | None]:
         return "tanh", None
     if isinstance(module, _SIGMOID_LIKE):
         return "sigmoid", None
-    return "linear", None  # SELU included: self-normalizing nets want variance 1/fan_in
+    return _named_activation(
+        module
+    ) or "linear", None  # SELU included: self-normalizing nets want variance 1/fan_in
 
 
 def _tensors(value: object) -> list[torch.Tensor]:
@@ -338,6 +430,10 @@ def _tensors(value: object) -> list[torch.Tensor]:
     if isinstance(value, dict):
         return [t for v in value.values() for t in _tensors(v)]
     return []
+
+
+Edges = dict[str, "str | None"]  # producing layer -> the small parameter on the way, if any
+_OUTPUT = "<output>"  # the model's output, as a consumer
 
 
 @dataclass
@@ -352,6 +448,38 @@ class _Graph:
     order: list[tuple[str, nn.Module]]  # layers in first-call order
     producers: dict[str, list[str]]
     consumers: dict[str, list[str]]
+    edges: dict[str, Edges] = field(default_factory=dict)  # consumer -> producer -> scaling
+
+    @classmethod
+    def from_edges(cls, order: list[tuple[str, nn.Module]], edges: dict[str, Edges]) -> _Graph:
+        producers = {c: list(found) for c, found in edges.items() if c != _OUTPUT}
+        consumers: dict[str, list[str]] = {}
+        for name, _ in order:
+            for p in producers.get(name, []):
+                consumers.setdefault(p, []).append(name)
+        return cls(order, producers, consumers, edges)
+
+    def scaled(self) -> dict[str, str]:
+        """Layer -> the small parameter scaling it: the layers whose every path to the output
+        crosses an intentional branch scaling (:data:`BRANCH_SCALE`), and those right after
+        one (through pass-through layers)."""
+        reads: dict[str, Edges] = {}  # producer -> consumer -> scaling
+        for consumer, found in self.edges.items():
+            for producer, site in found.items():
+                reads.setdefault(producer, {})[consumer] = site
+        behind: dict[str, str] = {}
+        for name, _ in reversed(self.order):  # consumers come later in the forward order
+            out = reads.get(name, {})  # a site on the way, or the consumer's own scaling
+            marks = [site or behind.get(c) for c, site in out.items()]
+            if out and all(marks):
+                behind[name] = cast(str, marks[0])
+        for name, m in self.order:  # forward: the layers right after a scaling
+            found = self.edges.get(name, {})
+            marks = [site or behind.get(p) for p, site in found.items()]
+            direct = any(site is not None for site in found.values())
+            if name not in behind and found and all(marks) and (direct or _passes(m)):
+                behind[name] = cast(str, marks[0])
+        return behind
 
     def _first(
         self, start: str, edges: dict[str, list[str]], stop: Callable[[nn.Module], bool]
@@ -370,13 +498,13 @@ class _Graph:
 
     def follows(self, name: str) -> tuple[str, float | None]:
         """The nonlinearity applied to layer ``name``'s output (linear when none)."""
-        m = self._first(name, self.consumers, lambda m: not isinstance(m, _PASS_THROUGH))
+        m = self._first(name, self.consumers, lambda m: not _passes(m))
         return ("linear", None) if m is None else _nonlinearity(m)
 
     def source(self, name: str) -> str | None:
         """The weight layer whose output reaches layer ``name`` (through pass-through layers)."""
-        m = self._first(name, self.producers, lambda m: not isinstance(m, _PASS_THROUGH))
-        if not isinstance(m, _WEIGHT_LAYERS):
+        m = self._first(name, self.producers, lambda m: not _passes(m))
+        if m is None or not _has_weight(m):
             return None
         return next(n for n, x in self.order if x is m)
 
@@ -386,55 +514,77 @@ def _is_layer(module: nn.Module) -> bool:
     return next(module.children(), None) is None or any(True for _ in module.parameters(False))
 
 
-def _trace(model: nn.Module, batch: torch.Tensor) -> _Graph:
-    """One forward pass with gradients on, recording which layer's output feeds which layer."""
+BRANCH_SCALE = 1e-2
+"""A parameter multiplied onto a layer's output between layers whose values average at most this
+(in absolute value) is an intentional branch scaling: layer scale (CaiT, ConvNeXt: 1e-6),
+ReZero and SkipInit (0). What it scales starts small on purpose, and learns to grow."""
+
+
+def _scaling(node: Any, names: dict[int, str]) -> str | None:
+    """The model parameter a ``MulBackward0`` node multiplies by, when it is a small one."""
+    if type(node).__name__ != "MulBackward0":
+        return None
+    for next_node, _ in node.next_functions:
+        p = getattr(next_node, "variable", None)  # an AccumulateGrad: a leaf, maybe a parameter
+        small = isinstance(p, nn.Parameter) and p.numel() > 0 and p.abs().mean() <= BRANCH_SCALE
+        if small and id(p) in names:
+            return names[id(p)]
+    return None
+
+
+def _walk(tensors: list[torch.Tensor], made_by: dict[Any, str], names: dict[int, str]) -> Edges:
+    """The layers whose outputs reach ``tensors`` through the autograd graph, each with the
+    small parameter multiplied in on the way (``None``: no intentional scaling)."""
+    found: Edges = {}
+    stack: list[tuple[Any, str | None]] = [(t.grad_fn, None) for t in tensors]
+    seen = set()
+    while stack:
+        node, site = stack.pop()
+        if node is None or (node, site) in seen:
+            continue
+        seen.add((node, site))
+        if node in made_by:
+            layer = made_by[node]
+            found[layer] = site if found.get(layer, site) is not None else None  # one clean path
+            continue
+        site = site or _scaling(node, names)
+        stack.extend((next_node, site) for next_node, _ in node.next_functions)
+    return found
+
+
+def _trace(model: nn.Module, batch: torch.Tensor, output: str | None = None) -> _Graph:
+    """One forward pass with gradients on, recording which layer's output feeds which layer
+    (and the model's output), and the small parameters multiplied in between."""
     made_by: dict[Any, str] = {}  # autograd node of a layer's output -> that layer
     order: dict[str, nn.Module] = {}
-    producers: dict[str, list[str]] = {}
+    edges: dict[str, Edges] = {}  # layer -> its producers, each with a scaling parameter
+    names = {id(p): n for n, p in model.named_parameters()}
 
-    def inputs_of(args: Any) -> list[str]:
-        found: list[str] = []
-        stack = [t.grad_fn for t in _tensors(args)]
-        seen = set()
-        while stack:
-            node = stack.pop()
-            if node is None or node in seen:
-                continue
-            seen.add(node)
-            if node in made_by:
-                found.append(made_by[node])
-                continue
-            stack.extend(next_node for next_node, _ in node.next_functions)
-        return found
+    def hook(mod: nn.Module, args: Any, out: Any, name: str) -> None:
+        order.setdefault(name, mod)
+        for p, site in _walk(_tensors(args), made_by, names).items():
+            if p != name:
+                known = edges.setdefault(name, {})
+                known[p] = site if known.get(p, site) is not None else None
+        for t in _tensors(out):
+            if t.grad_fn is not None:
+                made_by.setdefault(t.grad_fn, name)  # an identity layer keeps the first
 
-    handles = []
-    for name, m in model.named_modules():
-        if _is_layer(m):
-
-            def hook(mod: nn.Module, args: Any, out: Any, name: str = name) -> None:
-                order.setdefault(name, mod)
-                for p in inputs_of(args):
-                    if p != name and p not in producers.setdefault(name, []):
-                        producers[name].append(p)
-                for t in _tensors(out):
-                    if t.grad_fn is not None:
-                        made_by.setdefault(t.grad_fn, name)  # an identity layer keeps the first
-
-            handles.append(m.register_forward_hook(hook))
+    handles = [
+        m.register_forward_hook(functools.partial(hook, name=name))
+        for name, m in model.named_modules()
+        if _is_layer(m)
+    ]
     x = batch.detach().clone()
     if x.is_floating_point():
         x.requires_grad_(True)  # so that layers without parameters still leave a graph
     try:
         with _preserved(model), torch.enable_grad():
-            _call(model, x)
+            edges[_OUTPUT] = _walk([_call(model, x, output)], made_by, names)
     finally:
         for h in handles:
             h.remove()
-    consumers: dict[str, list[str]] = {}
-    for name in order:
-        for p in producers.get(name, []):
-            consumers.setdefault(p, []).append(name)
-    return _Graph(order=list(order.items()), producers=producers, consumers=consumers)
+    return _Graph.from_edges(list(order.items()), edges)
 
 
 @contextmanager
@@ -460,7 +610,40 @@ def _shape(x: torch.Tensor) -> str:
     return "(" + ", ".join(str(s) for s in x.shape) + ")"
 
 
-def _call(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+OUTPUT_FIELDS = ("logits", "last_hidden_state")
+"""The fields of a dict or ``ModelOutput`` read when no ``output=`` is named, in this order."""
+
+
+def _output(out: object, field: str | None) -> torch.Tensor:
+    """The tensor the doctor differentiates: ``out`` itself, the first element of a tuple (as
+    ``nn.LSTM``'s ``(output, state)``), or a dict's or Hugging Face ``ModelOutput``'s
+    ``field`` (by default the first of :data:`OUTPUT_FIELDS` it has)."""
+    if isinstance(out, Mapping):
+        keys = [k for k, v in out.items() if isinstance(v, torch.Tensor)]
+        if field is None:
+            field = next((k for k in OUTPUT_FIELDS if k in keys), None)
+        if field not in keys:
+            how = f"output={field!r} is not one of them" if field else "name one with output="
+            raise ModelOutputError(
+                f"the model returned {type(out).__name__} with tensor fields {keys}: {how}"
+            )
+        return cast(torch.Tensor, out[field])
+    if field is not None:
+        raise ModelOutputError(
+            f"output={field!r} names a field, but the model returned "
+            f"{type(out).__name__}, not a dict or ModelOutput"
+        )
+    if isinstance(out, tuple | list) and out and isinstance(out[0], torch.Tensor):
+        return out[0]
+    if not isinstance(out, torch.Tensor):
+        raise ModelOutputError(
+            f"the model returned {type(out).__name__}, use a model that returns a tensor, a "
+            "tuple whose first element is a tensor, or a dict or ModelOutput (see output=)"
+        )
+    return out
+
+
+def _call(model: nn.Module, x: torch.Tensor, field: str | None = None) -> torch.Tensor:
     """``model(x)`` as one tensor; errors say what the model said and what it was given."""
     try:
         out = model(x)
@@ -468,14 +651,30 @@ def _call(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
         raise ModelInputError(
             f"the model rejected input of shape {_shape(x)}: {type(exc).__name__}: {exc}"
         ) from exc
-    if isinstance(out, tuple) and out and isinstance(out[0], torch.Tensor):
-        out = out[0]  # (output, state) as nn.LSTM returns: the output
-    if not isinstance(out, torch.Tensor):
-        raise ModelOutputError(
-            f"the model returned {type(out).__name__}, use a model that returns a tensor "
-            "(or a tuple whose first element is a tensor)"
-        )
-    return out
+    return _output(out, field)
+
+
+def _backward(out: torch.Tensor, readout: torch.Tensor) -> None:
+    """The readout loss's backward pass; an error in it is the model's, said as such."""
+    scale = out.shape[0] if out.dim() > 0 else 1
+    try:
+        ((out * readout).sum() / scale).backward()
+    except Exception as exc:  # a custom autograd.Function of the user's may raise anything
+        raise ModelInputError(
+            f"the model's backward pass raised {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def _eager(model: nn.Module) -> tuple[nn.Module, list[str]]:
+    """The module to probe: a ``torch.compile``'d model's original module (compiled code runs
+    no module hooks), and a note saying so."""
+    original = getattr(model, "_orig_mod", None)
+    if type(model).__name__ == "OptimizedModule" and isinstance(original, nn.Module):
+        return original, [
+            "a torch.compile'd model: its original module was examined, in eager mode, with "
+            "the same parameters (compiled code calls no module hooks)"
+        ]
+    return model, []
 
 
 def _mean(rows: Sequence[Sequence[float]], j: int) -> float:
@@ -493,6 +692,7 @@ def diagnose(
     batches: torch.Tensor | Sequence[torch.Tensor],
     *,
     generator: torch.Generator | None = None,
+    output: str | None = None,
 ) -> Diagnosis:
     r"""Run one forward and backward pass per batch under the probes and label every leaf layer.
 
@@ -500,15 +700,25 @@ def diagnose(
     :math:`r \sim \mathcal{N}(0, 1)` drawn once from ``generator``, so the gradient entering the
     model has a fixed scale. The model runs in the mode it is in; its buffers (BatchNorm running
     statistics) and parameter gradients are restored afterwards, so diagnosing changes nothing.
+    Scales are relative to the input's std; for token ids (an input with no scale) to the std
+    of the first layer's output, the embedding's, as the diagnosis's notes say. A
+    ``torch.compile``'d model is examined through its original module.
 
     Args:
-        model: the network to examine; its output must be a tensor or a tuple whose first
-            element is a tensor.
+        model: the network to examine; its output is read by :func:`_output`: a tensor, a tuple
+            whose first element is one, or a dict or ``ModelOutput``.
         batches: one input batch, or several (one step each).
         generator: draws the readout direction.
+        output: the field of a dict or ``ModelOutput`` output to read (default: ``logits``,
+            else ``last_hidden_state``).
 
     Returns:
         a :class:`Diagnosis`.
+
+    Raises:
+        ModelInputError: the model raised on the input, or in its backward pass.
+        ModelOutputError: its output holds no tensor to read.
+        CannotDiagnose: no probed layer ran, or the output carries no gradient (``argmax``).
 
     Examples::
 
@@ -522,13 +732,47 @@ def diagnose(
     xs = [batches] if isinstance(batches, torch.Tensor) else list(batches)
     if not xs:
         raise ValueError("batches is empty, use at least one input batch")
-    first = xs[0]
-    ref = _input_std(xs)
-    readout: torch.Tensor | None = None
+    model, notes = _eager(model)
+    graph = _trace(model, xs[0], output)
+    scaled = graph.scaled()
+    acts, grad_stats, ratios = _measure(model, xs, generator, output, set(scaled))
+    ref, where = _reference(xs, acts)
+    notes += [where] if where else []
+    notes += _scaled_notes(scaled)
+    layers = _layer_diagnoses(model, acts, grad_stats, ratios, ref, scaled)
+    trend = _trend(layers)
+    if trend is not None and trend.sustained:
+        _mark_trend(layers, trend)
+    problems = [p for p in _SEVERITY if any(p in layer.labels for layer in layers)]
+    # the data flow, for the suggestions (one more forward pass, only when there is a problem)
+    return Diagnosis(
+        layers=layers,
+        verdict=_verdict(layers, problems, trend),
+        problems=problems,
+        suggestions=_suggestions(model, layers, graph, problems, trend),
+        input_shape=list(xs[0].shape),
+        input_std=ref,
+        steps=len(xs),
+        notes=notes,
+        trend=trend,
+    )
+
+
+def _measure(
+    model: nn.Module,
+    xs: Sequence[torch.Tensor],
+    generator: torch.Generator | None,
+    output: str | None,
+    scaled: set[str],
+) -> tuple[ActivationStats, GradientStats, dict[str, float]]:
+    """One forward and backward pass per batch under the probes: the activation and gradient
+    statistics and each weight layer's gradient ratio. Refuses (:class:`CannotDiagnose`) when
+    no probed layer ran or no pass had a gradient."""
     stats = dict(_STATS)
     if any(isinstance(m, _SIGMOID_LIKE) for m in model.modules()):
         stats["sigmoid_saturated"] = _sigmoid_saturated  # only then: it costs a pass per layer
     weights = _weights(model)
+    readout: torch.Tensor | None = None
     relative: list[torch.Tensor] = []  # per step: each weight layer's |dL/dW| / |W|, (layers,)
     with _preserved(model):
         with (
@@ -537,24 +781,133 @@ def diagnose(
         ):
             for x in xs:
                 model.zero_grad(set_to_none=True)
-                out = _call(model, x)
+                out = _call(model, x, output)
                 if readout is None:
                     readout = torch.randn(out.shape, generator=generator).to(out.device)
                 if out.requires_grad and out.is_floating_point():
-                    scale = out.shape[0] if out.dim() > 0 else 1
-                    ((out * readout).sum() / scale).backward()
+                    _backward(out, readout)
                     relative.append(_relative_gradients(weights))
                 ap.step()
                 gp.step()
         acts, grad_stats = ap.result(), gp.result()
+    if not acts.layers:
+        raise CannotDiagnose(
+            f"no layer of the model ran under the probes ({len(select_modules(model))} "
+            "modules watched): its forward pass calls none of its submodules (a compiled or "
+            "scripted function?); pass the nn.Module whose layers run in eager mode"
+        )
+    if not relative:
+        raise CannotDiagnose(
+            f"the model's output ({out.dtype}, requires_grad={out.requires_grad}) carries no "
+            "gradient, so no backward pass ran and the gradients cannot be judged: return "
+            "the scores (logits) rather than argmax or other integer output, and run the "
+            "doctor outside torch.no_grad()"
+        )
+    order = [name for name in acts.layers if name not in scaled]  # the reference: unscaled
+    return acts, grad_stats, _grad_ratios(list(weights), relative, order)
+
+
+def _blocks(names: Sequence[str]) -> tuple[str, list[list[int]]]:
+    """The repeated blocks among ``names``: the prefix whose integer component takes the most
+    values, and the indices of the names under each of its values, in order (one name per
+    block when no prefix repeats)."""
+    by_prefix: dict[str, dict[int, list[int]]] = {}
+    for i, name in enumerate(names):
+        for match in re.finditer(r"(?:^|\.)(\d+)(?=\.|$)", name):
+            prefix = name[: match.start(1)].rstrip(".")
+            by_prefix.setdefault(prefix, {}).setdefault(int(match.group(1)), []).append(i)
+    if not by_prefix:
+        return "", [[i] for i in range(len(names))]
+    prefix, groups = max(by_prefix.items(), key=lambda kv: (len(kv[1]), -len(kv[0])))
+    return prefix, [groups[k] for k in sorted(groups)]
+
+
+def _trend(layers: Sequence[LayerDiagnosis]) -> Trend | None:
+    """The fitted depth trend of the gradient ratio (see :class:`Trend`); ``None`` for fewer
+    than three blocks."""
+    weighted = _trended(layers)
+    prefix, groups = _blocks([la.name for la in weighted])
+    if len(groups) < 3:
+        return None
+    y = torch.tensor(
+        [sum(math.log(weighted[i].grad_ratio) for i in g) / len(g) for g in groups],
+        dtype=torch.float64,
+    )  # (B,) mean log rho per block
+    x = torch.arange(len(y), dtype=torch.float64)  # (B,) block index, input side first
+    xc, yc = x - x.mean(), y - y.mean()
+    slope = float((xc * yc).sum() / (xc * xc).sum())  # least squares
+    fitted_var = slope**2 * float((xc * xc).sum())
+    total_var = float((yc * yc).sum())
+    r2 = fitted_var / total_var if total_var > 0 else 0.0
+    factor = math.exp(-slope)  # per block, toward the input
+    return Trend(factor, factor ** (len(y) - 1), r2, len(y), prefix)
+
+
+def _mark_trend(layers: Sequence[LayerDiagnosis], trend: Trend) -> None:
+    """Label the weight layers the fitted trend puts 10x or more from the output end's ratio."""
+    weighted = _trended(layers)
+    _, groups = _blocks([la.name for la in weighted])
+    for b, group in enumerate(groups):
+        growth = trend.factor ** (len(groups) - 1 - b)  # from the last block to this one
+        if not 0.1 < growth < 10:
+            for i in group:
+                weighted[i].trend = trend.direction
+                weighted[i].labels = _labels(weighted[i])
+
+
+def _trended(layers: Sequence[LayerDiagnosis]) -> list[LayerDiagnosis]:
+    """The layers a trend is fitted over: weight layers with a ratio, not scaled on purpose,
+    but the last, the reference (its ratio is 1 by definition, and a head differs anyway)."""
+    return [
+        la
+        for la in layers
+        if la.grad_ratio > 0 and math.isfinite(la.grad_ratio) and la.scaled_by is None
+    ][:-1]
+
+
+def _scaled_notes(scaled: dict[str, str]) -> list[str]:
+    """One note per intentional branch scaling: what it scales, and why that is no problem."""
+    by_site: dict[str, list[str]] = {}
+    for layer, site in scaled.items():
+        by_site.setdefault(site, []).append(layer)
+    return [
+        f"{site!r} (|value| <= {BRANCH_SCALE:g}) scales a residual branch on purpose (layer "
+        f"scale, ReZero, SkipInit): its {len(layers)} layer(s) ({', '.join(layers[:3])}"
+        f"{', ...' if len(layers) > 3 else ''}) start small and slow, and are not judged by scale"
+        for site, layers in by_site.items()
+    ]
+
+
+def _reference(xs: Sequence[torch.Tensor], acts: ActivationStats) -> tuple[float, str]:
+    """The scale every layer is compared with: the input's std; for token ids (or another
+    input with no scale), the std of the first layer's output, the embedding, with a note."""
+    if all(x.is_floating_point() for x in xs):
+        return _input_std(xs), ""
+    std = _mean(acts.extra["std64"], 0)
+    if std > 0 and math.isfinite(std):
+        return std, (
+            f"the input ({xs[0].dtype}) has no scale of its own: scales are relative to the "
+            f"output of the first layer, {acts.layers[0]!r} (std {std:.3g})"
+        )
+    return 1.0, f"the input ({xs[0].dtype}) has no scale of its own: scales are absolute"
+
+
+def _layer_diagnoses(
+    model: nn.Module,
+    acts: ActivationStats,
+    grad_stats: GradientStats,
+    grad_ratio: dict[str, float],
+    ref: float,
+    scaled: dict[str, str],
+) -> list[LayerDiagnosis]:
+    """Each probed layer's numbers, and its labels."""
     modules = dict(model.named_modules())
     grad_std = {name: _mean(grad_stats.grad_std, j) for j, name in enumerate(grad_stats.layers)}
-    grad_ratio = _grad_ratios(list(weights), relative, acts.layers)
     layers = []
     unit_first = False
     for j, (name, kind) in enumerate(zip(acts.layers, acts.kinds, strict=True)):
         m = modules[name]
-        if not isinstance(m, _ELEMENTWISE):
+        if not _is_elementwise(m):
             unit_first = isinstance(m, _CHANNEL_FIRST)
         # The *_last statistics skip 2-D outputs (nan), whose units are dim 1 = the last dim.
         two_d = all(math.isnan(step[j]) for step in acts.extra["dead_last"])
@@ -578,21 +931,11 @@ def diagnose(
             unit_spread=_max(acts.extra[f"spread_{where}"], j),
             grad_std=grad_std.get(name, math.nan),
             grad_ratio=grad_ratio.get(name, math.nan),
+            scaled_by=scaled.get(name),
         )
         layer.labels = _labels(layer)
         layers.append(layer)
-    problems = [p for p in _SEVERITY if any(p in layer.labels for layer in layers)]
-    # the data flow, for the suggestions (one more forward pass, only when there is a problem)
-    graph = _trace(model, first) if set(problems) - {"symmetric"} else None
-    return Diagnosis(
-        layers=layers,
-        verdict=_verdict(layers, problems),
-        problems=problems,
-        suggestions=_suggestions(model, layers, graph, problems),
-        input_shape=list(first.shape),
-        input_std=ref,
-        steps=len(xs),
-    )
+    return layers
 
 
 def _weights(model: nn.Module) -> dict[str, list[nn.Parameter]]:
@@ -652,9 +995,9 @@ def _input_std(xs: Sequence[torch.Tensor]) -> float:
 
 def _labels(layer: LayerDiagnosis) -> list[str]:
     labels = []
-    if layer.scale_vanishing or layer.grad_vanishing:
+    if layer.scale_vanishing or layer.grad_vanishing or layer.trend == "vanishing":
         labels.append("vanishing")
-    if layer.scale_exploding or layer.grad_exploding:
+    if layer.scale_exploding or layer.grad_exploding or layer.trend == "exploding":
         labels.append("exploding")
     if layer.dead_frac >= DEAD_FRAC:
         labels.append("dead")
@@ -680,7 +1023,9 @@ def _span(values: Sequence[float]) -> str:
     return lo if lo == hi else f"{lo}..{hi}"
 
 
-def _verdict(layers: Sequence[LayerDiagnosis], problems: Sequence[str]) -> str:
+def _verdict(
+    layers: Sequence[LayerDiagnosis], problems: Sequence[str], trend: Trend | None = None
+) -> str:
     if not problems:
         return (
             f"healthy: every layer keeps its scale within {VANISHING:g}x..{EXPLODING:g}x of the "
@@ -693,6 +1038,8 @@ def _verdict(layers: Sequence[LayerDiagnosis], problems: Sequence[str]) -> str:
         first = hit[0]
         if problem in ("vanishing", "exploding"):
             parts += _scale_words(layers, problem)
+            if trend is not None and trend.sustained and trend.direction == problem:
+                parts.append(_trend_words(trend))
         elif problem == "dead":
             parts.append(
                 f"dead units in {len(hit)} layer(s), from {first.name!r} "
@@ -709,6 +1056,18 @@ def _verdict(layers: Sequence[LayerDiagnosis], problems: Sequence[str]) -> str:
                 "computes the same value, so training cannot tell them apart"
             )
     return "; ".join(parts)
+
+
+def _trend_words(trend: Trend) -> str:
+    where = "toward the input" if trend.factor > 1 else "toward the output"
+    total = max(trend.total, 1 / trend.total)
+    factor = max(trend.factor, 1 / trend.factor)
+    return (
+        f"the weights' gradient ratio grows {factor:.3g}x per "
+        f"block {where} ({factor**2:.3g}x squared), steadily "
+        f"over {trend.blocks} blocks (R^2 {trend.r2:.2f}): {_g(total)}x from end to end, "
+        f"whether or not one layer crosses {GRAD_EXPLODING:g}x"
+    )
 
 
 def _scale_words(layers: Sequence[LayerDiagnosis], problem: str) -> list[str]:
@@ -756,6 +1115,7 @@ def _suggestions(
     layers: Sequence[LayerDiagnosis],
     graph: _Graph | None,
     problems: Sequence[str],
+    trend: Trend | None = None,
 ) -> list[str]:
     if not problems:
         return ["nothing to change: the initialization suits this model on this input"]
@@ -770,8 +1130,24 @@ def _suggestions(
     if "dead" in problems:
         out += _dead_suggestions(layers, graph)
     if {"vanishing", "exploding", "saturated"} & set(problems):
+        out += _depth_suggestions(model, trend)
         out += _scale_suggestions(model, layers, graph, problems)
     return out
+
+
+def _depth_suggestions(model: nn.Module, trend: Trend | None) -> list[str]:
+    """For a gradient that explodes steadily with depth in a BatchNorm stack: not the init."""
+    bn = any(
+        isinstance(m, nn.modules.batchnorm._BatchNorm | nlnn._BatchNorm) for m in model.modules()
+    )
+    if trend is None or not trend.sustained or trend.factor < 1 or not bn:
+        return []
+    return [
+        f"a deep BatchNorm stack: its gradient explodes with depth whatever the initializer "
+        f"(Yang et al. 2019: the squared ratio grows by pi/(pi-1) = 1.47 per BatchNorm + ReLU "
+        f"layer; measured {trend.factor**2:.3g}): add residual connections around the blocks, "
+        "use fewer layers, or use LayerNorm, rather than another init"
+    ]
 
 
 def _dead_suggestions(layers: Sequence[LayerDiagnosis], graph: _Graph) -> list[str]:
@@ -783,11 +1159,11 @@ def _dead_suggestions(layers: Sequence[LayerDiagnosis], graph: _Graph) -> list[s
         if source is None:
             continue
         w = modules[source]
-        assert isinstance(w, _WEIGHT_LAYERS)
+        b = getattr(w, "bias", None)
         bias = (
-            f"its bias has mean {float(w.bias.detach().mean()):.3g} and min "
-            f"{float(w.bias.detach().min()):.3g}; "
-            if w.bias is not None
+            f"its bias has mean {float(b.detach().mean()):.3g} and min "
+            f"{float(b.detach().min()):.3g}; "
+            if isinstance(b, torch.Tensor)
             else ""
         )
         out.append(
@@ -818,6 +1194,18 @@ def _init_groups(graph: _Graph) -> dict[str, list[tuple[str, float, float, str]]
     return groups
 
 
+def _unmatched(
+    groups: dict[str, list[tuple[str, float, float, str]]],
+) -> dict[str, list[tuple[str, float, float, str]]]:
+    """The init groups with a layer whose weight std is off the rule's by more than 20%: never
+    suggest an initializer the model already has."""
+    off = {
+        act: [e for e in entries if not math.isclose(e[1], e[2], rel_tol=0.2)]
+        for act, entries in groups.items()
+    }
+    return {act: entries for act, entries in off.items() if entries}
+
+
 def _scale_suggestions(
     model: nn.Module,
     layers: Sequence[LayerDiagnosis],
@@ -846,7 +1234,7 @@ def _scale_suggestions(
         for layer in layers
     )
     if rest:
-        for act, entries in groups.items():
+        for act, entries in _unmatched(groups).items():
             shown = ", ".join(repr(e[0]) for e in entries[:3])
             shown += f", ... {len(entries) - 3} more" if len(entries) > 3 else ""
             out.append(
@@ -854,7 +1242,7 @@ def _scale_suggestions(
                 f"{entries[0][3]}; their weight std is {_span([e[1] for e in entries])}, "
                 f"that init gives {_span([e[2] for e in entries])}"
             )
-    if not any(isinstance(m, _NORMS) for m in model.modules()):
+    if not any(_is_norm(m) for m in model.modules()):
         conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in dict(graph.order).values())
         where = "BatchNorm2d after each conv" if conv else "BatchNorm1d after each Linear"
         out.append(
@@ -955,6 +1343,7 @@ def examine(
     fix: str | None = None,
     *,
     generator: torch.Generator | None = None,
+    output: str | None = None,
 ) -> Examination:
     """Diagnose ``model``; with ``fix``, re-initialize it by that method and diagnose it again.
 
@@ -967,12 +1356,13 @@ def examine(
         batches: one input batch, or several (one step each), for both diagnoses.
         fix: one of :data:`FIX_METHODS`, or ``None`` to diagnose only.
         generator: draws the readouts (and the new weights).
+        output: the output field to read, as for :func:`diagnose`.
 
     Returns:
         an :class:`Examination` (``fix`` and ``after`` are ``None`` without a fix).
 
     Raises:
-        ModelInputError, ModelOutputError: as :func:`diagnose`.
+        ModelInputError, ModelOutputError, CannotDiagnose: as :func:`diagnose`.
         ValueError: an unknown method, a model with no layer to re-initialize, or LSUV that
             could not rescale a layer.
 
@@ -986,9 +1376,10 @@ def examine(
     """
     if fix is not None and fix not in FIX_METHODS:
         raise ValueError(f"method {fix!r} not supported, use one of {FIX_METHODS}")
-    before = diagnose(model, batches, generator=generator)
+    before = diagnose(model, batches, generator=generator, output=output)
     if fix is None:
         return Examination(before)
     first = batches if isinstance(batches, torch.Tensor) else batches[0]
     report = _fix(model, fix, first, generator=generator)
-    return Examination(before, report, diagnose(model, batches, generator=generator))
+    after = diagnose(model, batches, generator=generator, output=output)
+    return Examination(before, report, after)

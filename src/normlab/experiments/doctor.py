@@ -103,7 +103,7 @@ def diagnosis_tables(d: doctor.Diagnosis, title: str) -> list[Table]:
     )
     note = f"input {tuple(d.input_shape)}, std {_cell(d.input_std)}; {d.steps} step(s)"
     return [
-        Table(title, columns, rows, notes=(note,)),
+        Table(title, columns, rows, notes=(note, *d.notes)),
         Table(
             "Verdict: " + d.verdict,
             ("suggestion",),
@@ -258,6 +258,8 @@ class DoctorResult(Result):
     input_shape: list[int]
     input_std: float
     steps: int
+    notes: list[str]  # what the doctor read differently, and why
+    trend: doctor.Trend | None  # the gradient ratio over depth
     fix: doctor.FixReport | None  # what init did, None for "default"
 
     @property
@@ -294,6 +296,8 @@ def doctor_zoo(
 def show(result: dict[str, Any]) -> None:
     """Print the input, every layer's statistics and labels, the verdict and what to change."""
     print(f"input {tuple(result['input_shape'])}, std {result['input_std']:.3g}")
+    for note in result["notes"]:
+        print("note:", note)
     for layer in result["layers"]:
         print(
             f"{layer['name']:>10} {layer['kind']:<12} act mean {layer['act_mean']:.3g}"
