@@ -60,6 +60,60 @@ class _Pair(nn.Module):
 
 def pair_out():
     return _Pair()
+
+
+class _Argmax(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.lin(x).argmax(dim=-1)
+
+
+def argmax_out():
+    return _Argmax()
+
+
+class _Tokens(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = nn.Embedding(50, 16)
+        nn.init.normal_(self.embed.weight, std=0.02)
+        self.lin = nn.Linear(16, 16)
+        self.act = nn.GELU()
+        self.head = nn.Linear(16, 50)
+
+    def forward(self, ids):
+        return {"logits": self.head(self.act(self.lin(self.embed(ids)))), "extra": ids * 1.0}
+
+
+def tokens():
+    return _Tokens()
+
+
+class _Boom(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise ValueError("no gradients on Tuesdays")
+
+
+class _BoomNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return _Boom.apply(self.lin(x))
+
+
+def boom_backward():
+    return _BoomNet()
 """
 
 
@@ -159,7 +213,15 @@ def test_fix_saves_a_cured_state_dict_and_an_html_report(workdir: Path, tmp_path
     assert fix["follows"] == ["tanh"] * 12
     assert fix["after"]["problems"] == []
     assert all(layer["labels"] == ["ok"] for layer in fix["after"]["layers"])
+    assert fix["skipped"] == [] and fix["trial"]["cured"] is True
+    assert len(fix["trial"]["before"]) == len(fix["trial"]["after"]) == doctor.TRIAL_STEPS
     assert "state_dict written" in out.stderr and "report written" in out.stderr
+    text = normlab("models.py:vanishing", "--input-shape", "64,16", "--fix", "xavier",
+                   "--out", str(tmp_path / "again.pt"), cwd=workdir)  # fmt: skip
+    assert (
+        text.returncode == 0 and f"training check ({doctor.TRIAL_STEPS} Adam steps" in text.stdout
+    )
+    assert "the fix lowered the loss" in text.stdout
 
     sys.path.insert(0, str(workdir))
     try:
@@ -213,11 +275,22 @@ print(json.dumps(results))
 """
 
 BAD: list[tuple[tuple[str, ...], str]] = [
+    (("models.py:vanishing", "--input-shape", "8,16", "--fix-tied"), "--fix-tied is only used"),
+    (("models.py:argmax_out", "--input-shape", "8,16"), "carries no gradient"),
+    (("models.py:dict_out", "--input-shape", "8,16", "--output", "y"), "carries no gradient"),
+    (("models.py:dict_out", "--input-shape", "8,16", "--output", "z"), "'z' is not one of"),
+    (("models.py:pair_out", "--input-shape", "8,16", "--output", "z"), "names a field, but"),
+    (("models.py:tokens", "--input-shape", "8,6", "--tokens", "0"), "--tokens: '0' is not all"),
+    (("models.py:tokens", "--tokens", "9", "--data", "dict.pt"), "use it with --input-shape"),
+    (
+        ("models.py:boom_backward", "--input-shape", "8,16"),
+        "the model's backward pass raised ValueError: no gradients on Tuesdays",
+    ),
     (("nofile.py:build", "--input-shape", "8,16"), "file 'nofile.py' not found"),
     (("models.py", "--input-shape", "8,16"), "use FILE.py:FACTORY, e.g. mymodel.py:build"),
     (
         ("models.py:nope", "--input-shape", "8,16"),
-        "no function 'nope' in 'models.py', use one of: boom, dict_out, not_a_module",
+        "no function 'nope' in 'models.py', use one of: argmax_out, boom, boom_backward, dict_out",
     ),
     (
         ("models.py:boom", "--input-shape", "8,16"),
@@ -312,3 +385,30 @@ def test_exit_status_2_reaches_the_shell(workdir: Path) -> None:
     out = normlab("models.py:vanishing", "--input-shape", "8,5", cwd=workdir)
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.count("\n") == 1 and "(8, 5)" in out.stderr
+
+
+def test_token_ids_and_a_model_output_field(workdir: Path) -> None:
+    out = normlab(
+        "models.py:tokens", "--input-shape", "8,6", "--tokens", "50", "--json", cwd=workdir
+    )
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert d["input_shape"] == [8, 6] and d["problems"] == []
+    assert [la["name"] for la in d["layers"]] == ["embed", "lin", "act", "head"]
+    assert d["input_std"] == pytest.approx(d["layers"][0]["act_std"])  # the embedding's scale
+    assert "no scale of its own" in d["notes"][0]
+    extra = normlab(
+        "models.py:tokens", "--input-shape", "8,6", "--tokens", "50", "--output", "extra",
+        "--json", cwd=workdir,
+    )  # fmt: skip
+    assert extra.returncode == 2 and "carries no gradient" in extra.stderr  # ids * 1.0: no grad
+
+
+def test_traceback_shows_the_model_s_own_frames(workdir: Path) -> None:
+    plain = normlab("models.py:boom_backward", "--input-shape", "8,16", cwd=workdir)
+    assert plain.returncode == 2 and "Traceback" not in plain.stderr
+    out = normlab("models.py:boom_backward", "--input-shape", "8,16", "--traceback", cwd=workdir)
+    assert out.returncode == 2 and out.stdout == ""
+    assert "Traceback (most recent call last)" in out.stderr
+    assert 'raise ValueError("no gradients on Tuesdays")' in out.stderr  # the model's own line
+    assert out.stderr.strip().splitlines()[-1].startswith("normlab: error: model ")

@@ -460,11 +460,14 @@ def test_examine_is_diagnose_fix_diagnose_on_one_generator() -> None:
     ref, g = zoo.build("vanishing-tanh"), torch.Generator().manual_seed(3)
     before = doctor.diagnose(ref, xs, generator=g)
     report = doctor.fix(ref, "xavier", xs[0], generator=g)
+    given = zoo.build("vanishing-tanh")
     after = doctor.diagnose(ref, xs, generator=g)
+    check = doctor.trial(given, ref, xs, generator=g)  # then the training comparison
     assert exam.to_dict() == {
         **before.to_dict(),
-        "fix": {**report.to_dict(), "after": after.to_dict()},
+        "fix": {**report.to_dict(), "after": after.to_dict(), "trial": check.to_dict()},
     }
+    assert exam.trial is not None and exam.trial.cured  # Xavier makes the 30 tanh layers learn
     assert exam.before.problems == ["vanishing"] and exam.after is not None and exam.after.healthy
     assert exam.fix is not None and exam.fix.follows == ["tanh"] * 30 + ["linear"]
     for (name, w), (_, w_ref) in zip(

@@ -49,7 +49,7 @@ def test_the_speed_machinery_is_gone() -> None:
     for path in SOURCES:
         text = path.read_text()
         assert "torch.jit" not in text, path
-        assert "torch.compile" not in text, path
+        assert not re.search(r"torch\.compile\(", text), path  # the doctor may name it
         assert not re.search(
             r"^\s*(import|from) (multiprocessing|concurrent\.futures\.process)", text, re.M
         ), path
@@ -59,8 +59,9 @@ def test_one_training_loop() -> None:
     """``train.train`` is the only place that steps an optimizer over a batch of moons."""
     steppers = [p for p in SOURCES if re.search(r"\bopt\.step\(\)", p.read_text())]
     names = {p.relative_to(PACKAGE).as_posix() for p in steppers}
-    # symmetry's loop records every unit's weights as it goes, as the seed's train_track does
-    assert names == {"train.py", "experiments/symmetry.py"}
+    # symmetry's loop records every unit's weights as it goes, as the seed's train_track does;
+    # the doctor's trial trains a user's model (any output) on a proxy task, not the moons
+    assert names == {"train.py", "experiments/symmetry.py", "doctor.py"}
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)

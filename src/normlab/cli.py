@@ -8,7 +8,7 @@ Commands::
     normlab lab [--host HOST] [--port PORT] [--db PATH]
     normlab doctor FILE.py:FACTORY --input-shape N,D[,...] [--steps K] [--data FILE.pt]
                    [--seed S] [--tokens V] [--output FIELD] [--json] [--html FILE]
-                   [--fix METHOD --out FILE.pt] [--traceback]
+                   [--fix METHOD --out FILE.pt [--fix-tied]] [--traceback]
 
 ``run`` has one argparse sub-parser per registered experiment, its flags generated from the
 experiment's declared parameters (``--depth 20``, ``--gains 0.9,1,1.1``, ``--batch-norm``,
@@ -487,6 +487,7 @@ def _add_doctor_parser(sub: Any) -> None:
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
     p.add_argument("--fix", metavar="METHOD", help=f"re-initialize: {', '.join(DOCTOR_FIXES)}")
     p.add_argument("--out", metavar="FILE.pt", help="where --fix saves the state_dict")
+    p.add_argument("--fix-tied", action="store_true", help="--fix re-initializes tied weights too")
     p.add_argument(
         "--tokens",
         type=_doctor_tokens,
@@ -642,9 +643,19 @@ def _doctor_outputs(args: argparse.Namespace) -> tuple[Path | None, Path | None]
         raise UsageError("--fix needs --out FILE.pt, where the re-initialized state_dict goes")
     if args.out is not None and args.fix is None:
         raise UsageError("--out is only used with --fix METHOD")
+    if args.fix_tied and args.fix is None:
+        raise UsageError("--fix-tied is only used with --fix METHOD")
     out_path = _writable("--out", args.out) if args.out is not None else None
     html_path = _writable("--html", args.html) if args.html is not None else None
     return out_path, html_path
+
+
+def _print_fix(console: Console, exam: Any) -> None:
+    """What the fix left alone, and whether training said it was a cure."""
+    for name, why in exam.fix.skipped:
+        console.print(f"left as it was: {name} ({why})", markup=False, highlight=False)
+    if exam.trial is not None:
+        console.print(exam.trial.words(), markup=False, highlight=False)
 
 
 def _traceback(args: argparse.Namespace, exc: BaseException) -> None:
@@ -686,7 +697,9 @@ def _cmd_doctor(args: argparse.Namespace, console: Console) -> None:
     model = _build_model(args.target)
     g = torch.Generator().manual_seed(args.seed)
     try:
-        exam = doctor.examine(model, batches, fix=args.fix, generator=g, output=args.output)
+        exam = doctor.examine(
+            model, batches, fix=args.fix, generator=g, output=args.output, tied=args.fix_tied
+        )
     except (doctor.ModelInputError, doctor.ModelOutputError, doctor.CannotDiagnose) as exc:
         _traceback(args, exc)
         raise UsageError(_one_line(f"model {args.target!r}: {exc}")) from None
@@ -708,6 +721,7 @@ def _cmd_doctor(args: argparse.Namespace, console: Console) -> None:
         if exam.after is not None:
             title = f"{args.target}: after --fix {args.fix}"
             _print_tables(console, diagnosis_tables(exam.after, title))
+            _print_fix(console, exam)
     if out_path is not None:
         notes.print(f"re-initialized ({args.fix}) state_dict written to {out_path}")
     if html_path is not None:

@@ -3,19 +3,24 @@ units are dead, saturated or identical, and what to change.
 
 :func:`diagnose` runs a few forward and backward passes under :class:`normlab.probe.ActivationProbe`
 and :class:`normlab.probe.GradientProbe` and labels every probed (leaf) module from a fixed
-vocabulary. Let :math:`s_0` be the standard deviation of the model's input (1 when the input is
-not floating point or is constant) and :math:`s_l` that of layer :math:`l`'s output, both over
-every element of the batch; a *unit* is a channel (dim 1) after convolutions, batch norms,
-group norms and poolings with 3+ dimensions, the last dimension otherwise, and an elementwise
-layer (activation, dropout) takes the unit dimension of the layer before it.
+vocabulary. Let :math:`s_0` be the standard deviation of the model's input (for token ids, or
+another input with no scale of its own, that of the first layer's output, the embedding; 1 when
+that is 0) and :math:`s_l` that of layer :math:`l`'s output, both over every element of the
+batch; a *unit* is a channel (dim 1) after convolutions, batch norms, group norms and poolings
+with 3+ dimensions, the last dimension otherwise, and an elementwise layer (activation,
+dropout) takes the unit dimension of the layer before it. Layers are known by what they do: a
+weight layer has parameters of its own with 2+ dimensions (Hugging Face's ``Conv1D`` too), and
+norms and activations outside torch are known by their family names (``*RMSNorm``,
+``*LayerNorm``, GELU, SiLU).
 
 =============  ==================================================================================
 label          when (thresholds are module constants)
 =============  ==================================================================================
 ``vanishing``  :math:`s_l < 10^{-2}\, s_0` (:data:`VANISHING`), or a weight layer whose
-               gradient ratio :math:`\rho_l < 10^{-3}` (:data:`GRAD_VANISHING`, below)
+               gradient ratio :math:`\rho_l < 10^{-3}` (:data:`GRAD_VANISHING`, below), or
+               one a sustained depth trend puts 10x below the output end (:class:`Trend`)
 ``exploding``  :math:`s_l > 10^{2}\, s_0` (:data:`EXPLODING`), or
-               :math:`\rho_l > 10^{3}` (:data:`GRAD_EXPLODING`)
+               :math:`\rho_l > 10^{3}` (:data:`GRAD_EXPLODING`), or 10x above by a trend
 ``dead``       at least 60% of the units (:data:`DEAD_FRAC`) are exactly 0 for every element of
                the batch (a ReLU whose pre-activation is negative on every input); depth alone
                leaves up to ~45% of a 20-layer He-initialized ReLU stack's units off on a batch
@@ -61,6 +66,20 @@ random linear readout of the model's output, so the gradient that enters the mod
 scale whatever its output scale) is reported beside them; it is per element, so it also shrinks
 where a pooling or a mean spreads the gradient over more elements, and no label reads it.
 
+Residual branches scaled on purpose are not judged by scale: where a small parameter
+(:data:`BRANCH_SCALE`; layer scale, ReZero, SkipInit) multiplies a layer's output between
+layers, the layers whose every path to the output crosses it, and those right after it, keep
+their numbers but get no scale label, and the reference layer of :math:`\rho` is the last one not
+so scaled (ConvNeXt: its classifier). Their small start is the design (Touvron et al., 2021, CaiT;
+Bachlechner et al., 2021, ReZero), the notes say so.
+
+A problem spread over depth is found by its trend even when no single layer crosses a bound:
+:math:`\log \rho` fitted linearly over the model's repeated blocks (:class:`Trend`). A steady
+growth of 100x or more over 6+ blocks (R^2 >= 0.9) is labelled: a deep BatchNorm + ReLU stack's
+squared ratio grows by :math:`\pi/(\pi-1)` per layer toward the input (Yang et al., 2019),
+and 30 such layers do not train. Post-LN and pre-LN encoders part here too: pre-LN's ratio grows
+mildly toward the input, post-LN's does not.
+
 Suggestions name the initializer that suits the activation that consumes each weight layer's
 output, found in the autograd graph of one forward pass (through residual adds and other tensor
 operations, and past normalization, dropout, pooling and identity layers): He for the ReLU
@@ -74,6 +93,7 @@ left alone), zeroing their biases.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import math
@@ -386,6 +406,7 @@ class FixReport:
     follows: list[str]  # nonlinearity name as in calculate_gain
     gains: list[float]
     lsuv: init.LSUVResult | None = field(default=None)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # weight layers left, and why
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = finite_or_none(
@@ -395,9 +416,79 @@ class FixReport:
                 "follows": self.follows,
                 "gains": self.gains,
                 "lsuv": None if self.lsuv is None else self.lsuv.to_dict(),
+                "skipped": [{"layer": n, "why": why} for n, why in self.skipped],
             }
         )
         return out
+
+
+TRIAL_STEPS, TRIAL_LR = 100, 1e-3
+
+
+@dataclass
+class Trial:
+    """A short training run of the model as given and of the fixed one: the same batches, the
+    same targets, the same optimizer (Adam, :data:`TRIAL_LR`), :data:`TRIAL_STEPS` steps.
+
+    The task is a proxy any model has: fit a fixed random target of the output's shape by mean
+    squared error. A fix that leaves the model harder to train shows as a higher loss; only a
+    lower one is called a cure.
+    """
+
+    steps: int
+    before: list[float]  # the loss at each step, the model as given
+    after: list[float]  # the same for the fixed model
+
+    @property
+    def cured(self) -> bool:
+        return self.after[-1] < self.before[-1]
+
+    def words(self) -> str:
+        b, a = self.before, self.after
+        how = "lowered" if self.cured else "did not lower"
+        advice = "" if self.cured else ": not a cure, keep the model as built"
+        return (
+            f"training check ({self.steps} Adam steps on a proxy task): the fix {how} the loss, "
+            f"{b[0]:.4g} -> {b[-1]:.4g} as given, {a[0]:.4g} -> {a[-1]:.4g} fixed{advice}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = finite_or_none(dataclasses.asdict(self))
+        out["cured"] = self.cured
+        return out
+
+
+def trial(
+    given: nn.Module,
+    fixed: nn.Module,
+    batches: Sequence[torch.Tensor],
+    *,
+    steps: int = TRIAL_STEPS,
+    generator: torch.Generator | None = None,
+    output: str | None = None,
+) -> Trial:
+    """Train copies of ``given`` and ``fixed`` side by side (see :class:`Trial`); the models
+    themselves are left as they are."""
+    seed = int(torch.randint(2**62, (1,), generator=generator))
+    losses = []
+    for model in (given, fixed):
+        net = copy.deepcopy(model)
+        g = torch.Generator().manual_seed(seed)  # the same targets for both
+        opt = torch.optim.Adam(net.parameters(), lr=TRIAL_LR)
+        target: torch.Tensor | None = None
+        curve = []
+        for step in range(steps):
+            x = batches[step % len(batches)]
+            opt.zero_grad()
+            out = _call(net, x, output)
+            if target is None:
+                target = torch.randn(out.shape, generator=g).to(out.device)
+            loss = torch.nn.functional.mse_loss(out, target)
+            loss.backward()
+            opt.step()
+            curve.append(loss.item())
+        losses.append(curve)
+    return Trial(steps, losses[0], losses[1])
 
 
 # -- the model's structure, as the forward pass shows it ----------------------------------------
@@ -562,7 +653,9 @@ def _trace(model: nn.Module, batch: torch.Tensor, output: str | None = None) -> 
 
     def hook(mod: nn.Module, args: Any, out: Any, name: str) -> None:
         order.setdefault(name, mod)
-        for p, site in _walk(_tensors(args), made_by, names).items():
+        # a layer with layers inside (ReZero's block: x + alpha * f(x)) also reads theirs
+        read = _tensors(args) + (_tensors(out) if next(mod.children(), None) else [])
+        for p, site in _walk(read, made_by, names).items():
             if p != name:
                 known = edges.setdefault(name, {})
                 known[p] = site if known.get(p, site) is not None else None
@@ -1063,7 +1156,8 @@ def _trend_words(trend: Trend) -> str:
     total = max(trend.total, 1 / trend.total)
     factor = max(trend.factor, 1 / trend.factor)
     return (
-        f"the weights' gradient ratio grows {factor:.3g}x per "
+        f"the gradient is {trend.direction} with depth: the weights' gradient ratio grows "
+        f"{factor:.3g}x per "
         f"block {where} ({factor**2:.3g}x squared), steadily "
         f"over {trend.blocks} blocks (R^2 {trend.r2:.2f}): {_g(total)}x from end to end, "
         f"whether or not one layer crosses {GRAD_EXPLODING:g}x"
@@ -1263,6 +1357,7 @@ def fix(
     batch: torch.Tensor,
     *,
     generator: torch.Generator | None = None,
+    tied: bool = False,
 ) -> FixReport:
     r"""Re-initialize every ``Linear`` and ``Conv1d/2d/3d`` of ``model`` in place; biases to 0.
 
@@ -1275,11 +1370,16 @@ def fix(
     - ``orthogonal``: ``orthogonal_`` scaled by the gain;
     - ``lsuv``: :func:`normlab.init.lsuv_` on ``batch`` (the gain comes from the data).
 
+    Other weight layers (embeddings, LSTMs, attention, Hugging Face's ``Conv1D``, whose weight is
+    stored (in, out)) and, unless ``tied``, a layer whose weight is tied to another parameter (a
+    language model's head and token embedding) are left alone and listed in ``skipped``.
+
     Args:
         model: the network; modified in place.
         method: one of :data:`FIX_METHODS`.
         batch: an input batch, to find the forward order (and for ``lsuv``).
         generator: the generator the weights are drawn from.
+        tied: re-initialize tied weights too (which re-initializes what they are tied to).
 
     Examples::
 
@@ -1292,8 +1392,10 @@ def fix(
         raise ValueError(f"method {method!r} not supported, use one of {FIX_METHODS}")
     graph = _trace(model, batch)
     names, follows, gains = [], [], []
+    shared = _tied(model)
+    skipped = _skipped(graph, shared, tied)
     for name, m in graph.order:
-        if not isinstance(m, _WEIGHT_LAYERS):
+        if not isinstance(m, _WEIGHT_LAYERS) or name in dict(skipped):
             continue
         act, slope = graph.follows(name)
         gain = init.calculate_gain(act, slope)  # type: ignore[arg-type]
@@ -1308,10 +1410,46 @@ def fix(
         names.append(name)
         follows.append(act)
         gains.append(math.nan if method == "lsuv" else gain)  # LSUV takes its scale from data
+    first = sorted(skipped, key=lambda s: "tied" not in s[1])[:3]  # the tied ones first
+    left = "; ".join(f"{n}: {why}" for n, why in first) + ", ..." * (len(skipped) > 3)
     if not names:
-        raise ValueError("model has no Linear or Conv1d/2d/3d layer that its forward pass calls")
+        raise ValueError(
+            "the model has no Linear or Conv1d/2d/3d layer to re-initialize that its forward "
+            f"pass calls{' (left: ' + left + ')' if skipped else ''}"
+        )
+    tied_left = [n for n, why in skipped if "tied" in why]
+    if method == "lsuv" and tied_left:
+        raise ValueError(
+            f"lsuv rescales every Linear and Conv, and {tied_left[0]!r} shares its weight: "
+            "pass tied=True (--fix-tied) to re-initialize tied weights, or use he or xavier"
+        )
     lsuv = init.lsuv_(model, batch, generator=generator) if method == "lsuv" else None
-    return FixReport(method=method, layers=names, follows=follows, gains=gains, lsuv=lsuv)
+    return FixReport(method, names, follows, gains, lsuv, skipped)
+
+
+def _tied(model: nn.Module) -> dict[int, list[str]]:
+    """Parameters the model holds under two or more names (a tied embedding and head)."""
+    names: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), []).append(name)
+    return {k: v for k, v in names.items() if len(v) > 1}
+
+
+def _skipped(graph: _Graph, shared: dict[int, list[str]], tied: bool) -> list[tuple[str, str]]:
+    """The weight layers :func:`fix` leaves alone, each with the reason."""
+    out = []
+    for name, m in graph.order:
+        if not _has_weight(m):
+            continue
+        if not isinstance(m, _WEIGHT_LAYERS):
+            out.append(
+                (name, f"{type(m).__name__} layer: only Linear and Conv1d/2d/3d are re-initialized")
+            )
+            continue
+        others = [n for n in shared.get(id(m.weight), []) if not n.startswith(f"{name}.")]
+        if others and not tied:
+            out.append((name, f"its weight is tied to {others[0]!r}: pass tied=True (--fix-tied)"))
+    return out
 
 
 # -- the whole visit ----------------------------------------------------------------------------
@@ -1325,12 +1463,14 @@ class Examination:
     before: Diagnosis
     fix: FixReport | None = None
     after: Diagnosis | None = None
+    trial: Trial | None = None  # the short training comparison; None without a fix
 
     def to_dict(self) -> dict[str, Any]:
-        """``before``'s dict, plus ``fix`` (the report, with ``after`` inside) after a fix."""
+        """``before``'s dict, plus ``fix`` (the report, with ``after`` and ``trial`` inside)."""
         out = self.before.to_dict()
         if self.fix is not None and self.after is not None:
-            out["fix"] = {**self.fix.to_dict(), "after": self.after.to_dict()}
+            trial = None if self.trial is None else self.trial.to_dict()
+            out["fix"] = {**self.fix.to_dict(), "after": self.after.to_dict(), "trial": trial}
         return out
 
 
@@ -1344,6 +1484,8 @@ def examine(
     *,
     generator: torch.Generator | None = None,
     output: str | None = None,
+    tied: bool = False,
+    trial_steps: int = TRIAL_STEPS,
 ) -> Examination:
     """Diagnose ``model``; with ``fix``, re-initialize it by that method and diagnose it again.
 
@@ -1357,6 +1499,9 @@ def examine(
         fix: one of :data:`FIX_METHODS`, or ``None`` to diagnose only.
         generator: draws the readouts (and the new weights).
         output: the output field to read, as for :func:`diagnose`.
+        tied: :func:`fix` re-initializes tied weights too.
+        trial_steps: after a fix, train copies of the model as given and fixed this many steps
+            (:func:`trial`), so that no fix is called a cure unless it measured one; 0: skip.
 
     Returns:
         an :class:`Examination` (``fix`` and ``after`` are ``None`` without a fix).
@@ -1379,7 +1524,11 @@ def examine(
     before = diagnose(model, batches, generator=generator, output=output)
     if fix is None:
         return Examination(before)
-    first = batches if isinstance(batches, torch.Tensor) else batches[0]
-    report = _fix(model, fix, first, generator=generator)
+    xs = [batches] if isinstance(batches, torch.Tensor) else list(batches)
+    given = copy.deepcopy(model) if trial_steps > 0 else None
+    report = _fix(model, fix, xs[0], generator=generator, tied=tied)
     after = diagnose(model, batches, generator=generator, output=output)
-    return Examination(before, report, after)
+    check = None
+    if given is not None:
+        check = trial(given, model, xs, steps=trial_steps, generator=generator, output=output)
+    return Examination(before, report, after, check)

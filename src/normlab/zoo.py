@@ -20,6 +20,15 @@ dead-relu       8 He-initialized ReLU layers; layer 4's bias is -10 on     dead 
 symmetric       6 x (Linear 64 -> tanh), every weight 1/fan_in, bias 0     symmetric
 transformer     2 TransformerEncoder layers (d_model 32) and a mean-pool   no vanishing or
                 head                                                       exploding
+deep-batchnorm  30 x (Linear 256 -> BatchNorm1d -> ReLU), torch's init     exploding: a steady
+                                                                           gradient growth
+                                                                           (Yang et al. 2019)
+post-ln         12 post-LN TransformerEncoder layers (d_model 64), head    healthy; no trend
+                                                                           toward the input
+pre-ln          the same with ``norm_first=True``                          healthy; its ratio
+                                                                           grows ~1.09x per
+                                                                           layer toward the
+                                                                           input
 lstm            one LSTM (hidden 32) and a Linear head on the last step    no vanishing or
                                                                            exploding
 ==============  =========================================================  ====================
@@ -85,6 +94,28 @@ def _mlp(depth: int, act: type[nn.Module], norm: str) -> nn.Sequential:
         d = MLP_WIDTH
     blocks.append(nn.Linear(d, CLASSES))
     return nn.Sequential(*blocks)
+
+
+DEEP_BN_DEPTH, DEEP_BN_WIDTH = 30, 256
+
+
+def deep_batchnorm(seed: int = 0) -> nn.Sequential:
+    r"""30 blocks ``Linear(256) -> BatchNorm1d -> ReLU`` at torch's default init, then a head.
+
+    Every layer's output is normalized, so the forward scale holds; the gradient does not: in a
+    BatchNorm + ReLU stack its squared size grows by :math:`\pi / (\pi - 1) \approx 1.47` per
+    layer on the way back (Yang et al., 2019, "A mean field theory of batch normalization"),
+    whatever the initializer, and at this depth the first layers barely train.
+    """
+    with _seeded(seed):
+        blocks: list[nn.Module] = []
+        d = MLP_IN
+        for _ in range(DEEP_BN_DEPTH):
+            w = DEEP_BN_WIDTH
+            blocks.append(nn.Sequential(nn.Linear(d, w), nn.BatchNorm1d(w), nn.ReLU()))
+            d = w
+        blocks.append(nn.Linear(d, CLASSES))
+        return nn.Sequential(*blocks)
 
 
 def _linears(net: nn.Module) -> list[nn.Linear]:
@@ -231,6 +262,50 @@ class _TransformerClassifier(nn.Module):
         return logits
 
 
+class _Encoder(nn.Module):
+    def __init__(self, d_model: int, layers: int, norm_first: bool) -> None:
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(
+            d_model,
+            nhead=4,
+            dim_feedforward=4 * d_model,
+            dropout=0.0,
+            activation=nn.GELU(),
+            batch_first=True,
+            norm_first=norm_first,
+        )
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(d_model) if norm_first else nn.Identity()  # pre-LN's final norm
+        self.head = nn.Linear(d_model, CLASSES)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(self.encoder(x))  # (N, T, D)
+        logits: torch.Tensor = self.head(h.mean(dim=1))  # (N, D) -> (N, classes)
+        return logits
+
+
+def post_ln(seed: int = 0) -> nn.Module:
+    """12 post-LN encoder layers (d_model 64), LayerNorm after each residual add, on (N, 16, 64).
+
+    The original Transformer's order: each add is normalized at once, so the stream keeps a
+    fixed scale and no layer's gradient grows toward the input; near the output it is largest
+    (Xiong et al., 2020, "On layer normalization in the Transformer architecture"), which is
+    why post-LN wants a learning-rate warm-up.
+    """
+    with _seeded(seed):
+        return _Encoder(64, 12, norm_first=False)
+
+
+def pre_ln(seed: int = 0) -> nn.Module:
+    """The same 12 layers pre-LN (``norm_first=True``: LayerNorm at the start of each branch)
+    and a final LayerNorm. The stream is never normalized, and grows with depth, so a later
+    branch moves it less: the weights' gradient ratio grows toward the input, about 1.09x per
+    layer here (early layers get the larger gradients, as Shleifer et al., 2021, "NormFormer",
+    measured), mild enough to train without warm-up (Xiong et al., 2020)."""
+    with _seeded(seed):
+        return _Encoder(64, 12, norm_first=True)
+
+
 def transformer(seed: int = 0) -> nn.Module:
     """Two ``nn.TransformerEncoderLayer`` (d_model 32, 4 heads, post-norm) on (N, 12, 32)."""
     with _seeded(seed):
@@ -287,6 +362,9 @@ MODELS: dict[str, ZooModel] = {
         ZooModel("symmetric", symmetric, (MLP_IN,), "tanh MLP, every weight constant", True),
         ZooModel("transformer", transformer, (12, 32), "2-layer TransformerEncoder", False),
         ZooModel("lstm", lstm, (12, 8), "LSTM classifier", False),
+        ZooModel("deep-batchnorm", deep_batchnorm, (MLP_IN,), "30 BatchNorm + ReLU layers", False),
+        ZooModel("post-ln", post_ln, (16, 64), "12-layer post-LN TransformerEncoder", False),
+        ZooModel("pre-ln", pre_ln, (16, 64), "12-layer pre-LN TransformerEncoder", False),
     )
 }
 
