@@ -284,3 +284,28 @@ def test_gpt2_s_tied_head_and_conv1d_layers_are_left_with_a_reason() -> None:
     report = doctor.fix(model, "he", ids, tied=True)  # told: the head (and so wte) is redrawn
     assert report.layers == ["lm_head"] and not torch.equal(model.transformer.wte.weight, wte)
     assert all("Conv1D layer" in why for name, why in report.skipped if ".attn." in name)
+
+
+def test_positional_keyword_and_in_place_inputs() -> None:
+    class Two(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b, self.head = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 2)
+
+        def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            return self.head(torch.tanh(self.a(x)) * mask + self.b(x))
+
+    torch.manual_seed(0)
+    x, mask = torch.randn(32, 8), torch.ones(32, 8)
+    positional = doctor.diagnose(Two(), [(x, mask), (x, mask)])
+    keyword = doctor.diagnose(Two(), {"x": x, "mask": mask})
+    assert positional.steps == 2 and keyword.steps == 1 and positional.input_shape == [32, 8]
+    assert [la.name for la in keyword.layers] == ["a", "b", "head"]
+    with pytest.raises(doctor.ModelInputError, match=r"input of shape \{x: \(32, 8\)\}"):
+        doctor.diagnose(Two(), {"x": x})  # the mask is missing: the model's own error
+
+    net = nn.Sequential(nn.Dropout(0.1, inplace=True), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    d = doctor.diagnose(net, torch.randn(32, 8))  # changes its input in place: allowed
+    assert d.layers[0].kind == "Dropout" and doctor.fix(net, "he", torch.randn(32, 8)).layers
+    with pytest.raises(ValueError, match="lsuv feeds the model one tensor"):
+        doctor.fix(Two(), "lsuv", (x, mask))

@@ -114,6 +114,23 @@ class _BoomNet(nn.Module):
 
 def boom_backward():
     return _BoomNet()
+
+
+class _TwoInputs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.left = nn.Linear(16, 8)
+        self.right = nn.Linear(16, 8)
+        self.act = nn.ReLU()
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, a, b):
+        return self.head(self.act(self.left(a) + self.right(b)))
+
+
+def two_inputs():
+    return _TwoInputs()
 """
 
 
@@ -123,6 +140,11 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (d / "models.py").write_text(MODELS)
     (d / "broken.py").write_text("import torch\nraise ImportError('cannot build today')\n")
     torch.save({"x": torch.zeros(2)}, d / "dict.pt")
+    torch.save(3, d / "int.pt")
+    g = torch.Generator().manual_seed(0)
+    pair = (torch.randn(32, 16, generator=g), torch.randn(32, 16, generator=g))
+    torch.save(pair, d / "pair.pt")
+    torch.save({"a": pair[0], "b": pair[1]}, d / "keywords.pt")
     return d
 
 
@@ -333,7 +355,9 @@ BAD: list[tuple[tuple[str, ...], str]] = [
         "argument --steps: '0' is not allowed, use an integer in [1, 100]",
     ),
     (("models.py:vanishing", "--data", "none.pt"), "--data 'none.pt': file not found"),
-    (("models.py:vanishing", "--data", "dict.pt"), "--data 'dict.pt': holds dict, use one tensor"),
+    (("models.py:vanishing", "--data", "int.pt"), "--data 'int.pt': holds int, use a tensor"),
+    (("models.py:vanishing", "--data", "dict.pt"), "unexpected keyword argument 'x'"),
+    (("models.py:vanishing", "--input-shape", "8,16", "--dtype", "int8"), "invalid choice"),
     (
         ("models.py:vanishing", "--input-shape", "8,16", "--html", "/no/dir/r.html"),
         "--html '/no/dir/r.html': folder '/no/dir' does not exist",
@@ -412,3 +436,19 @@ def test_traceback_shows_the_model_s_own_frames(workdir: Path) -> None:
     assert "Traceback (most recent call last)" in out.stderr
     assert 'raise ValueError("no gradients on Tuesdays")' in out.stderr  # the model's own line
     assert out.stderr.strip().splitlines()[-1].startswith("normlab: error: model ")
+
+
+@pytest.mark.parametrize("data", ["pair.pt", "keywords.pt"])
+def test_positional_and_keyword_inputs_from_data(workdir: Path, data: str) -> None:
+    out = normlab("models.py:two_inputs", "--data", data, "--steps", "2", "--json", cwd=workdir)
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert d["steps"] == 2 and d["input_shape"] == [32, 16]
+    assert [la["name"] for la in d["layers"]] == ["left", "right", "act", "head"]
+
+
+def test_a_float64_random_input(workdir: Path) -> None:
+    out = normlab(
+        "models.py:vanishing", "--input-shape", "16,16", "--dtype", "float64", cwd=workdir
+    )
+    assert out.returncode == 2 and "Double" in out.stderr  # float32 weights: the model's own words

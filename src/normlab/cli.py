@@ -7,7 +7,7 @@ Commands::
     normlab run NAME --help          NAME's parameters: default, allowed values, meaning
     normlab lab [--host HOST] [--port PORT] [--db PATH]
     normlab doctor FILE.py:FACTORY --input-shape N,D[,...] [--steps K] [--data FILE.pt]
-                   [--seed S] [--tokens V] [--output FIELD] [--json] [--html FILE]
+                   [--seed S] [--tokens V] [--dtype D] [--output FIELD] [--json] [--html FILE]
                    [--fix METHOD --out FILE.pt [--fix-tied]] [--traceback]
 
 ``run`` has one argparse sub-parser per registered experiment, its flags generated from the
@@ -464,6 +464,7 @@ def _check_notebook_path(path: str) -> Path:
 # -- normlab doctor ------------------------------------------------------------------------------
 
 DOCTOR_FIXES = ("he", "xavier", "orthogonal", "lsuv")  # normlab.doctor.FIX_METHODS
+DOCTOR_DTYPES = ("float32", "float64", "float16", "bfloat16")
 MAX_INPUT_VALUES = 2**26  # a random input batch larger than this is refused (memory)
 MAX_DOCTOR_STEPS = 100
 
@@ -495,6 +496,12 @@ def _add_doctor_parser(sub: Any) -> None:
         help="random integer token ids in [0, V) of --input-shape, not normal floats",
     )
     p.add_argument("--output", metavar="FIELD", help="the output field to read (dict, ModelOutput)")
+    p.add_argument(
+        "--dtype",
+        choices=DOCTOR_DTYPES,
+        default="float32",
+        help="dtype of the random input (default float32)",
+    )
     p.add_argument(
         "--traceback", action="store_true", help="show the model's own traceback on an error"
     )
@@ -604,7 +611,8 @@ def _doctor_inputs(args: argparse.Namespace) -> list[Any]:
         g = torch.Generator().manual_seed(args.seed)
         if args.tokens is not None:
             return [torch.randint(args.tokens, shape, generator=g) for _ in range(args.steps)]
-        return [torch.randn(shape, generator=g) for _ in range(args.steps)]
+        dtype = getattr(torch, args.dtype)
+        return [torch.randn(shape, generator=g).to(dtype) for _ in range(args.steps)]
     if args.tokens is not None:
         raise UsageError("--tokens draws a random input: use it with --input-shape, not --data")
     if not Path(args.data).is_file():
@@ -613,16 +621,33 @@ def _doctor_inputs(args: argparse.Namespace) -> list[Any]:
         data = torch.load(args.data, weights_only=True)
     except Exception as exc:
         raise UsageError(_one_line(f"--data {args.data!r}: torch.load failed: {exc}")) from None
+    if isinstance(data, list):  # one input per step
+        if not data or not all(_is_input(x) for x in data):
+            raise UsageError(f"--data {args.data!r}: {_INPUTS}, or a non-empty list of them")
+        return data
+    if not _is_input(data):
+        raise UsageError(f"--data {args.data!r}: holds {type(data).__name__}, {_INPUTS}")
     if not isinstance(data, torch.Tensor):
-        raise UsageError(
-            f"--data {args.data!r}: holds {type(data).__name__}, use one tensor (torch.save(x, f))"
-        )
+        return [data] * args.steps  # positional or keyword inputs, every pass
     if shape is not None and tuple(data.shape) != shape:
         raise UsageError(
             f"--input-shape {args.input_shape!r} does not match --data's shape "
             f"{tuple(data.shape)}, give one of them"
         )
     return [data] * args.steps
+
+
+_INPUTS = "use a tensor (model(x)), a tuple of tensors (model(*x)) or a dict of them (model(**x))"
+
+
+def _is_input(value: object) -> bool:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return True
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return any(isinstance(v, torch.Tensor) for v in value.values())
+    return isinstance(value, tuple) and any(isinstance(v, torch.Tensor) for v in value)
 
 
 def _writable(option: str, path_text: str) -> Path:

@@ -461,7 +461,7 @@ class Trial:
 def trial(
     given: nn.Module,
     fixed: nn.Module,
-    batches: Sequence[torch.Tensor],
+    batches: Sequence[Input],
     *,
     steps: int = TRIAL_STEPS,
     generator: torch.Generator | None = None,
@@ -643,7 +643,7 @@ def _walk(tensors: list[torch.Tensor], made_by: dict[Any, str], names: dict[int,
     return found
 
 
-def _trace(model: nn.Module, batch: torch.Tensor, output: str | None = None) -> _Graph:
+def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
     """One forward pass with gradients on, recording which layer's output feeds which layer
     (and the model's output), and the small parameters multiplied in between."""
     made_by: dict[Any, str] = {}  # autograd node of a layer's output -> that layer
@@ -668,9 +668,7 @@ def _trace(model: nn.Module, batch: torch.Tensor, output: str | None = None) -> 
         for name, m in model.named_modules()
         if _is_layer(m)
     ]
-    x = batch.detach().clone()
-    if x.is_floating_point():
-        x.requires_grad_(True)  # so that layers without parameters still leave a graph
+    x = _map(batch, _graph_input)
     try:
         with _preserved(model), torch.enable_grad():
             edges[_OUTPUT] = _walk([_call(model, x, output)], made_by, names)
@@ -699,8 +697,53 @@ def _preserved(model: nn.Module) -> Iterator[None]:
 # -- running the model -------------------------------------------------------------------------
 
 
-def _shape(x: torch.Tensor) -> str:
-    return "(" + ", ".join(str(s) for s in x.shape) + ")"
+Input = torch.Tensor | tuple[Any, ...] | dict[str, Any]
+"""One step's input: a tensor (``model(x)``), a tuple of positional inputs (``model(*x)``) or a
+dict of keyword inputs (``model(**x)``)."""
+
+
+def _steps(batches: Input | Sequence[Input]) -> list[Input]:
+    """The steps' inputs: one input (a tensor or a dict), or a list or tuple of them."""
+    steps = [batches] if isinstance(batches, torch.Tensor | dict) else list(batches)
+    if not steps:
+        raise ValueError("batches is empty, use at least one input batch")
+    if not all(_tensors(x) for x in steps):
+        raise ValueError("every step's input must hold a tensor (a tensor, a tuple or a dict)")
+    return steps
+
+
+def _map(value: Any, f: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    if isinstance(value, torch.Tensor):
+        return f(value)
+    if isinstance(value, tuple | list):
+        return type(value)(_map(v, f) for v in value)
+    if isinstance(value, dict):
+        return {k: _map(v, f) for k, v in value.items()}
+    return value
+
+
+def _graph_input(x: torch.Tensor) -> torch.Tensor:
+    """A copy that leaves a graph (layers without parameters too) and that the model may
+    change in place (a leaf that requires grad may not be: ``nn.Dropout(inplace=True)``)."""
+    if not x.is_floating_point():
+        return x.clone()
+    return x.detach().clone().requires_grad_(True).clone()
+
+
+def _main(x: Input) -> torch.Tensor:
+    """The input the scales are read from: the first tensor of a step's input."""
+    return _tensors(x)[0]
+
+
+def _shape(x: Input) -> str:
+    """``(8, 16)``; ``((8, 16), (8,))`` for positional inputs; ``{ids: (8, 16)}`` for keywords."""
+    if isinstance(x, torch.Tensor):
+        return "(" + ", ".join(str(s) for s in x.shape) + ")"
+    if isinstance(x, dict):
+        return "{" + ", ".join(f"{k}: {_shape(v)}" for k, v in x.items()) + "}"
+    if isinstance(x, tuple | list):
+        return "(" + ", ".join(_shape(v) for v in x) + ")"
+    return type(x).__name__
 
 
 OUTPUT_FIELDS = ("logits", "last_hidden_state")
@@ -736,10 +779,11 @@ def _output(out: object, field: str | None) -> torch.Tensor:
     return out
 
 
-def _call(model: nn.Module, x: torch.Tensor, field: str | None = None) -> torch.Tensor:
-    """``model(x)`` as one tensor; errors say what the model said and what it was given."""
+def _call(model: nn.Module, x: Input, field: str | None = None) -> torch.Tensor:
+    """``model(x)`` (``*x``, ``**x``) as one tensor; errors say what the model said and what it
+    was given."""
     try:
-        out = model(x)
+        out = model(**x) if isinstance(x, dict) else model(*x) if isinstance(x, tuple) else model(x)
     except Exception as exc:  # the user's model may raise anything: report it, with the shape
         raise ModelInputError(
             f"the model rejected input of shape {_shape(x)}: {type(exc).__name__}: {exc}"
@@ -782,7 +826,7 @@ def _max(rows: Sequence[Sequence[float]], j: int) -> float:
 
 def diagnose(
     model: nn.Module,
-    batches: torch.Tensor | Sequence[torch.Tensor],
+    batches: Input | Sequence[Input],
     *,
     generator: torch.Generator | None = None,
     output: str | None = None,
@@ -822,9 +866,7 @@ def diagnose(
         >>> d.problems[:1], d.with_label("exploding")[-1]
         (['exploding'], '20')
     """
-    xs = [batches] if isinstance(batches, torch.Tensor) else list(batches)
-    if not xs:
-        raise ValueError("batches is empty, use at least one input batch")
+    xs = _steps(batches)
     model, notes = _eager(model)
     graph = _trace(model, xs[0], output)
     scaled = graph.scaled()
@@ -843,7 +885,7 @@ def diagnose(
         verdict=_verdict(layers, problems, trend),
         problems=problems,
         suggestions=_suggestions(model, layers, graph, problems, trend),
-        input_shape=list(xs[0].shape),
+        input_shape=list(_main(xs[0]).shape),
         input_std=ref,
         steps=len(xs),
         notes=notes,
@@ -853,7 +895,7 @@ def diagnose(
 
 def _measure(
     model: nn.Module,
-    xs: Sequence[torch.Tensor],
+    xs: Sequence[Input],
     generator: torch.Generator | None,
     output: str | None,
     scaled: set[str],
@@ -971,11 +1013,12 @@ def _scaled_notes(scaled: dict[str, str]) -> list[str]:
     ]
 
 
-def _reference(xs: Sequence[torch.Tensor], acts: ActivationStats) -> tuple[float, str]:
+def _reference(inputs: Sequence[Input], acts: ActivationStats) -> tuple[float, str]:
     """The scale every layer is compared with: the input's std; for token ids (or another
     input with no scale), the std of the first layer's output, the embedding, with a note."""
+    xs = [_main(x) for x in inputs]
     if all(x.is_floating_point() for x in xs):
-        return _input_std(xs), ""
+        return _input_std(inputs), ""
     std = _mean(acts.extra["std64"], 0)
     if std > 0 and math.isfinite(std):
         return std, (
@@ -1079,7 +1122,8 @@ def _grad_ratios(
     return {name: r / ref for name, r in mean.items() if math.isfinite(r)}
 
 
-def _input_std(xs: Sequence[torch.Tensor]) -> float:
+def _input_std(inputs: Sequence[Input]) -> float:
+    xs = [_main(x) for x in inputs]
     if not all(x.is_floating_point() for x in xs):
         return 1.0  # token ids and the like have no scale to compare with
     std = sum(float(x.detach().float().std(unbiased=False)) for x in xs) / len(xs)
@@ -1354,7 +1398,7 @@ def _scale_suggestions(
 def fix(
     model: nn.Module,
     method: str,
-    batch: torch.Tensor,
+    batch: Input,
     *,
     generator: torch.Generator | None = None,
     tied: bool = False,
@@ -1391,12 +1435,13 @@ def fix(
     if method not in FIX_METHODS:
         raise ValueError(f"method {method!r} not supported, use one of {FIX_METHODS}")
     graph = _trace(model, batch)
+    skipped = _skipped(graph, _tied(model), tied)
+    todo = [
+        (n, m) for n, m in graph.order if isinstance(m, _WEIGHT_LAYERS) and n not in dict(skipped)
+    ]
+    _check_fix(method, batch, todo, skipped)  # before anything changes
     names, follows, gains = [], [], []
-    shared = _tied(model)
-    skipped = _skipped(graph, shared, tied)
-    for name, m in graph.order:
-        if not isinstance(m, _WEIGHT_LAYERS) or name in dict(skipped):
-            continue
+    for name, m in todo:
         act, slope = graph.follows(name)
         gain = init.calculate_gain(act, slope)  # type: ignore[arg-type]
         if method == "he":
@@ -1410,9 +1455,19 @@ def fix(
         names.append(name)
         follows.append(act)
         gains.append(math.nan if method == "lsuv" else gain)  # LSUV takes its scale from data
+    lsuv = None
+    if method == "lsuv":
+        lsuv = init.lsuv_(model, cast(torch.Tensor, batch), generator=generator)
+    return FixReport(method, names, follows, gains, lsuv, skipped)
+
+
+def _check_fix(
+    method: str, batch: Input, todo: Sequence[tuple[str, nn.Module]], skipped: list[tuple[str, str]]
+) -> None:
+    """Refuse a fix that would do nothing, or (LSUV) more than it may."""
     first = sorted(skipped, key=lambda s: "tied" not in s[1])[:3]  # the tied ones first
     left = "; ".join(f"{n}: {why}" for n, why in first) + ", ..." * (len(skipped) > 3)
-    if not names:
+    if not todo:
         raise ValueError(
             "the model has no Linear or Conv1d/2d/3d layer to re-initialize that its forward "
             f"pass calls{' (left: ' + left + ')' if skipped else ''}"
@@ -1423,8 +1478,8 @@ def fix(
             f"lsuv rescales every Linear and Conv, and {tied_left[0]!r} shares its weight: "
             "pass tied=True (--fix-tied) to re-initialize tied weights, or use he or xavier"
         )
-    lsuv = init.lsuv_(model, batch, generator=generator) if method == "lsuv" else None
-    return FixReport(method, names, follows, gains, lsuv, skipped)
+    if method == "lsuv" and not isinstance(batch, torch.Tensor):
+        raise ValueError(f"lsuv feeds the model one tensor, and its input is {_shape(batch)}")
 
 
 def _tied(model: nn.Module) -> dict[int, list[str]]:
@@ -1479,7 +1534,7 @@ _fix = fix  # examine's argument of that name hides the function
 
 def examine(
     model: nn.Module,
-    batches: torch.Tensor | Sequence[torch.Tensor],
+    batches: Input | Sequence[Input],
     fix: str | None = None,
     *,
     generator: torch.Generator | None = None,
@@ -1524,7 +1579,7 @@ def examine(
     before = diagnose(model, batches, generator=generator, output=output)
     if fix is None:
         return Examination(before)
-    xs = [batches] if isinstance(batches, torch.Tensor) else list(batches)
+    xs = _steps(batches)
     given = copy.deepcopy(model) if trial_steps > 0 else None
     report = _fix(model, fix, xs[0], generator=generator, tied=tied)
     after = diagnose(model, batches, generator=generator, output=output)
