@@ -23,6 +23,16 @@ each on its own copy of the model so that no hook fires in another's timing:
   threads the output was written by two cores, and reading a sample spread over all of it
   moves cache lines between them; the floor shows what is left for the probe's own work.
 
+Then, for training, on real architectures built from ``transformers`` configs (random init):
+GPT-2 (12 blocks x 128, a batch of 16 x 64 tokens) and a ResNet (basic blocks 2-2-2-2, 16 images
+of 3 x 64 x 64), each step a forward and a backward pass of ``logits.square().mean()``:
+
+- plain: the step alone;
+- probes: ``ActivationProbe`` and ``GradientProbe`` at their defaults, ``step()`` each (target:
+  within 1.15x of plain);
+- doctor: the probes as :func:`normlab.doctor.diagnose` sets them (every element, the typed
+  per-unit statistics, saturation; target: within 1.5x).
+
 Absolute times on a shared machine move from run to run; the ratios within one run are the
 result. The load average is printed so that a noisy run can be told apart; ``--cpu-time``
 (process CPU time) with ``--threads 1`` is steadier when other work shares the cores.
@@ -41,18 +51,26 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
 
 from normlab import zoo
-from normlab.probe import SAMPLE_SIZE, ActivationProbe, sample_indices, select_modules
+from normlab.probe import (
+    SAMPLE_SIZE,
+    ActivationProbe,
+    GradientProbe,
+    sample_indices,
+    select_modules,
+)
 
 Forward = Callable[[], None]
 Clock = Callable[[], float]
 PROBE, EXACT, NOTEBOOK = "ActivationProbe + step()", "  the same, every element", "notebook"
 SATURATED, FLOOR = "  the same, + saturation", "copy only (the floor)"
 TARGET = 1.3  # the most probe / plain may be
+TRAIN_TARGET, DOCTOR_TARGET = 1.15, 1.5  # forward + backward: probes, the doctor's settings
 
 
 def mlp(depth: int = 50, width: int = 256) -> nn.Sequential:
@@ -161,11 +179,97 @@ def bench(name: str, model: nn.Module, x: torch.Tensor, repeats: int, clock: Clo
     return ratio
 
 
+def real_models(quick: bool) -> list[tuple[str, nn.Module, torch.Tensor]]:
+    """GPT-2 and a ResNet from transformers configs, each with one input batch."""
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    gpt2 = transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(n_layer=12, n_embd=128, n_head=4, vocab_size=1000, n_positions=64)
+    )
+    resnet = transformers.ResNetForImageClassification(
+        transformers.ResNetConfig(
+            embedding_size=32, hidden_sizes=[32, 64, 128, 256], depths=[2, 2, 2, 2],
+            layer_type="basic", num_labels=10,
+        )
+    )  # fmt: skip
+    n = 4 if quick else 16
+    ids = torch.randint(1000, (n, 64))  # (N, T) token ids
+    images = torch.randn(n, 3, 64, 64)  # (N, C, H, W)
+    return [("GPT-2 12 x 128", gpt2, ids), ("ResNet 2-2-2-2", resnet, images)]
+
+
+def train_step(model: nn.Module, x: torch.Tensor, after: Callable[[], None]) -> Forward:
+    def run() -> None:
+        model.zero_grad(set_to_none=True)
+        model(x).logits.square().mean().backward()  # (N, ..., classes) -> a number
+        after()
+
+    return run
+
+
+def with_probes(model: nn.Module, x: torch.Tensor, **settings: Any) -> Forward:
+    """Both probes entered for the whole run, stepped after each backward pass."""
+    ap = ActivationProbe(model, **settings).__enter__()
+    gp = GradientProbe(model).__enter__()
+
+    def after() -> None:
+        ap.step()
+        gp.step()
+
+    return train_step(model, x, after)
+
+
+def bench_training(repeats: int, clock: Clock) -> list[tuple[str, float, float]]:
+    """Print the training variants' medians; return (model, probes / plain, doctor / plain)."""
+    from normlab import doctor
+
+    full = {"stats": dict(doctor._STATS), "saturation": doctor.TANH_SATURATION, "sample_size": None}
+    out = []
+    for name, model, x in real_models(repeats <= 3):
+        variants = {
+            "plain forward + backward": train_step(model, x, lambda: None),
+            "probes at their defaults": with_probes(copy.deepcopy(model), x),
+            "the doctor's settings": with_probes(copy.deepcopy(model), x, **full),
+        }
+        med = interleave(variants, repeats, clock, grad=True)
+        base = med["plain forward + backward"]
+        probed = len(select_modules(model))
+        print(f"\ntraining {name}: {probed} probed modules, input {tuple(x.shape)}")
+        for n, t in med.items():
+            print(f"  {n:28s} median {t * 1e3:8.2f} ms   {t / base:5.2f}x plain")
+        out.append(
+            (name, med["probes at their defaults"] / base, med["the doctor's settings"] / base)
+        )
+    return out
+
+
+def interleave(
+    variants: dict[str, Forward], repeats: int, clock: Clock, grad: bool = False
+) -> dict[str, float]:
+    """Median time of each variant over ``repeats`` rounds in rotating order (two warm-ups)."""
+    names = list(variants)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    with torch.set_grad_enabled(grad):
+        for run in variants.values():
+            run()
+            run()
+        for r in range(repeats):
+            shift = r % len(names)
+            for n in names[shift:] + names[:shift]:
+                t0 = clock()
+                variants[n]()
+                times[n].append(clock() - t0)
+    return {n: statistics.median(ts) for n, ts in times.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 repeats, batch 64")
     parser.add_argument("--repeats", type=int, default=None, help="interleaved repeats")
     parser.add_argument("--threads", type=int, default=None, help="torch threads")
+    parser.add_argument("--no-training", action="store_true", help="skip GPT-2 and the ResNet")
     parser.add_argument(
         "--cpu-time", action="store_true", help="process CPU time instead of wall time"
     )
@@ -189,9 +293,16 @@ def main(argv: list[str] | None = None) -> int:
         bench("zoo.resnet (conv + BatchNorm2d, 2 residual blocks)", resnet, x, repeats, clock)
     )
     shown = ", ".join(f"{r:.2f}x" for r in ratios)
+    training = [] if args.no_training else bench_training(repeats, clock)
     verdict = "within" if max(ratios) <= TARGET else "OVER"
     note = " (--quick: batch 64, a smoke test; the target is for the full run)" * args.quick
     print(f"\nverdict: probe / plain {shown} (MLP, ResNet): {verdict} the {TARGET}x target{note}")
+    for name, probes, full in training:
+        ok = probes <= TRAIN_TARGET and full <= DOCTOR_TARGET
+        print(
+            f"verdict, training {name}: probes {probes:.2f}x (target {TRAIN_TARGET}x), doctor's "
+            f"settings {full:.2f}x (target {DOCTOR_TARGET}x): {'within' if ok else 'OVER'}{note}"
+        )
     return 0
 
 
