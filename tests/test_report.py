@@ -26,7 +26,7 @@ def sigmoid_stack() -> doctor.Diagnosis:
 def cells(row: str, tag: str) -> list[str]:
     return [
         unescape(re.sub(r"<[^>]+>", " ", c)).strip()
-        for c in re.findall(rf"<{tag}>(.*?)</{tag}>", row)
+        for c in re.findall(rf"<{tag}[^>]*>(.*?)</{tag}>", row)
     ]
 
 
@@ -35,10 +35,11 @@ def test_report_table_is_the_cli_table_with_label_badges() -> None:
     page = report.html_report(d, title="stack")
     table = diagnosis_tables(d, "")[0]
     head, body = page.split("</thead>", 1)
-    assert cells(head, "th") == list(table.columns)  # "grad ratio" among them
-    rows = re.findall(r"<tr>(.*?)</tr>", body.split("</table>", 1)[0])
+    assert cells(head, "th") == [*table.columns, "why"]  # "grad ratio" among them
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", body.split("</table>", 1)[0])
     assert [cells(row, "td") for row in rows] == [
-        [*row[:-1], " ".join(layer.labels)] for row, layer in zip(table.rows, d.layers, strict=True)
+        [*row[:-1], " ".join(layer.labels), "; ".join(layer.criteria())]
+        for row, layer in zip(table.rows, d.layers, strict=True)
     ]
     assert page.count('<span class="label"') == sum(len(layer.labels) for layer in d.layers)
     assert "the gradient is vanishing on its way back" in page
@@ -101,3 +102,30 @@ def test_report_with_a_fix_shows_both_models() -> None:
     page = report.html_report(before, title="m", after=after, fix=fix)
     assert "The model as given" in page and "The model after --fix lsuv" in page
     assert page.count("<table>") == 2
+
+
+def test_the_report_says_why_each_label_and_what_the_fix_measured() -> None:
+    from normlab import doctor, zoo
+    from normlab.report import html_report
+
+    g = torch.Generator().manual_seed(0)
+    xs = [torch.randn(zoo.input_shape("deep-batchnorm", 64), generator=g) for _ in range(2)]
+    d = doctor.diagnose(zoo.build("deep-batchnorm"), xs, generator=g)
+    page = html_report(d, title="deep")
+    assert "along the depth trend" in page and "(sustained: labelled)" in page
+    flagged = [la for la in d.layers if la.labels != ["ok"]]
+    assert page.count('<tr class="flagged">') == len(flagged) > 0
+    assert "<details>" not in page  # 91 layers: one table
+
+    torch.manual_seed(0)
+    long = torch.nn.Sequential(*[torch.nn.Linear(16, 16) for _ in range(120)])
+    d = doctor.diagnose(long, torch.randn(32, 16))  # 120 layers: the flagged ones first
+    page = html_report(d, title="long")
+    shown = sum(la.labels != ["ok"] for la in d.layers)
+    assert f"<summary>{len(d.layers) - shown} more layers, all ok</summary>" in page
+
+    net, x = zoo.build("vanishing-sigmoid"), torch.randn(zoo.input_shape("vanishing-sigmoid", 64))
+    exam = doctor.examine(net, x, fix="xavier", generator=torch.Generator().manual_seed(0))
+    page = html_report(exam.before, title="sig", after=exam.after, fix=exam.fix, trial=exam.trial)
+    assert "Training check:" in page and "not a cure, keep the model as built" in page
+    assert "rho " in page and "&lt; 0.001" in page  # the rule that gave 'vanishing'

@@ -753,7 +753,12 @@ def _cmd_doctor(args: argparse.Namespace, console: Console) -> None:
         from normlab import report as html_report
 
         html_report.write_html(
-            html_path, exam.before, title=args.target, after=exam.after, fix=exam.fix
+            html_path,
+            exam.before,
+            title=args.target,
+            after=exam.after,
+            fix=exam.fix,
+            trial=exam.trial,
         )
         notes.print(f"report written to {html_path}")
 

@@ -357,8 +357,34 @@ class LayerDiagnosis:
     def grad_exploding(self) -> bool:
         return self.grad_ratio > GRAD_EXPLODING
 
+    def criteria(self) -> list[str]:
+        """Which rule gave each of the layer's labels, with its numbers."""
+        out = []
+        if self.scale_vanishing:
+            out.append(f"vanishing: scale {self.scale:.2g}x < {VANISHING:g}x")
+        if self.grad_vanishing:
+            out.append(f"vanishing: rho {self.grad_ratio:.2g} < {GRAD_VANISHING:g}")
+        if self.scale_exploding:
+            out.append(f"exploding: scale {self.scale:.2g}x > {EXPLODING:g}x")
+        if self.grad_exploding:
+            out.append(f"exploding: rho {self.grad_ratio:.2g} > {GRAD_EXPLODING:g}")
+        if self.trend is not None:
+            out.append(
+                f"{self.trend}: 10x or more along the depth trend (rho {self.grad_ratio:.2g})"
+            )
+        if self.dead_frac >= DEAD_FRAC:
+            out.append(f"dead: {self.dead_frac:.0%} of units 0 >= {DEAD_FRAC:.0%}")
+        if self.saturated_frac >= SATURATED_FRAC:
+            out.append(f"saturated: {self.saturated_frac:.0%} >= {SATURATED_FRAC:.0%}")
+        if self.unit_spread <= SYMMETRIC_SPREAD:
+            out.append(f"symmetric: unit spread {self.unit_spread:.2g} <= {SYMMETRIC_SPREAD:g}")
+        if self.scaled_by is not None:
+            out.append(f"not judged by scale: its branch is scaled by {self.scaled_by!r}")
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = finite_or_none(dataclasses.asdict(self))
+        out["criteria"] = self.criteria()
         return out
 
 

@@ -23,7 +23,7 @@ import math
 from pathlib import Path
 
 from normlab import figures, plots
-from normlab.doctor import Diagnosis, FixReport
+from normlab.doctor import Diagnosis, FixReport, Trial
 from normlab.experiments.doctor import LABEL_COLORS, diagnosis_figure, diagnosis_tables
 
 
@@ -37,11 +37,17 @@ def _num(x: float) -> str:
     return f"{x:.3g}" if math.isfinite(x) else "-"
 
 
+FOLD = 100
+"""A table of more layers than this shows the flagged ones; the rest are one click away."""
+
+
 def _table(d: Diagnosis) -> str:
-    """The per-layer table the CLI prints, its labels as coloured badges."""
+    """The per-layer table the CLI prints, its labels as coloured badges with the rule that
+    gave each (a long table folded to its flagged layers)."""
     table = diagnosis_tables(d, "")[0]
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
-    rows = []
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns) + "<th>why</th>"
+    flagged: list[str] = []
+    rest: list[str] = []
     for layer, row in zip(d.layers, table.rows, strict=True):
         labels = " ".join(
             f'<span class="label" style="background:{LABEL_COLORS.get(lab, "#777")}">'
@@ -49,19 +55,49 @@ def _table(d: Diagnosis) -> str:
             for lab in layer.labels
         )
         cells = "".join(f"<td>{html.escape(c)}</td>" for c in row[:-1])  # the last: labels
-        rows.append(f"<tr>{cells}<td>{labels}</td></tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        why = html.escape("; ".join(layer.criteria()))
+        flag = layer.labels != ["ok"]
+        style = ' class="flagged"' if flag else ""
+        (flagged if flag or len(d.layers) <= FOLD else rest).append(
+            f'<tr{style}>{cells}<td>{labels}</td><td class="why">{why}</td></tr>'
+        )
+    out = f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(flagged)}</tbody></table>"
+    if rest:
+        out += (
+            f"<details><summary>{len(rest)} more layers, all ok</summary><table><thead>"
+            f"<tr>{head}</tr></thead><tbody>{''.join(rest)}</tbody></table></details>"
+        )
+    return out
 
 
 def _section(heading: str, d: Diagnosis) -> str:
     items = "".join(f"<li>{html.escape(s)}</li>" for s in d.suggestions)
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in d.notes)
     shape = html.escape(str(tuple(d.input_shape)))
+    trend = ""
+    if d.trend is not None:
+        t = d.trend
+        trend = (
+            f"<p>Depth trend of the gradient ratio: {t.factor:.3g}x per block toward the input "
+            f"({t.factor**2:.3g}x squared) over {t.blocks} blocks, R<sup>2</sup> {t.r2:.2f}"
+            f"{' (sustained: labelled)' if t.sustained else ''}.</p>"
+        )
     return (
         f"<h2>{html.escape(heading)}</h2>"
         f'<p class="verdict"><b>Verdict:</b> {html.escape(d.verdict)}</p>'
         f"<p>Input {shape}, std {_num(d.input_std)}; {d.steps} step(s).</p>"
+        f"{f'<ul class=notes>{notes}</ul>' if notes else ''}{trend}"
         f"{_table(d)}<h3>Suggestions</h3><ul>{items}</ul>"
     )
+
+
+def _fix_section(fix: FixReport, trial: Trial | None) -> str:
+    """What the fix left alone, and what the training comparison measured."""
+    left = "".join(f"<li>{html.escape(n)}: {html.escape(why)}</li>" for n, why in fix.skipped)
+    out = f"<h3>Left as it was</h3><ul>{left}</ul>" if left else ""
+    if trial is not None:
+        out += f'<p class="verdict"><b>Training check:</b> {html.escape(trial.words())}</p>'
+    return out
 
 
 _STYLE = """
@@ -71,6 +107,8 @@ th, td { border-bottom: 1px solid #ddd; padding: 0.2em 0.6em; text-align: right;
 th:first-child, td:first-child, td:nth-child(2) { text-align: left; font-family: monospace; }
 .label { color: #fff; border-radius: 0.3em; padding: 0 0.35em; margin-right: 0.2em; }
 .verdict { font-size: 1.05em; }
+tr.flagged td { background: #fff6f0; }
+td.why { text-align: left; font-size: 0.9em; color: #555; }
 img { max-width: 100%; }
 """
 
@@ -81,8 +119,10 @@ def html_report(
     title: str,
     after: Diagnosis | None = None,
     fix: FixReport | None = None,
+    trial: Trial | None = None,
 ) -> str:
-    """The whole report as one HTML document (the model as given, then after ``fix`` if any)."""
+    """The whole report as one HTML document (the model as given, then after ``fix`` if any,
+    with what it left alone and the training comparison)."""
     label = f"after --fix {fix.method}" if fix is not None else "fixed"
     png = _png(diagnosis_figure(diagnosis, after, label))
     body = [f"<h1>normlab doctor: {html.escape(title)}</h1>"]
@@ -90,6 +130,8 @@ def html_report(
     body.append(_section("The model as given", diagnosis))
     if after is not None:
         body.append(_section(f"The model {label}", after))
+    if fix is not None:
+        body.append(_fix_section(fix, trial))
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>normlab doctor: {html.escape(title)}</title><style>{_STYLE}</style></head>"
@@ -104,6 +146,8 @@ def write_html(
     title: str,
     after: Diagnosis | None = None,
     fix: FixReport | None = None,
+    trial: Trial | None = None,
 ) -> None:
     """Write :func:`html_report` to ``path`` (UTF-8)."""
-    path.write_text(html_report(diagnosis, title=title, after=after, fix=fix), encoding="utf-8")
+    page = html_report(diagnosis, title=title, after=after, fix=fix, trial=trial)
+    path.write_text(page, encoding="utf-8")
