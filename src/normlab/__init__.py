@@ -6,3 +6,12 @@ them: a command line and a web lab.
 """
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    """``normlab.watch``, imported on first use (it needs torch; ``import normlab`` does not)."""
+    if name == "watch":
+        from normlab.watching import watch
+
+        return watch
+    raise AttributeError(f"module 'normlab' has no attribute {name!r}")

@@ -479,7 +479,12 @@ def _add_doctor_parser(sub: Any) -> None:
         "The model's output must be a tensor, a tuple whose first element is a tensor, or a "
         "dict or Hugging Face ModelOutput (its logits or last_hidden_state, or --output).",
     )
-    p.add_argument("target", metavar="FILE.py:FACTORY", help="file and function building the model")
+    p.add_argument(
+        "target", metavar="FILE.py:FACTORY", nargs="?", help="file and function building the model"
+    )
+    p.add_argument(
+        "--log", metavar="FILE.jsonl", help="report a normlab.watch log instead of a model"
+    )
     p.add_argument("--input-shape", metavar="N,D[,...]", help="shape of a random input batch")
     p.add_argument("--steps", type=_doctor_steps, default=3, help="passes (default 3)")
     p.add_argument("--data", metavar="FILE.pt", help="input tensor (torch.save), every pass")
@@ -711,8 +716,43 @@ def _build_model(target: str) -> Any:
     return model
 
 
+def _cmd_doctor_log(args: argparse.Namespace, console: Console) -> None:
+    """``normlab doctor --log FILE``: a watch log's changes, its last record, the report."""
+    from normlab import report
+    from normlab.experiments.doctor import diagnosis_tables
+    from normlab.watching import events, read_log
+
+    given = [o for o, v in (("FILE.py:FACTORY", args.target), ("--fix", args.fix)) if v]
+    if given:
+        raise UsageError(f"--log reports a log: give no {given[0]} with it")
+    if not Path(args.log).is_file():
+        raise UsageError(f"--log {args.log!r}: file not found")
+    html_path = _writable("--html", args.html) if args.html is not None else None
+    try:
+        records = list(read_log(args.log))
+        page = report.log_report(records, title=args.log)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UsageError(_one_line(f"--log {args.log!r}: {exc}")) from None
+    changes = events(records)
+    if args.json:
+        print(json.dumps({"records": len(records), "events": changes, "last": records[-1]}))
+    else:
+        last = report.log_diagnosis(records[-1])
+        _print_tables(console, diagnosis_tables(last, f"{args.log}: step {records[-1]['step']}"))
+        for change in changes:
+            console.print(change, markup=False, highlight=False)
+    if html_path is not None:
+        html_path.write_text(page, encoding="utf-8")
+        (Console(stderr=True) if args.json else console).print(f"report written to {html_path}")
+
+
 def _cmd_doctor(args: argparse.Namespace, console: Console) -> None:
     import torch
+
+    if args.log is not None:
+        return _cmd_doctor_log(args, console)
+    if args.target is None:
+        raise UsageError("doctor needs FILE.py:FACTORY (or --log FILE.jsonl)")
 
     from normlab import doctor
     from normlab.experiments.doctor import diagnosis_tables

@@ -17,14 +17,21 @@ True
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import io
 import math
 from pathlib import Path
+from typing import Any
 
 from normlab import figures, plots
-from normlab.doctor import Diagnosis, FixReport, Trial
-from normlab.experiments.doctor import LABEL_COLORS, diagnosis_figure, diagnosis_tables
+from normlab.doctor import Diagnosis, FixReport, LayerDiagnosis, Trial
+from normlab.experiments.doctor import (
+    LABEL_COLORS,
+    diagnosis_figure,
+    diagnosis_tables,
+    training_figure,
+)
 
 
 def _png(figure: figures.Figure) -> str:
@@ -42,8 +49,14 @@ FOLD = 100
 
 
 def _table(d: Diagnosis) -> str:
+    return _layer_table(d.layers, d)
+
+
+def _layer_table(layers: list[LayerDiagnosis], d: Diagnosis | None = None) -> str:
     """The per-layer table the CLI prints, its labels as coloured badges with the rule that
     gave each (a long table folded to its flagged layers)."""
+    if d is None:
+        d = Diagnosis(layers, "", [], [], [], math.nan, 0)
     table = diagnosis_tables(d, "")[0]
     head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns) + "<th>why</th>"
     flagged: list[str] = []
@@ -132,6 +145,47 @@ def html_report(
         body.append(_section(f"The model {label}", after))
     if fix is not None:
         body.append(_fix_section(fix, trial))
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>normlab doctor: {html.escape(title)}</title><style>{_STYLE}</style></head>"
+        f"<body>{''.join(body)}</body></html>\n"
+    )
+
+
+def _fields(layer: dict[str, Any], names: set[str]) -> dict[str, Any]:
+    """A logged layer's fields as :class:`LayerDiagnosis` takes them (``None`` -> nan)."""
+    return {k: math.nan if v is None else v for k, v in layer.items() if k in names}
+
+
+def log_diagnosis(record: dict[str, Any]) -> Diagnosis:
+    """A watch record as a :class:`Diagnosis` (no verdict or suggestions: a record has none)."""
+    fields = {f.name for f in dataclasses.fields(LayerDiagnosis)}
+    layers = [LayerDiagnosis(**_fields(la, fields)) for la in record["layers"]]
+    problems = list(record["problems"])
+    verdict = f"problems at step {record['step']}: {', '.join(problems) or 'none'}"
+    return Diagnosis(layers, verdict, problems, [], [], record["input_std"], 1)
+
+
+def log_report(records: list[dict[str, Any]], *, title: str) -> str:
+    """A :func:`normlab.watch` log as one HTML document: the curves over training, what changed
+    and when, and the last record's table."""
+    from normlab.watching import events
+
+    if not records:
+        raise ValueError("the log holds no record")
+    png = _png(training_figure(records))
+    changes = "".join(f"<li>{html.escape(e)}</li>" for e in events(records)) or "<li>none</li>"
+    last = records[-1]
+    layers = log_diagnosis(last).layers
+    shown = f"{len(records)} records, steps {records[0]['step']}..{last['step']}"
+    body = [
+        f"<h1>normlab doctor: {html.escape(title)}</h1><p>{shown}.</p>",
+        f'<img alt="statistics over training" src="data:image/png;base64,{png}">',
+        f"<h2>Labels gained and lost</h2><ul>{changes}</ul>",
+        f"<h2>Step {last['step']}</h2>",
+        f"<p>Problems: {html.escape(', '.join(last['problems']) or 'none')}.</p>",
+        _layer_table(layers),
+    ]
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>normlab doctor: {html.escape(title)}</title><style>{_STYLE}</style></head>"

@@ -243,6 +243,52 @@ def diagnosis_figure(
     return fig.Figure("", panels, columns=1, height=2.75, shared_x=True)
 
 
+MAX_WATCHED = 12  # layers drawn over training: the weight layers, every k-th when more
+
+
+def training_figure(records: list[dict[str, Any]]) -> fig.Figure:
+    """A :func:`normlab.watch` log over training steps: each weight layer's activation scale
+    and gradient ratio (log axes, the doctor's bounds shaded), and the number of layers with
+    each problem label."""
+    steps = [float(r["step"]) for r in records]
+    names = [la["name"] for la in records[-1]["layers"] if la.get("grad_ratio") is not None]
+    names = names[:: math.ceil(len(names) / MAX_WATCHED) or 1]
+
+    def over(key: str) -> list[fig.Series]:
+        series = []
+        for name in names:
+            values = [
+                next((la[key] for la in r["layers"] if la["name"] == name), None) for r in records
+            ]
+            y = fig.floored([None if v is None else float(v) for v in values], FLOOR)
+            series.append(fig.Series(name or "(model)", steps, y, kind="line"))
+        return series
+
+    step_axis = fig.Axis("training step")
+    counts = [
+        fig.Series(
+            label,
+            steps,
+            [float(sum(label in la["labels"] for la in r["layers"])) for r in records],
+            kind="line+markers",
+            color=LABEL_COLORS[label],
+        )
+        for label in ("vanishing", "exploding", "dead", "saturated", "symmetric")
+    ]
+    shade = (
+        fig.Band(-math.inf, VANISHING, color=LABEL_COLORS["vanishing"], opacity=0.08),
+        fig.Band(EXPLODING, math.inf, color=LABEL_COLORS["exploding"], opacity=0.08),
+    )
+    panels = [
+        fig.Panel(step_axis, fig.Axis("activation std / input std", scale="log"), over("scale"),
+                  "Activation scale of the weight layers", bands=shade),
+        fig.Panel(step_axis, fig.Axis("gradient ratio ρ", scale="log"), over("grad_ratio"),
+                  "Gradient ratio of the weight layers"),
+        fig.Panel(step_axis, fig.Axis("layers"), counts, "Layers with each label"),
+    ]  # fmt: skip
+    return fig.Figure("Over training", panels, columns=1, height=2.75, shared_x=True)
+
+
 _DIAGNOSIS_FIELDS = dataclasses.fields(doctor.Diagnosis)
 """A DoctorResult carries every field of the Diagnosis it came from, flat in its JSON."""
 

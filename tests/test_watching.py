@@ -1,0 +1,167 @@
+"""normlab.watch: the doctor's layers every N training steps, bounded in memory, as JSON lines."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+import tracemalloc
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import normlab
+from normlab import doctor
+from normlab.watching import events, read_log, watch
+
+
+def relu_net() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 1)
+    )
+
+
+def train(
+    net: nn.Module, w: normlab.watching.Watch, steps: int, kill_at: int | None = None
+) -> None:
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(1)
+    for step in range(steps):
+        if step == kill_at:  # units die mid-training: a bias pushed far below 0
+            with torch.no_grad():
+                net[2].bias[:28] = -100.0
+        opt.zero_grad()
+        x = torch.randn(64, 8, generator=g)
+        net(x).pow(2).mean().backward()
+        w.step()
+        opt.step()
+
+
+def test_records_every_n_steps_are_the_doctor_s_layers(tmp_path: Path) -> None:
+    net = relu_net()
+    with normlab.watch(net, every=10, log=tmp_path / "run.jsonl") as w:
+        train(net, w, 35)
+    assert [r["step"] for r in w.records] == [0, 10, 20, 30]
+    first = w.records[0]
+    assert [la["name"] for la in first["layers"]] == ["0", "1", "2", "3", "4"]
+    assert first["layers"][-1]["grad_ratio"] == 1.0 and first["problems"] == []
+    back = list(read_log(tmp_path / "run.jsonl"))
+    assert back == json.loads(json.dumps(list(w.records)))  # the log holds what was kept
+    assert not any(h for m in net.modules() for h in m._forward_hooks.values())  # all removed
+
+
+def test_the_first_record_is_a_diagnosis_of_that_step() -> None:
+    net = relu_net()
+    x = torch.randn(64, 8, generator=torch.Generator().manual_seed(1))
+    with watch(net, every=1) as w:
+        net(x).pow(2).mean().backward()
+        record = w.step()
+    assert record is not None
+    d = doctor.diagnose(relu_net(), x)  # the doctor's own numbers, same model and input
+    for got, want in zip(record["layers"], d.layers, strict=True):
+        assert got["act_std"] == pytest.approx(want.act_std, rel=1e-6)
+        assert got["dead_frac"] == want.dead_frac and got["labels"] == want.labels
+
+
+def test_units_that_die_during_training_are_found_when_they_die() -> None:
+    net = relu_net()
+    with watch(net, every=5) as w:
+        train(net, w, 40, kill_at=22)
+    assert w.records[4]["problems"] == [] and "dead" in w.records[5]["problems"]  # steps 20, 25
+    assert "step 25: '3' became dead" in w.events()
+    assert events(list(w.records)) == w.events()
+
+
+def test_memory_stays_flat_over_10000_steps(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    x = torch.randn(16, 4)
+    log = tmp_path / "long.jsonl"
+    with watch(net, every=10, log=log, keep=20) as w:
+        tracemalloc.start()
+        for step in range(10_000):
+            net.zero_grad()
+            net(x).sum().backward()
+            w.step()
+            if step == 2_000:
+                gc.collect()  # cycles waiting for the collector are not growth
+                early, _ = tracemalloc.get_traced_memory()
+        gc.collect()
+        late, _ = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    assert len(w.records) == 20 and w.records[-1]["step"] == 9_990
+    assert late - early < 50_000  # bytes: the ring is full by step 2,000; nothing else grows
+    assert sum(1 for _ in read_log(log)) == 1_000  # the log keeps every record
+
+
+def test_a_writer_gets_each_layer_s_scalars() -> None:
+    class Writer:
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, float, int]] = []
+
+        def add_scalar(self, tag: str, scalar_value: float, global_step: int) -> None:
+            self.calls.append((tag, scalar_value, global_step))
+
+    net, writer = relu_net(), Writer()
+    with watch(net, every=3, writer=writer) as w:
+        train(net, w, 4)
+    tags = {tag for tag, _, _ in writer.calls}
+    assert {"0/act_std", "0/grad_std", "0/grad_ratio", "1/act_std"} <= tags
+    assert sorted({step for _, _, step in writer.calls}) == [0, 3]
+
+
+def test_bad_arguments_and_a_bad_log(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="every must be an integer >= 1, got 0"):
+        watch(relu_net(), every=0)
+    with pytest.raises(ValueError, match="keep must be an integer >= 1, got True"):
+        watch(relu_net(), keep=True)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"step": 0, "layers": []}\nnot json\n')
+    with pytest.raises(ValueError, match="line 2 is not a watch record"):
+        list(read_log(bad))
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "250"}
+    return subprocess.run(
+        [sys.executable, "-m", "normlab", "doctor", *args],
+        capture_output=True, text=True, timeout=300, cwd=cwd, env=env,
+    )  # fmt: skip
+
+
+def test_doctor_log_reports_a_watch_log(tmp_path: Path) -> None:
+    net = relu_net()
+    with watch(net, every=5, log=tmp_path / "run.jsonl") as w:
+        train(net, w, 40, kill_at=22)
+    out = run_cli("--log", "run.jsonl", "--html", "run.html", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "step 25: '3' became dead" in out.stdout and "run.jsonl: step 35" in out.stdout
+    page = (tmp_path / "run.html").read_text()
+    assert "8 records, steps 0..35" in page and "data:image/png;base64," in page
+    assert "became dead" in page and "://" not in page
+    data = run_cli("--log", "run.jsonl", "--json", cwd=tmp_path)
+    d = json.loads(data.stdout)
+    assert d["records"] == 8 and d["last"]["step"] == 35 and d["events"] == w.events()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--log", "nope.jsonl"), "--log 'nope.jsonl': file not found"),
+        (("--log", "bad.jsonl"), "line 1 is not a watch record"),
+        (("--log", "empty.jsonl"), "the log holds no record"),
+        (("m.py:build", "--log", "empty.jsonl"), "give no FILE.py:FACTORY with it"),
+        ((), "doctor needs FILE.py:FACTORY (or --log FILE.jsonl)"),
+    ],
+)
+def test_doctor_log_bad_input(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
+    (tmp_path / "bad.jsonl").write_text("{not json\n")
+    (tmp_path / "empty.jsonl").write_text("")
+    out = run_cli(*args, cwd=tmp_path)
+    assert out.returncode == 2 and out.stdout == "" and message in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
