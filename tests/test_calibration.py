@@ -309,3 +309,35 @@ def test_positional_keyword_and_in_place_inputs() -> None:
     assert d.layers[0].kind == "Dropout" and doctor.fix(net, "he", torch.randn(32, 8)).layers
     with pytest.raises(ValueError, match="lsuv feeds the model one tensor"):
         doctor.fix(Two(), "lsuv", (x, mask))
+
+
+class Residual(nn.Module):
+    def __init__(self, width: int, branch_std: float | None) -> None:
+        super().__init__()
+        self.fc1, self.act, self.fc2 = nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width)
+        if branch_std is not None:
+            nn.init.normal_(self.fc2.weight, std=branch_std)  # no parameter scales it: judged
+            nn.init.zeros_(self.fc2.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc2(self.act(self.fc1(x)))
+
+
+def residual_stack(branch_std: float | None) -> nn.Sequential:
+    torch.manual_seed(0)
+    blocks = [Residual(32, branch_std) for _ in range(4)]
+    return nn.Sequential(nn.Linear(16, 32), *blocks, nn.Linear(32, 2))
+
+
+def test_a_residual_branch_is_judged_against_the_stream_it_adds_into() -> None:
+    x = torch.randn(64, 16)
+    healthy = doctor.diagnose(residual_stack(None), x)
+    ends = {la.name: la for la in healthy.layers if math.isfinite(la.branch)}
+    assert set(ends) == {"1.fc2", "2.fc2", "3.fc2", "4.fc2"}  # read with the stream by the next
+    assert healthy.problems == [] and all(0.05 < la.branch < 5 for la in ends.values())
+
+    collapsed = doctor.diagnose(residual_stack(1e-7), x)
+    flagged = collapsed.with_label("vanishing")
+    assert {"1.fc2", "2.fc2", "3.fc2", "4.fc2"} <= set(flagged)
+    why = next(la for la in collapsed.layers if la.name == "3.fc2").criteria()
+    assert any("its stream's std" in c for c in why)

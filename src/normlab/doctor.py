@@ -66,7 +66,11 @@ random linear readout of the model's output, so the gradient that enters the mod
 scale whatever its output scale) is reported beside them; it is per element, so it also shrinks
 where a pooling or a mean spreads the gradient over more elements, and no label reads it.
 
-Residual branches scaled on purpose are not judged by scale: where a small parameter
+A residual branch is judged against the stream it adds into: where a layer reads a sum of
+layers' outputs (``x + f(x)``), the producer that descends from all the others is the branch's
+end, and its ``branch`` number, its std over the sum's, takes the place of :math:`s_l / s_0` in
+the scale labels (a branch that adds nothing to its stream is vanishing, whatever the input's
+scale). Residual branches scaled on purpose are not judged by scale: where a small parameter
 (:data:`BRANCH_SCALE`; layer scale, ReZero, SkipInit) multiplies a layer's output between
 layers, the layers whose every path to the output crosses it, and those right after it, keep
 their numbers but get no scale label, and the reference layer of :math:`\rho` is the last one not
@@ -336,16 +340,22 @@ class LayerDiagnosis:
     grad_ratio: float  # rho: relative weight gradient over the last weight layer's; nan: none
     scaled_by: str | None = None  # the small parameter scaling its branch on purpose, if any
     trend: str | None = None  # "exploding"/"vanishing": part of a sustained gradient trend
+    branch: float = math.nan  # a residual branch end: act_std over the stream's; nan: none
+
+    @property
+    def _relative(self) -> float:
+        """The scale judged: a branch end's against its stream, any other against the input."""
+        return self.branch if math.isfinite(self.branch) else self.scale
 
     @property
     def scale_vanishing(self) -> bool:
         """The forward scale fell below :data:`VANISHING` times the input's (or to 0), and not
         by an intentional branch scaling."""
-        return (self.scale < VANISHING or self.act_std == 0) and self.scaled_by is None
+        return (self._relative < VANISHING or self.act_std == 0) and self.scaled_by is None
 
     @property
     def scale_exploding(self) -> bool:
-        return self.scale > EXPLODING or math.isinf(self.act_std)
+        return self._relative > EXPLODING or math.isinf(self.act_std)
 
     @property
     def grad_vanishing(self) -> bool:
@@ -360,12 +370,13 @@ class LayerDiagnosis:
     def criteria(self) -> list[str]:
         """Which rule gave each of the layer's labels, with its numbers."""
         out = []
+        what = "its stream's std" if math.isfinite(self.branch) else "the input's"
         if self.scale_vanishing:
-            out.append(f"vanishing: scale {self.scale:.2g}x < {VANISHING:g}x")
+            out.append(f"vanishing: {self._relative:.2g}x {what} < {VANISHING:g}x")
         if self.grad_vanishing:
             out.append(f"vanishing: rho {self.grad_ratio:.2g} < {GRAD_VANISHING:g}")
         if self.scale_exploding:
-            out.append(f"exploding: scale {self.scale:.2g}x > {EXPLODING:g}x")
+            out.append(f"exploding: {self._relative:.2g}x {what} > {EXPLODING:g}x")
         if self.grad_exploding:
             out.append(f"exploding: rho {self.grad_ratio:.2g} > {GRAD_EXPLODING:g}")
         if self.trend is not None:
@@ -566,6 +577,28 @@ class _Graph:
     producers: dict[str, list[str]]
     consumers: dict[str, list[str]]
     edges: dict[str, Edges] = field(default_factory=dict)  # consumer -> producer -> scaling
+    streams: dict[str, float] = field(default_factory=dict)  # a sum's reader -> the sum's std
+
+    def branches(self) -> dict[str, float]:
+        """Residual branch ends -> the std of the stream they add into.
+
+        A layer reading a sum of several layers' outputs (``x + f(x)``) reads a stream; the
+        producer that descends from all the others is the branch end (``f``'s last layer), the
+        others make the stream. Two paths from one input (a conv shortcut) have no such end.
+        """
+        ancestors: dict[str, set[str]] = {}
+        for name, _ in self.order:  # producers are called first
+            mine: set[str] = set()
+            for p in self.producers.get(name, []):
+                mine |= {p} | ancestors.get(p, set())
+            ancestors[name] = mine
+        out: dict[str, float] = {}
+        for reader, std in self.streams.items():
+            found = list(self.edges.get(reader, {}))
+            ends = [b for b in found if all(o == b or o in ancestors.get(b, set()) for o in found)]
+            if len(found) >= 2 and ends and math.isfinite(std) and ends[0] not in out:
+                out[ends[0]] = std
+        return out
 
     @classmethod
     def from_edges(cls, order: list[tuple[str, nn.Module]], edges: dict[str, Edges]) -> _Graph:
@@ -676,6 +709,7 @@ def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
     order: dict[str, nn.Module] = {}
     edges: dict[str, Edges] = {}  # layer -> its producers, each with a scaling parameter
     names = {id(p): n for n, p in model.named_parameters()}
+    streams: dict[str, float] = {}  # a layer reading a sum of layers' outputs: its input's std
 
     def hook(mod: nn.Module, args: Any, out: Any, name: str) -> None:
         order.setdefault(name, mod)
@@ -685,6 +719,8 @@ def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
             if p != name:
                 known = edges.setdefault(name, {})
                 known[p] = site if known.get(p, site) is not None else None
+        if len(edges.get(name, {})) >= 2 and _tensors(args):  # it reads a sum: the stream?
+            streams[name] = _std(_tensors(args)[0])
         for t in _tensors(out):
             if t.grad_fn is not None:
                 made_by.setdefault(t.grad_fn, name)  # an identity layer keeps the first
@@ -697,11 +733,19 @@ def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
     x = _map(batch, _graph_input)
     try:
         with _preserved(model), torch.enable_grad():
-            edges[_OUTPUT] = _walk([_call(model, x, output)], made_by, names)
+            y = _call(model, x, output)
+            edges[_OUTPUT] = _walk([y], made_by, names)
+            streams[_OUTPUT] = _std(y)
     finally:
         for h in handles:
             h.remove()
-    return _Graph.from_edges(list(order.items()), edges)
+    graph = _Graph.from_edges(list(order.items()), edges)
+    graph.streams = streams
+    return graph
+
+
+def _std(x: torch.Tensor) -> float:
+    return float(x.detach().double().std()) if x.is_floating_point() and x.numel() > 1 else math.nan
 
 
 @contextmanager
@@ -900,7 +944,7 @@ def diagnose(
     ref, where = _reference(xs, acts)
     notes += [where] if where else []
     notes += _scaled_notes(scaled)
-    layers = _layer_diagnoses(model, acts, grad_stats, ratios, ref, scaled)
+    layers = _layer_diagnoses(model, acts, grad_stats, ratios, ref, scaled, graph.branches())
     trend = _trend(layers)
     if trend is not None and trend.sustained:
         _mark_trend(layers, trend)
@@ -1061,6 +1105,7 @@ def _layer_diagnoses(
     grad_ratio: dict[str, float],
     ref: float,
     scaled: dict[str, str],
+    streams: dict[str, float] | None = None,
 ) -> list[LayerDiagnosis]:
     """Each probed layer's numbers, and its labels."""
     modules = dict(model.named_modules())
@@ -1094,6 +1139,7 @@ def _layer_diagnoses(
             grad_std=grad_std.get(name, math.nan),
             grad_ratio=grad_ratio.get(name, math.nan),
             scaled_by=scaled.get(name),
+            branch=std / (streams or {}).get(name, math.nan),
         )
         layer.labels = _labels(layer)
         layers.append(layer)
