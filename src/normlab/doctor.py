@@ -34,9 +34,10 @@ label          when (thresholds are module constants)
 =============  ==================================================================================
 
 Fractions are averaged over the steps; the symmetry test must hold at every step. Dead and
-symmetric are properties of the batch: use a batch of at least a few dozen examples. Mean, std
-and the tanh saturation come from the probe's default statistics (its std is summed in float32,
-so an output whose std is below roughly 1e-20 reads 0: vanishing either way); the per-unit numbers
+symmetric are properties of the batch: use a batch of at least a few dozen examples. Mean and
+the tanh saturation come from the probe's default statistics, the std from a two-pass float64
+statistic (the probe's one-pass sums would lose a nearly constant output's std to cancellation,
+as a collapsed sigmoid's: 0.5 +- 1e-9); the per-unit numbers
 (dead units, unit spread, sigmoid saturation) are typed statistic functions passed to the probe
 through ``stats=``, each computed once per layer and step for the channel dim and, on 3+
 dimensional outputs, for the last dim, and picked afterwards by the layer's kind. The labels
@@ -273,7 +274,8 @@ def _sigmoid_saturated(y: torch.Tensor) -> torch.Tensor:
 
 
 def _std64(y: torch.Tensor) -> torch.Tensor:
-    """std in float64: a vanishing stack's 1e-33 squares to 0 in float32, the probe's sum type."""
+    """std in float64, two-pass: exact for a vanishing stack (1e-33) and a nearly constant
+    output alike (the probe's one-pass sums cancel there)."""
     return y.detach().double().std()
 
 
