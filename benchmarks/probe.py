@@ -188,12 +188,9 @@ def real_models(quick: bool) -> list[tuple[str, nn.Module, torch.Tensor]]:
     gpt2 = transformers.GPT2LMHeadModel(
         transformers.GPT2Config(n_layer=12, n_embd=128, n_head=4, vocab_size=1000, n_positions=64)
     )
-    resnet = transformers.ResNetForImageClassification(
-        transformers.ResNetConfig(
-            embedding_size=32, hidden_sizes=[32, 64, 128, 256], depths=[2, 2, 2, 2],
-            layer_type="basic", num_labels=10,
-        )
-    )  # fmt: skip
+    shape: dict[str, Any] = {"embedding_size": 32, "hidden_sizes": [32, 64, 128, 256]}
+    blocks: dict[str, Any] = {"depths": [2, 2, 2, 2], "layer_type": "basic", "num_labels": 10}
+    resnet = transformers.ResNetForImageClassification(transformers.ResNetConfig(**shape, **blocks))
     n = 4 if quick else 16
     ids = torch.randint(1000, (n, 64))  # (N, T) token ids
     images = torch.randn(n, 3, 64, 64)  # (N, C, H, W)
