@@ -341,3 +341,12 @@ def test_a_residual_branch_is_judged_against_the_stream_it_adds_into() -> None:
     assert {"1.fc2", "2.fc2", "3.fc2", "4.fc2"} <= set(flagged)
     why = next(la for la in collapsed.layers if la.name == "3.fc2").criteria()
     assert any("its stream's std" in c for c in why)
+
+
+def test_the_model_s_own_loss_can_drive_the_backward_pass() -> None:
+    torch.manual_seed(0)
+    model = gpt2()
+    ids = torch.randint(1000, (8, 16), generator=torch.Generator().manual_seed(0))
+    d = doctor.diagnose(model, {"input_ids": ids, "labels": ids}, output="loss")
+    assert d.problems == [] and any("own loss" in n for n in d.notes)
+    assert all(math.isfinite(la.grad_std) for la in d.layers if la.name.endswith("c_attn"))

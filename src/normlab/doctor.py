@@ -864,10 +864,13 @@ def _call(model: nn.Module, x: Input, field: str | None = None) -> torch.Tensor:
 
 
 def _backward(out: torch.Tensor, readout: torch.Tensor) -> None:
-    """The readout loss's backward pass; an error in it is the model's, said as such."""
-    scale = out.shape[0] if out.dim() > 0 else 1
+    """The readout loss's backward pass (a number, the model's own loss, as it is); an error in
+    it is the model's, said as such."""
     try:
-        ((out * readout).sum() / scale).backward()
+        if out.dim() == 0:
+            out.backward()
+        else:
+            ((out * readout).sum() / out.shape[0]).backward()
     except Exception as exc:  # a custom autograd.Function of the user's may raise anything
         raise ModelInputError(
             f"the model's backward pass raised {type(exc).__name__}: {exc}"
@@ -919,7 +922,8 @@ def diagnose(
         batches: one input batch, or several (one step each).
         generator: draws the readout direction.
         output: the field of a dict or ``ModelOutput`` output to read (default: ``logits``,
-            else ``last_hidden_state``).
+            else ``last_hidden_state``). A number (``loss``, of a Hugging Face model given
+            ``labels=``) is the model's own loss, and its gradient is used as it is.
 
     Returns:
         a :class:`Diagnosis`.
@@ -942,7 +946,11 @@ def diagnose(
     model, notes = _eager(model)
     graph = _trace(model, xs[0], output)
     scaled = graph.scaled()
-    acts, grad_stats, ratios = _measure(model, xs, generator, output, set(scaled))
+    acts, grad_stats, ratios, own = _measure(model, xs, generator, output, set(scaled))
+    if own:
+        notes.append(
+            "the output is a number, the model's own loss: its gradient was used, not a readout"
+        )
     ref, where = _reference(xs, acts)
     notes += [where] if where else []
     notes += _scaled_notes(scaled)
@@ -971,7 +979,7 @@ def _measure(
     generator: torch.Generator | None,
     output: str | None,
     scaled: set[str],
-) -> tuple[ActivationStats, GradientStats, dict[str, float]]:
+) -> tuple[ActivationStats, GradientStats, dict[str, float], bool]:
     """One forward and backward pass per batch under the probes: the activation and gradient
     statistics and each weight layer's gradient ratio. Refuses (:class:`CannotDiagnose`) when
     no probed layer ran or no pass had a gradient."""
@@ -1011,7 +1019,8 @@ def _measure(
             "doctor outside torch.no_grad()"
         )
     order = [name for name in acts.layers if name not in scaled]  # the reference: unscaled
-    return acts, grad_stats, _grad_ratios(list(weights), relative, order)
+    own = out.dim() == 0  # a loss
+    return acts, grad_stats, _grad_ratios(list(weights), relative, order), own
 
 
 def _blocks(names: Sequence[str]) -> tuple[str, list[list[int]]]:
