@@ -251,7 +251,7 @@ def test_a_fix_that_does_not_help_is_not_called_a_cure() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["he", "xavier"])
+@pytest.mark.parametrize("method", ["he"])  # the case
 def test_llama_is_not_told_to_reinitialize_and_a_forced_fix_is_measured(method: str) -> None:
     torch.manual_seed(0)
     model = llama()

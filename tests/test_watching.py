@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import io
 import json
 import os
 import subprocess
-import sys
 import tracemalloc
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import torch
 from torch import nn
 
 import normlab
-from normlab import doctor
+from normlab import cli, doctor
 from normlab.watching import events, read_log, watch
 
 
@@ -127,11 +128,15 @@ def test_bad_arguments_and_a_bad_log(tmp_path: Path) -> None:
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "250"}
-    return subprocess.run(
-        [sys.executable, "-m", "normlab", "doctor", *args],
-        capture_output=True, text=True, timeout=300, cwd=cwd, env=env,
-    )  # fmt: skip
+    """``normlab doctor ARGS`` in this process (the entry point's own function), in ``cwd``."""
+    out, err, here = io.StringIO(), io.StringIO(), os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = cli.main(["doctor", *args])
+    finally:
+        os.chdir(here)
+    return subprocess.CompletedProcess(args, status, out.getvalue(), err.getvalue())
 
 
 def test_doctor_log_reports_a_watch_log(tmp_path: Path) -> None:
