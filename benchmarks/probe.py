@@ -151,20 +151,8 @@ def bench(name: str, model: nn.Module, x: torch.Tensor, repeats: int, clock: Clo
         FLOOR: with_hooks(copy.deepcopy(model), x, copy_hook(len(select_modules(model)))),
     }
     names = list(variants)
-    times: dict[str, list[float]] = {n: [] for n in names}
-    with torch.no_grad():
-        for run in variants.values():  # warm up: allocator, kernels, the probes' buffers
-            run()
-            run()
-        for r in range(repeats):
-            shift = r % len(names)
-            for n in names[shift:] + names[:shift]:
-                t0 = clock()
-                variants[n]()
-                times[n].append(clock() - t0)
-                kept.clear()
+    med = interleave(variants, repeats, clock, after=kept.clear)
     print(f"\n{name}: {len(select_modules(model))} probed modules, input {tuple(x.shape)}")
-    med = {n: statistics.median(ts) for n, ts in times.items()}
     base = med["plain forward"]
     for n in names:
         print(f"  {n:28s} median {med[n] * 1e3:8.2f} ms   {med[n] / base:5.2f}x plain")
@@ -243,9 +231,14 @@ def bench_training(repeats: int, clock: Clock) -> list[tuple[str, float, float]]
 
 
 def interleave(
-    variants: dict[str, Forward], repeats: int, clock: Clock, grad: bool = False
+    variants: dict[str, Forward],
+    repeats: int,
+    clock: Clock,
+    grad: bool = False,
+    after: Callable[[], None] = lambda: None,
 ) -> dict[str, float]:
-    """Median time of each variant over ``repeats`` rounds in rotating order (two warm-ups)."""
+    """Median time of each variant over ``repeats`` rounds in rotating order (two warm-ups:
+    allocator, kernels, the probes' buffers); ``after`` runs untimed after each call."""
     names = list(variants)
     times: dict[str, list[float]] = {n: [] for n in names}
     with torch.set_grad_enabled(grad):
@@ -258,6 +251,7 @@ def interleave(
                 t0 = clock()
                 variants[n]()
                 times[n].append(clock() - t0)
+                after()
     return {n: statistics.median(ts) for n, ts in times.items()}
 
 

@@ -512,40 +512,27 @@ def _add_doctor_parser(sub: Any) -> None:
     )
 
 
-def _doctor_tokens(text: str) -> int:
+def _int_in(text: str, low: int, high: int, what: str = "an integer") -> int:
+    """``text`` as an integer in [low, high], for argparse (its message names the range)."""
     try:
-        vocab = int(text)
+        value = int(text)
     except ValueError:
-        vocab = 0
-    if not 1 <= vocab <= MAX_SEED:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not allowed, use a vocabulary size in [1, {MAX_SEED}]"
-        )
-    return vocab
+        value = low - 1
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed, use {what} in [{low}, {high}]")
+    return value
+
+
+def _doctor_tokens(text: str) -> int:
+    return _int_in(text, 1, MAX_SEED, "a vocabulary size")
 
 
 def _doctor_steps(text: str) -> int:
-    try:
-        steps = int(text)
-    except ValueError:
-        steps = 0
-    if not 1 <= steps <= MAX_DOCTOR_STEPS:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not allowed, use an integer in [1, {MAX_DOCTOR_STEPS}]"
-        )
-    return steps
+    return _int_in(text, 1, MAX_DOCTOR_STEPS)
 
 
 def _doctor_seed(text: str) -> int:
-    try:
-        seed = int(text)
-    except ValueError:
-        seed = -1
-    if not 0 <= seed <= MAX_SEED:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not allowed, use an integer in [0, {MAX_SEED}]"
-        )
-    return seed
+    return _int_in(text, 0, MAX_SEED)
 
 
 def _one_line(text: str) -> str:
