@@ -5,7 +5,7 @@ Commands::
     normlab list [--json]
     normlab run NAME [--param value ...] [--json] [--plot FILE]
     normlab run NAME --help          NAME's parameters: default, allowed values, meaning
-    normlab lab [--host HOST] [--port PORT] [--db PATH]
+    normlab lab [--host HOST] [--port PORT] [--db PATH] [--watch-log FILE.jsonl]
     normlab doctor FILE.py:FACTORY --input-shape N,D[,...] [--steps K] [--data FILE.pt]
                    [--seed S] [--tokens V] [--dtype D] [--output FIELD] [--json] [--html FILE]
                    [--fix METHOD --out FILE.pt [--fix-tied]] [--traceback]
@@ -170,6 +170,13 @@ def _build_parser() -> _Parser:
         help="the SQLite file keeping your exercise progress and saved code (default "
         "$XDG_DATA_HOME/normlab/progress.sqlite3, else ~/.local/share/normlab/...)",
     )
+    p_lab.add_argument(
+        "--watch-log",
+        metavar="FILE.jsonl",
+        default=None,
+        help="show this normlab.watch log live at /watch as the training run writes it "
+        "(it may not exist yet)",
+    )
     return parser
 
 
@@ -320,6 +327,7 @@ def _cmd_lab(args: argparse.Namespace) -> None:
     from normlab.lab.app import create_app, serve
     from normlab.lab.progress import ProgressStoreError, default_db_path
     from normlab.lab.security import is_loopback, new_token
+    from normlab.lab.watchlog import WatchLogError
 
     token: str | None = args.token
     if token is None and os.environ.get("NORMLAB_TOKEN"):
@@ -331,7 +339,9 @@ def _cmd_lab(args: argparse.Namespace) -> None:
         token = new_token()  # off loopback a token is never optional (Jupyter's rule)
     db = args.db if args.db is not None else default_db_path()
     try:
-        app = create_app(warm=True, token=token, db_path=db)
+        app = create_app(warm=True, token=token, db_path=db, watch_log=args.watch_log)
+    except WatchLogError as exc:
+        raise UsageError(_one_line(f"--watch-log {args.watch_log!r}: {exc}")) from None
     except ProgressStoreError as exc:
         raise UsageError(f"--db {str(db)!r}: {exc}") from None
     shown = f"[{args.host}]" if ":" in args.host else args.host
@@ -339,6 +349,10 @@ def _cmd_lab(args: argparse.Namespace) -> None:
     print(f"normlab lab: serving on {url} (Ctrl+C stops)", flush=True)
     if token:
         print("normlab lab: every request needs the token in that URL", flush=True)
+    if app.state.watch is not None:
+        waits = "" if app.state.watch.path.exists() else " (waiting for it to appear)"
+        page = url.replace("/?", "/watch?") if token else f"{url}watch"
+        print(f"normlab lab: {page} follows {app.state.watch.path}{waits}", flush=True)
     serve(app, args.host, args.port)
 
 

@@ -41,6 +41,7 @@ from normlab.lab.progress import ProgressStore, default_db_path
 from normlab.lab.runner import RunAbandoned, RunCancelled, Runner
 from normlab.lab.sandbox import Sandbox, SandboxError
 from normlab.lab.security import LabGuard
+from normlab.lab.watchlog import WatchLog
 
 
 def _json_schema(p: Parameter) -> dict[str, Any]:
@@ -111,6 +112,7 @@ def create_app(
     token: str | None = None,
     sandbox: Sandbox | None = None,
     db_path: str | os.PathLike[str] | None = None,
+    watch_log: str | os.PathLike[str] | None = None,
 ) -> FastAPI:
     """Build the lab application (one :class:`Runner` cache per app).
 
@@ -124,6 +126,9 @@ def create_app(
     ``db_path``: the learner's progress database (default :func:`default_db_path`), opened
     here (a bad path raises :class:`~normlab.lab.progress.ProgressStoreError`) and closed when
     the app shuts down.
+    ``watch_log``: the :func:`normlab.watch` log that ``/watch`` shows live (it may not exist
+    yet; a directory or an unreadable path raises
+    :class:`~normlab.lab.watchlog.WatchLogError`). Fixed here: no request names a file.
     """
     app = FastAPI(
         title="normlab lab",
@@ -133,6 +138,7 @@ def create_app(
     )
     app.state.runner = runner or Runner()
     app.state.sandbox = sandbox if sandbox is not None else Sandbox()
+    app.state.watch = None if watch_log is None else WatchLog(watch_log)
     app.state.progress = ProgressStore(db_path if db_path is not None else default_db_path())
     app.add_middleware(LabGuard, token=token)
     app.add_api_route(
@@ -146,11 +152,12 @@ def create_app(
         _add_experiment_routes(app, e)
     app.add_api_route("/api/experiments/{name}", run, methods=["POST"], include_in_schema=False)
 
-    from normlab.lab import learn, pages, playground
+    from normlab.lab import learn, pages, playground, watchpage
 
     pages.install(app)
     playground.install(app)
     learn.install(app)
+    watchpage.install(app)
     return app
 
 
@@ -158,6 +165,8 @@ def create_app(
 async def _lifespan(app: FastAPI, warm: bool) -> AsyncIterator[None]:
     """Start (the warm-up, the sandbox) and, whatever happens, stop what the app owns."""
     app.state.runner.resume()  # after a shutdown, the app may be started again
+    if app.state.watch is not None:
+        app.state.watch.closed = False
     warmer: threading.Thread | None = None
     try:
         if warm:
@@ -175,6 +184,7 @@ async def _lifespan(app: FastAPI, warm: bool) -> AsyncIterator[None]:
         # ("terminate called without an active exception"): runs in progress, the
         # warm-up's and requests', stop at their next step, and no other starts.
         app.state.runner.cancel()
+        _end_streams(app)
         if warmer is not None:
             warmer.join(timeout=WARM_STOP_TIMEOUT_S)
         app.state.sandbox.close()
@@ -292,11 +302,13 @@ def serve(app: FastAPI, host: str, port: int) -> None:
     On the signal, the runs in progress are cancelled first (their requests answer 503) and
     then uvicorn shuts down: it waits for open requests to end, which would otherwise mean
     waiting for the longest run (a 12 x 256 bn-lr of 2000 steps trains for most of a minute).
+    The ``/watch`` page's event streams, which never end by themselves, end then too.
     """
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
             app.state.runner.cancel()
+            _end_streams(app)  # uvicorn waits for open responses: the /watch streams end
             super().handle_exit(sig, frame)
 
     server = Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
@@ -304,6 +316,12 @@ def serve(app: FastAPI, host: str, port: int) -> None:
         server.run()
     if not server.started:  # e.g. the port is taken: uvicorn has said why (uvicorn.run's 3)
         raise SystemExit(3)
+
+
+def _end_streams(app: FastAPI) -> None:
+    """End the ``/api/watch/stream`` responses (at their next look at the log)."""
+    if app.state.watch is not None:
+        app.state.watch.close()
 
 
 def _query_params(name: str, request: Request) -> tuple[Experiment, Any]:

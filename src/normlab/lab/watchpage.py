@@ -1,0 +1,158 @@
+"""The ``/watch`` page: a :func:`normlab.watch` log, shown live as the training run writes it.
+
+:func:`install` adds to the app (whose ``app.state.watch`` is a
+:class:`~normlab.lab.watchlog.WatchLog`, or ``None`` when the lab was started without
+``--watch-log``):
+
+- ``GET /watch``: the page; without a log it says how to write one and start the lab on it;
+- ``GET /api/watch``: the log's state once, as JSON (:func:`~normlab.lab.watchlog.watch_state`);
+- ``GET /api/watch/stream``: the same state as Server-Sent Events: one ``state`` event at once,
+  then one each time the file has grown (looked at every :data:`~normlab.lab.watchlog.POLL_S`
+  seconds), a comment line every :data:`KEEPALIVE_S` seconds in between. It ends when the client
+  disconnects or the lab shuts down. At most :data:`MAX_STREAMS` are open at once; beyond that
+  it answers 503 in the lab's error shape.
+
+The log's path is fixed when the lab starts; no request names a file.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio.to_thread
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from normlab.lab.errors import bad_input
+from normlab.lab.pages import _script_json
+from normlab.lab.watchlog import POLL_S, WatchLog
+
+MAX_STREAMS = 8
+"""Streams open at once; one more answers 503 (each holds a connection and a poll)."""
+KEEPALIVE_S = 15.0
+"""Longest silence on a stream: a comment line then keeps proxies and the browser patient."""
+RETRY_MS = 2000
+"""How long the browser waits before it reconnects a dropped stream."""
+
+_NO_LOG = "this lab follows no log: start it with normlab lab --watch-log FILE.jsonl"
+
+
+def _dumps(state: dict[str, Any]) -> str:
+    return json.dumps(state, separators=(",", ":"), allow_nan=False)
+
+
+def _watch(request: Request) -> WatchLog | None:
+    found: WatchLog | None = request.app.state.watch
+    return found
+
+
+async def _state(watch: WatchLog) -> dict[str, Any]:
+    """The log's state, its file read in a worker thread (the event loop keeps serving)."""
+    return await anyio.to_thread.run_sync(watch.state)
+
+
+class _Stream(StreamingResponse):
+    """An event stream that gives back its slot however it ends (even before it starts)."""
+
+    def __init__(self, content: AsyncIterator[str], app: FastAPI) -> None:
+        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+        super().__init__(content, media_type="text/event-stream", headers=headers)
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._app.state.watch_streams -= 1
+
+
+async def _events(request: Request, watch: WatchLog) -> AsyncIterator[str]:
+    """``state`` events, one per change of the log, until the client or the lab goes."""
+    yield f"retry: {RETRY_MS}\n\n"
+    sent, quiet_since = -1, time.monotonic()
+    while not watch.closed and not await request.is_disconnected():
+        state = await _state(watch)
+        if state["version"] != sent:
+            sent, quiet_since = state["version"], time.monotonic()
+            yield f"event: state\nid: {sent}\ndata: {_dumps(state)}\n\n"
+        elif time.monotonic() - quiet_since >= KEEPALIVE_S:
+            quiet_since = time.monotonic()
+            yield ": still watching\n\n"
+        await anyio.sleep(POLL_S)
+
+
+async def watch_json(request: Request) -> Any:
+    """``GET /api/watch``: the log's state now."""
+    watch = _watch(request)
+    if watch is None:
+        return bad_input("watch_log", _NO_LOG, status=404)
+    return await _state(watch)
+
+
+async def watch_stream(request: Request) -> Any:
+    """``GET /api/watch/stream``: the log's state as Server-Sent Events."""
+    watch = _watch(request)
+    if watch is None:
+        return bad_input("watch_log", _NO_LOG, status=404)
+    if request.app.state.watch_streams >= MAX_STREAMS:
+        refusal = bad_input(
+            None, f"{MAX_STREAMS} pages already follow this log: close one and reload", status=503
+        )
+        refusal.headers["Retry-After"] = "5"
+        return refusal
+    request.app.state.watch_streams += 1
+    return _Stream(_events(request, watch), request.app)
+
+
+async def watch_page(request: Request) -> HTMLResponse:
+    """``GET /watch``: the log's page (its first state embedded), or how to make a log."""
+    watch = _watch(request)
+    state = None if watch is None else await _state(watch)
+    initial = None if state is None else _script_json(state)
+    site = request.app.state.site
+    page: HTMLResponse = site.render("watch.html", state=state, initial=initial, current="watch")
+    return page
+
+
+def install(app: FastAPI) -> None:
+    """Add ``/watch``, ``/api/watch`` and ``/api/watch/stream`` to ``app``."""
+    app.state.watch_streams = 0
+    absent: dict[int | str, dict[str, Any]] = {
+        404: {"description": "the lab was started without --watch-log"}
+    }
+    app.add_api_route("/watch", watch_page, methods=["GET"], include_in_schema=False)
+    app.add_api_route(
+        "/api/watch",
+        watch_json,
+        methods=["GET"],
+        tags=["watch"],
+        summary="The watched training log, once",
+        description="The log given to normlab lab --watch-log, as the /watch page shows it: "
+        "records read, the last step, the labels gained and lost, the training figure "
+        "described as data and the last record's per-layer table.",
+        response_description="the log's state: path, status and message, summary, records, "
+        "first_step and last_step, problems, events, errors (skipped lines, by number), "
+        "figures and tables",
+        responses=absent,
+    )
+    app.add_api_route(
+        "/api/watch/stream",
+        watch_stream,
+        methods=["GET"],
+        tags=["watch"],
+        summary="The watched training log, live (Server-Sent Events)",
+        description="A text/event-stream: a `state` event (the JSON of GET /api/watch) at "
+        "once and whenever the log has grown, until the client disconnects. "
+        f"At most {MAX_STREAMS} streams at once.",
+        response_description="`state` events, each the JSON of GET /api/watch",
+        responses={
+            200: {"content": {"text/event-stream": {}}},
+            503: {"description": f"{MAX_STREAMS} streams are open already"},
+            **absent,
+        },
+        response_class=StreamingResponse,
+    )
