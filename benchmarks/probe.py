@@ -30,7 +30,7 @@ of 3 x 64 x 64), each step a forward and a backward pass of ``logits.square().me
 - plain: the step alone;
 - probes: ``ActivationProbe`` and ``GradientProbe`` at their defaults, ``step()`` each (target:
   within 1.15x of plain);
-- doctor: the probes as :func:`normlab.doctor.diagnose` sets them (every element, the typed
+- doctor: the probes as :func:`normlab.doctor.probe_settings` sets them (every element, the typed
   per-unit statistics, saturation; target: within 1.5x).
 
 Absolute times on a shared machine move from run to run; the ratios within one run are the
@@ -210,13 +210,14 @@ def bench_training(repeats: int, clock: Clock) -> list[tuple[str, float, float]]
     """Print the training variants' medians; return (model, probes / plain, doctor / plain)."""
     from normlab import doctor
 
-    full = {"stats": dict(doctor._STATS), "saturation": doctor.TANH_SATURATION, "sample_size": None}
     out = []
     for name, model, x in real_models(repeats <= 3):
         variants = {
             "plain forward + backward": train_step(model, x, lambda: None),
             "probes at their defaults": with_probes(copy.deepcopy(model), x),
-            "the doctor's settings": with_probes(copy.deepcopy(model), x, **full),
+            "the doctor's settings": with_probes(
+                copy.deepcopy(model), x, **doctor.probe_settings(model)
+            ),
         }
         med = interleave(variants, repeats, clock, grad=True)
         base = med["plain forward + backward"]

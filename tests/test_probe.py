@@ -808,6 +808,34 @@ def test_constant_output_has_std_exactly_zero() -> None:
     assert math.isnan(one.std[0][0]) and one.min[0][0] == one.max[0][0] == 2.0
 
 
+@pytest.mark.parametrize("sample_size", [SAMPLE_SIZE, None])
+def test_a_nearly_constant_output_keeps_its_std(sample_size: int | None) -> None:
+    """A collapsed sigmoid's 0.5 +- 1e-9 (float64): the one-pass sum of squares would cancel
+    (2.5e4 * eps ~ 5e-12 of error against a variance of 1e-18); two passes keep it, across calls
+    of different means as well."""
+    g = torch.Generator().manual_seed(0)
+    outs = [
+        0.5 + k * 1e-7 + 1e-9 * torch.randn(100, 500, dtype=torch.float64, generator=g)
+        for k in range(3)
+    ]
+    with ActivationProbe(nn.Identity(), sample_size=sample_size) as probe:
+        for y in outs:
+            probe._layers[0][1](y)
+        probe.step()
+    picked = torch.cat([o.reshape(-1)[sample_indices(o.numel(), sample_size)] for o in outs])
+    assert probe.result().std[0][0] == pytest.approx(picked.std().item(), rel=1e-6)
+
+
+def test_counts_stay_exact_beyond_float32_integers() -> None:
+    """Above 2**24 elements float32 cannot count 1s one by one: the zeros of a whole output of
+    2**24 + 8 elements are counted in float64 (its 2**24 + 5 nonzero ones are no float32)."""
+    y = torch.ones(2**24 + 8)
+    y[:3] = 0.0
+    with ActivationProbe(nn.Identity(), sample_size=None) as probe:
+        probe._layers[0][1](y)
+    assert probe.result().zero_frac[0][0] == 3 / (2**24 + 8)
+
+
 def test_gradient_hooks_of_finished_graphs_are_dropped_at_each_step() -> None:
     model = mlp()
     with GradientProbe(model) as probe:

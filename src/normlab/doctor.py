@@ -28,16 +28,16 @@ label          when (thresholds are module constants)
 ``saturated``  tanh-like outputs (Tanh, Hardtanh, Softsign) with :math:`|y| \ge 0.99`, or
                sigmoid-like outputs with :math:`|y - 0.5| \ge 0.49`, for at least a quarter of
                the elements (:data:`SATURATED_FRAC`)
-``symmetric``  2+ units and every unit equal to unit 0 on every element:
-               :math:`\max |y_u - y_0| \le 10^{-5} \max |y|` (:data:`SYMMETRIC_SPREAD`)
+``symmetric``  2+ units and every unit equal to unit 0 on every element of the batch's first
+               item: :math:`\max |y_u - y_0| \le 10^{-5} \max |y|` (:data:`SYMMETRIC_SPREAD`;
+               units made equal by their weights are equal on any input)
 ``ok``         none of the above
 =============  ==================================================================================
 
 Fractions are averaged over the steps; the symmetry test must hold at every step. Dead and
-symmetric are properties of the batch: use a batch of at least a few dozen examples. Mean and
-the tanh saturation come from the probe's default statistics, the std from a two-pass float64
-statistic (the probe's one-pass sums would lose a nearly constant output's std to cancellation,
-as a collapsed sigmoid's: 0.5 +- 1e-9); the per-unit numbers
+symmetric are properties of the batch: use a batch of at least a few dozen examples. Mean, std
+(two-pass, float64: a collapsed sigmoid's 0.5 +- 1e-9 keeps its std) and the tanh saturation
+come from the probe over every element (:func:`probe_settings`); the per-unit numbers
 (dead units, unit spread, sigmoid saturation) are typed statistic functions passed to the probe
 through ``stats=``, each computed once per layer and step for the channel dim and, on 3+
 dimensional outputs, for the last dim, and picked afterwards by the layer's kind. The labels
@@ -250,37 +250,33 @@ def _dead_frac(dim: int) -> Callable[[torch.Tensor], torch.Tensor]:
     def dead(y: torch.Tensor) -> torch.Tensor:
         if y.dim() < 2 or (dim == -1 and y.dim() == 2):
             return _NAN
-        d = dim % y.dim()
-        peak = y.abs().amax(dim=[i for i in range(y.dim()) if i != d])  # (units,)
-        return 1.0 - torch.count_nonzero(peak) / peak.numel()
+        others = [i for i in range(y.dim()) if i != dim % y.dim()]
+        alive = y.amax(dim=others).ne(0) | y.amin(dim=others).ne(0)  # (units,)
+        return 1.0 - alive.double().mean()
 
     return dead
 
 
 def _unit_spread(dim: int) -> Callable[[torch.Tensor], torch.Tensor]:
-    """``max |y_u - y_0| / max |y|`` over the units along ``dim``: 0 when all are identical."""
+    """``max |y_u - y_0| / max |y|`` over the units along ``dim`` of the first item of the
+    batch: 0 when all are identical (the weights that make units equal do so on every input)."""
 
     def spread(y: torch.Tensor) -> torch.Tensor:
         if y.dim() < 2 or (dim == -1 and y.dim() == 2) or y.shape[dim] < 2:
             return _NAN
-        diff = (y - y.narrow(dim, 0, 1)).abs().amax()  # unit 0 broadcast against every unit
-        return diff / y.abs().amax()  # 0 / 0 = nan: an all-zero output has nothing to compare
+        y = y[:1]  # (1, ...): the first item
+        low, high = torch.aminmax(y - y.narrow(dim, 0, 1))  # unit 0 against every unit
+        bottom, top = torch.aminmax(y)
+        return torch.maximum(-low, high) / torch.maximum(-bottom, top)  # 0 / 0 = nan: all zero
 
     return spread
 
 
 def _sigmoid_saturated(y: torch.Tensor) -> torch.Tensor:
-    return (y - 0.5).abs().ge(SIGMOID_SATURATION).float().mean()
-
-
-def _std64(y: torch.Tensor) -> torch.Tensor:
-    """std in float64, two-pass: exact for a vanishing stack (1e-33) and a nearly constant
-    output alike (the probe's one-pass sums cancel there)."""
-    return y.detach().double().std()
+    return (y - 0.5).abs_().ge_(SIGMOID_SATURATION).mean()  # flags as floats: bools count slowly
 
 
 _STATS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "std64": _std64,
     "dead_first": _dead_frac(1),
     "dead_last": _dead_frac(-1),
     "spread_first": _unit_spread(1),
@@ -973,6 +969,18 @@ def diagnose(
     )
 
 
+def probe_settings(model: nn.Module) -> dict[str, Any]:
+    """The :class:`~normlab.probe.ActivationProbe` arguments the doctor measures ``model`` with:
+    every element, the per-unit statistics, and saturation only where the model has a tanh- or
+    sigmoid-like layer (each costs a pass over every layer's output)."""
+    stats = dict(_STATS)
+    modules = list(model.modules())
+    if any(isinstance(m, _SIGMOID_LIKE) for m in modules):
+        stats["sigmoid_saturated"] = _sigmoid_saturated
+    tanh = any(isinstance(m, _TANH_LIKE) for m in modules)
+    return {"stats": stats, "saturation": TANH_SATURATION if tanh else None, "sample_size": None}
+
+
 def _measure(
     model: nn.Module,
     xs: Sequence[Input],
@@ -983,15 +991,12 @@ def _measure(
     """One forward and backward pass per batch under the probes: the activation and gradient
     statistics and each weight layer's gradient ratio. Refuses (:class:`CannotDiagnose`) when
     no probed layer ran or no pass had a gradient."""
-    stats = dict(_STATS)
-    if any(isinstance(m, _SIGMOID_LIKE) for m in model.modules()):
-        stats["sigmoid_saturated"] = _sigmoid_saturated  # only then: it costs a pass per layer
     weights = _weights(model)
     readout: torch.Tensor | None = None
     relative: list[torch.Tensor] = []  # per step: each weight layer's |dL/dW| / |W|, (layers,)
     with _preserved(model):
         with (
-            ActivationProbe(model, stats=stats, saturation=TANH_SATURATION, sample_size=None) as ap,
+            ActivationProbe(model, **probe_settings(model)) as ap,
             GradientProbe(model) as gp,
         ):
             for x in xs:
@@ -1100,7 +1105,7 @@ def _reference(inputs: Sequence[Input], acts: ActivationStats) -> tuple[float, s
     xs = [_main(x) for x in inputs]
     if all(x.is_floating_point() for x in xs):
         return _input_std(inputs), ""
-    std = _mean(acts.extra["std64"], 0)
+    std = _mean(acts.std, 0)
     if std > 0 and math.isfinite(std):
         return std, (
             f"the input ({xs[0].dtype}) has no scale of its own: scales are relative to the "
@@ -1136,7 +1141,7 @@ def _layer_diagnoses(
             saturated = _mean(acts.extra["sigmoid_saturated"], j)
         else:
             saturated = math.nan
-        std = _mean(acts.extra["std64"], j)
+        std = _mean(acts.std, j)
         layer = LayerDiagnosis(
             name=name,
             kind=kind,

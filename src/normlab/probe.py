@@ -5,12 +5,15 @@ the difficulty of training deep feedforward neural networks"). The probes are co
 whose hooks go on ``__exit__``. A call of a watched module copies a sample of its output (one
 kernel on its device); ``step()`` reduces the step's samples to rows of sums, copies them to the
 host at once, pools them per layer into a ring of the last ``keep`` steps (call it once per
-training step: samples wait until then). Over the :math:`m` elements :math:`x_i` pooled for a
-layer (summed in float64):
+training step: samples wait until then). A row holds a call's :math:`m_c` elements' sum and, in
+two passes, their squared deviations from their own mean :math:`\bar x_c` (float64: a collapsed
+sigmoid's 0.5 +- 1e-9 keeps its std, which :math:`\sum x^2 - m\bar x^2` cancels away). Over
+the :math:`m = \sum_c m_c` elements pooled for a layer (Chan, Golub & LeVeque, 1979):
 
 .. math::
-    \text{mean} = \frac{1}{m}\sum_i x_i, \qquad
-    \text{std} = \sqrt{\frac{\sum_i x_i^2 - m\,\text{mean}^2}{m - 1}}
+    \text{mean} = \frac{1}{m}\sum_c \sum_{i \in c} x_i, \qquad
+    \text{std} = \sqrt{\frac{\sum_c \big(\sum_{i \in c} (x_i - \bar x_c)^2
+        + m_c (\bar x_c - \text{mean})^2\big)}{m - 1}}
 
 (unbiased, as ``Tensor.std()``; ``nan`` for :math:`m \le 1`, exactly 0 when min equals max).
 """
@@ -38,6 +41,7 @@ ModuleFilter = type[nn.Module] | tuple[type[nn.Module], ...] | _Names | None
 """Which modules a probe watches; see :func:`select_modules`."""
 
 SAMPLE_SIZE, KEEP, MAX = 1024, 4096, 1 << 24  # elements sampled per output, steps kept, bound
+_EXACT_COUNT = 1 << 24  # float32 adds up 1.0s exactly below this count
 _MOMENTS = ("mean", "std", "min", "max", "zero_frac", "saturated_frac")
 FloatArray = npt.NDArray[np.float64]
 _Key = tuple[int, torch.dtype, torch.device]  # a sample's length, dtype and device
@@ -258,7 +262,7 @@ class _Probe:
 
     def _gather(self, width: int) -> tuple[FloatArray, FloatArray, npt.NDArray[np.int64]]:
         """Close a step: its rows (C, W) on the host (one copy), each layer's sums of them and
-        counts (L, W + 3: numel, sampled, calls), each row's slot (C,)."""
+        counts (L, W + 3: numel, sampled, calls), each row's slot, numel and sampled (C, 3)."""
         rows, calls = self._rows, np.array(self._calls, dtype=np.int64).reshape(-1, 3)
         self._rows, self._calls, self._stepped = [], [], self._stepped + 1
         self._handles = [h for h in self._handles if h.hooks_dict_ref() is not None]  # alive
@@ -266,7 +270,7 @@ class _Probe:
         host = torch.cat(here).cpu().numpy() if here else np.zeros((0, width))  # (C, W)
         pooled = np.zeros((len(self._layers), width + 3))
         np.add.at(pooled, calls[:, 0], np.column_stack([host, calls[:, 1:], np.ones(len(calls))]))
-        return host, pooled, calls[:, 0]
+        return host, pooled, calls
 
     def _history(self, width: int) -> tuple[FloatArray, dict[str, Any]]:
         """The kept steps (closing a pending one) as (T, layers, K) in first-call order, ending in
@@ -292,7 +296,7 @@ class ActivationProbe(_Probe):
     row in float64 (one batch of kernels per length, not per call),
 
     .. math::
-        \big(\textstyle\sum_i x_i,\ \sum_i x_i^2,\ \min_i x_i,\ \max_i x_i,\
+        \big(\textstyle\sum_i x_i,\ \sum_i (x_i - \bar x)^2,\ \min_i x_i,\ \max_i x_i,\
         \#\{i : x_i \ne 0\},\ \#\{i : |x_i| \ge s\},\ f_1(y), \dots, f_E(y)\big)
 
     and pools them per layer (sums added) into mean and std (see :mod:`normlab.probe`),
@@ -356,7 +360,7 @@ class ActivationProbe(_Probe):
             self._order.setdefault(slot)
             user = [_user_value(k, f(x), device) for k, f in self.stats.items()]
             if size is None:  # every element: reduced now, as a copy would double the traffic
-                return self._add_rows(x.reshape(1, -1), [((slot, n, n), user)])  # (1, n)
+                return self._add_whole(x.reshape(-1), ((slot, n, n), user))  # (n,)
             if (index := self._indices.get((n, device))) is None:
                 index = self._indices[(n, device)] = sample_indices(n, size).to(device)
             key = (index.shape[0], x.dtype, device)  # m = min(n, size)
@@ -380,7 +384,9 @@ class ActivationProbe(_Probe):
     def _add_rows(self, samples: Tensor, calls: Sequence[_Call]) -> None:
         """Reduce G samples (G, m) of ``calls`` to this step's rows (G, W)."""
         x, s = samples.double(), self.saturation  # (G, m)
-        columns = [x.sum(1), (x * x).sum(1), x.amin(1), x.amax(1)]  # (G, m) -> (G,) each
+        total = x.sum(1)  # (G, m) -> (G,)
+        centered = x - total[:, None] / x.shape[1]  # (G, m): the second pass
+        columns = [total, (centered * centered).sum(1), x.amin(1), x.amax(1)]  # (G,) each
         columns.append(x.abs().ne_(0).sum(1))  # flags as floats, in place: bools count slowly
         columns.append(x.new_zeros(len(x)) if s is None else x.abs().ge_(s).sum(1))
         meta, user = zip(*calls, strict=True)
@@ -388,23 +394,42 @@ class ActivationProbe(_Probe):
         self._rows.append(torch.stack(columns, dim=1))  # W x (G,) -> (G, W), float64
         self._calls += meta
 
+    def _add_whole(self, x: Tensor, call: _Call) -> None:
+        """Reduce one whole output (n,) to a row (W,) with one float64 copy of it: the sums in
+        float64, min and max in its own dtype, the counts on float flags (float32 counts 1s
+        exactly below 2**24 elements; float64 beyond)."""
+        wide, s = x.to(torch.float64, copy=True), self.saturation  # (n,), ours to change
+        low, high = torch.aminmax(x)  # exact in x's dtype
+        flags = x.float() if x.numel() < _EXACT_COUNT else wide.clone()  # (n,), no copy for f32
+        total = wide.sum()
+        centered = wide.sub_(total / x.numel())  # (n,): the second pass, in place
+        columns = [total, torch.dot(centered, centered), low.double(), high.double()]
+        columns.append(flags.abs().ne_(0).sum().double())  # a new tensor, flagged in place
+        columns.append(wide.new_zeros(()) if s is None else flags.abs().ge_(s).sum().double())
+        columns += call[1]
+        self._rows.append(torch.stack(columns)[None])  # W x () -> (1, W), float64
+        self._calls.append(call[0])
+
     def step(self) -> None:
         """Close the current step (even an empty one: ``nan``); one copy to the host."""
         for key, group in self._samples.items():  # (G, m) -> (G, W) per sample length
             self._add_rows(self._buffers[key][: len(group)], group)
         self._samples = {}
-        rows, pooled, slots = self._gather(6 + len(self.stats))  # (C, W) (L, W + 3) (C,)
+        rows, pooled, counts = self._gather(6 + len(self.stats))  # (C, W) (L, W + 3) (C, 3)
         low, high = np.full(len(pooled), np.inf), np.full(len(pooled), -np.inf)
-        m, calls = pooled[:, -2], pooled[:, -1]
+        m, calls, slots = pooled[:, -2], pooled[:, -1], counts[:, 0]
         with np.errstate(divide="ignore", invalid="ignore"):  # nan, and layers not called
             np.minimum.at(low, slots, rows[:, 2])  # (C,) -> (L,)
             np.maximum.at(high, slots, rows[:, 3])
             mean = pooled[:, 0] / m
+            between = counts[:, 2] * (rows[:, 0] / counts[:, 2] - mean[slots]) ** 2  # (C,)
+            deviations = pooled[:, 1] + np.bincount(slots, between, minlength=len(m))  # (L,)
+            std = np.where(m > 1, np.sqrt(deviations / (m - 1)), np.nan)
             zero_frac = (m - pooled[:, 4]) / m
             saturated_frac = pooled[:, 5] / m if self.saturation else np.full(len(m), np.nan)
             extra = pooled[:, 6:-3] / calls[:, None]  # (L, E)
         constant = (low == high) & (m > 1)  # exactly 0, not the one-pass formula's rounding
-        std = np.where(constant, 0.0, _std(pooled[:, 0], pooled[:, 1], m))
+        std = np.where(constant, 0.0, std)
         low, high = np.where(m > 0, low, np.nan), np.where(m > 0, high, np.nan)
         moments = [mean, std, low, high, zero_frac, saturated_frac]
         self._ring.append(np.column_stack([*moments, extra, pooled[:, -3:]]))  # (L, 9 + E)

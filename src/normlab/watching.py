@@ -89,10 +89,8 @@ class Watch:
 
     def _arm(self) -> None:
         """Probes (and an input hook) on for the next forward and backward pass."""
-        stats = dict(doctor._STATS)
-        self._ap = ActivationProbe(
-            self.model, stats=stats, saturation=doctor.TANH_SATURATION, sample_size=None, keep=1
-        ).__enter__()
+        settings = doctor.probe_settings(self.model)
+        self._ap = ActivationProbe(self.model, **settings, keep=1).__enter__()
         self._gp = GradientProbe(self.model, keep=1).__enter__()
         self._hook = self.model.register_forward_pre_hook(self._input, with_kwargs=True)
 
