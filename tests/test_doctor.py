@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from functools import cache
+from typing import Any
 
 import pytest
 import torch
@@ -313,6 +315,51 @@ def test_symmetry_needs_every_unit_identical() -> None:
     with torch.no_grad():
         layer.weight[5, 0] += 0.1  # one unit differs
     assert doctor.diagnose(nn.Sequential(layer), x).layers[0].labels == ["ok"]
+
+
+def test_inf_and_nan_are_labelled_non_finite_alone_and_lead_the_verdict() -> None:
+    """Weights of 1e25 overflow float32 at the second layer (1e25 * 1e25 * 8 > 3.4e38): from
+    there on every output is inf or nan, and the gradient back to the first layer is nan too."""
+    net = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 8))
+    with torch.no_grad():
+        for layer in net:
+            layer.weight.fill_(1e25)
+    x = torch.randn(32, 8, generator=torch.Generator().manual_seed(0))
+    d = doctor.diagnose(net, x)
+    assert [la.labels for la in d.layers] == [["non-finite"]] * 3
+    assert math.isfinite(d.layers[0].act_std) and not math.isfinite(d.layers[1].act_mean)
+    assert d.problems == ["non-finite"]
+    assert d.verdict.startswith("inf or nan values in 3 layer(s), from '0'; the forward pass ")
+    assert "first overflows at '1'" in d.verdict
+    assert "clip_grad_norm_" in d.suggestions[0]
+    assert d.layers[1].criteria() == ["non-finite: an activation or gradient element is inf or nan"]
+    assert d.to_dict()["layers"][1]["finite"] is False
+
+
+def test_a_nan_gradient_alone_is_non_finite() -> None:
+    """A finite forward pass whose loss gradient is nan (0 * inf on the way back)."""
+
+    class NanBack(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, y: torch.Tensor) -> torch.Tensor:
+            return y.clone()
+
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+            return grad * math.nan
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(NanBack.apply(self.a(x)))
+
+    x = torch.randn(32, 8, generator=torch.Generator().manual_seed(0))
+    d = doctor.diagnose(Net(), x)
+    assert [la.labels for la in d.layers] == [["non-finite"], ["ok"]]
+    assert math.isfinite(d.layers[0].act_std)  # the forward pass was finite
 
 
 def test_conv_units_are_channels() -> None:

@@ -56,6 +56,37 @@ def test_records_every_n_steps_are_the_doctor_s_layers(tmp_path: Path) -> None:
     assert not any(h for m in net.modules() for h in m._forward_hooks.values())  # all removed
 
 
+def test_a_run_that_diverges_is_found_non_finite(tmp_path: Path) -> None:
+    """SGD at lr 50 sends the weights to inf within a few steps; the record of the step where
+    it happens says so, and the log's events name the change."""
+    net = relu_net()
+    opt = torch.optim.SGD(net.parameters(), lr=50.0)
+    g = torch.Generator().manual_seed(1)
+    with normlab.watch(net, every=1, log=tmp_path / "run.jsonl") as w:
+        for _ in range(12):
+            opt.zero_grad()
+            net(torch.randn(64, 8, generator=g)).pow(2).mean().backward()
+            w.step()
+            opt.step()
+    assert w.records[0]["problems"] == [] or "non-finite" not in w.records[0]["problems"]
+    assert "non-finite" in w.records[-1]["problems"]
+    changes = events(list(read_log(tmp_path / "run.jsonl")))
+    assert any(e.endswith("became non-finite") for e in changes)
+
+
+def test_a_sigmoid_model_s_saturation_is_watched() -> None:
+    """The doctor's sigmoid statistic is measured under watch as under diagnose."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(8, 16), nn.Sigmoid(), nn.Linear(16, 1))
+    x = torch.randn(64, 8, generator=torch.Generator().manual_seed(2))
+    with normlab.watch(net, every=1) as w:
+        net(x).pow(2).mean().backward()
+        record = w.step()
+    assert record is not None
+    want = doctor.diagnose(net, x).layers[1].saturated_frac
+    assert record["layers"][1]["saturated_frac"] == pytest.approx(want)
+
+
 def test_the_first_record_is_a_diagnosis_of_that_step() -> None:
     net = relu_net()
     x = torch.randn(64, 8, generator=torch.Generator().manual_seed(1))

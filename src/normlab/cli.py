@@ -489,7 +489,8 @@ def _add_doctor_parser(sub: Any) -> None:
         help="diagnose your own model layer by layer",
         allow_abbrev=False,
         description="Build a model from FACTORY in FILE.py, run a few forward and backward "
-        "passes, and label each layer vanishing, exploding, dead, saturated, symmetric or ok. "
+        "passes, and label each layer non-finite, vanishing, exploding, dead, saturated, "
+        "symmetric or ok. "
         "The model's output must be a tensor, a tuple whose first element is a tensor, or a "
         "dict or Hugging Face ModelOutput (its logits or last_hidden_state, or --output).",
     )

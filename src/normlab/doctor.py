@@ -16,6 +16,9 @@ norms and activations outside torch are known by their family names (``*RMSNorm`
 =============  ==================================================================================
 label          when (thresholds are module constants)
 =============  ==================================================================================
+``non-finite`` an activation or a gradient of the layer is ``inf`` or ``nan`` (a diverged run,
+               an overflow in float16): the layer's other numbers cannot be judged, so it gets
+               this label alone
 ``vanishing``  :math:`s_l < 10^{-2}\, s_0` (:data:`VANISHING`), or a weight layer whose
                gradient ratio :math:`\rho_l < 10^{-3}` (:data:`GRAD_VANISHING`, below), or
                one a sustained depth trend puts 10x below the output end (:class:`Trend`)
@@ -122,7 +125,7 @@ from normlab.probe import (
     select_modules,
 )
 
-LABELS = ("vanishing", "exploding", "dead", "saturated", "symmetric", "ok")
+LABELS = ("non-finite", "vanishing", "exploding", "dead", "saturated", "symmetric", "ok")
 """The label vocabulary, problems first in order of severity for the verdict's sake."""
 VANISHING = 1e-2
 EXPLODING = 1e2
@@ -135,7 +138,7 @@ TANH_SATURATION = 0.99
 SIGMOID_SATURATION = 0.49  # of |y - 0.5|: y <= 0.01 or y >= 0.99
 
 FIX_METHODS = ("he", "xavier", "orthogonal", "lsuv")
-_SEVERITY = ("symmetric", "dead", "vanishing", "exploding", "saturated")
+_SEVERITY = ("non-finite", "symmetric", "dead", "vanishing", "exploding", "saturated")
 
 _WEIGHT_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 _NORMS: tuple[type[nn.Module], ...] = (
@@ -339,6 +342,7 @@ class LayerDiagnosis:
     scaled_by: str | None = None  # the small parameter scaling its branch on purpose, if any
     trend: str | None = None  # "exploding"/"vanishing": part of a sustained gradient trend
     branch: float = math.nan  # a residual branch end: act_std over the stream's; nan: none
+    finite: bool = True  # every activation and gradient element seen was finite
 
     @property
     def _relative(self) -> float:
@@ -389,6 +393,8 @@ class LayerDiagnosis:
             out.append(f"symmetric: unit spread {self.unit_spread:.2g} <= {SYMMETRIC_SPREAD:g}")
         if self.scaled_by is not None:
             out.append(f"not judged by scale: its branch is scaled by {self.scaled_by!r}")
+        if not self.finite:
+            out = ["non-finite: an activation or gradient element is inf or nan"]
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -1156,6 +1162,7 @@ def _layer_diagnoses(
             grad_ratio=grad_ratio.get(name, math.nan),
             scaled_by=scaled.get(name),
             branch=std / (streams or {}).get(name, math.nan),
+            finite=_finite(acts, j) and _finite_gradient(grad_stats, name),
         )
         layer.labels = _labels(layer)
         layers.append(layer)
@@ -1218,7 +1225,25 @@ def _input_std(inputs: Sequence[Input]) -> float:
     return std if std > 0 and math.isfinite(std) else 1.0
 
 
+def _finite(acts: ActivationStats, j: int) -> bool:
+    """Whether layer ``j``'s outputs held only finite values at every step it ran (a ``nan``
+    makes min and max ``nan``, an ``inf`` makes one of them infinite)."""
+    ran = [s for s, calls in enumerate(acts.calls) if calls[j] > 0]
+    return all(math.isfinite(acts.min[s][j]) and math.isfinite(acts.max[s][j]) for s in ran)
+
+
+def _finite_gradient(grads: GradientStats, name: str) -> bool:
+    """Whether every gradient the layer's output received was finite (its norm is)."""
+    if name not in grads.layers:
+        return True
+    j = grads.layers.index(name)
+    got = [s for s, numel in enumerate(grads.numel) if numel[j] > 0]
+    return all(math.isfinite(grads.grad_norm[s][j]) for s in got)
+
+
 def _labels(layer: LayerDiagnosis) -> list[str]:
+    if not layer.finite:
+        return ["non-finite"]  # nan or inf: no other number of the layer means anything
     labels = []
     if layer.scale_vanishing or layer.grad_vanishing or layer.trend == "vanishing":
         labels.append("vanishing")
@@ -1265,6 +1290,13 @@ def _verdict(
             parts += _scale_words(layers, problem)
             if trend is not None and trend.sustained and trend.direction == problem:
                 parts.append(_trend_words(trend))
+        elif problem == "non-finite":
+            forward = [la.name for la in hit if not math.isfinite(la.act_mean)]
+            start = f"; the forward pass first overflows at {forward[0]!r}" if forward else ""
+            parts.append(
+                f"inf or nan values in {len(hit)} layer(s), from {first.name!r}{start}: the run "
+                "has diverged or overflowed, and the other labels cannot be judged there"
+            )
         elif problem == "dead":
             parts.append(
                 f"dead units in {len(hit)} layer(s), from {first.name!r} "
@@ -1346,6 +1378,12 @@ def _suggestions(
     if not problems:
         return ["nothing to change: the initialization suits this model on this input"]
     out = []
+    if "non-finite" in problems:
+        out.append(
+            "find where the inf or nan starts (the first non-finite layer: its input is finite); "
+            "in training, lower the learning rate or clip the gradient norm "
+            "(torch.nn.utils.clip_grad_norm_); in float16, compute in float32 or bfloat16"
+        )
     if "symmetric" in problems:
         out.append(
             "draw the weights at random (normlab doctor --fix he, or init.kaiming_normal_ / "

@@ -31,7 +31,7 @@ with warnings.catch_warnings():  # starlette warns about its httpx-based client 
 
 from fastapi import FastAPI
 
-from normlab import cli
+from normlab import cli, doctor
 from normlab.lab import app as lab_app
 from normlab.lab import lessons, watchpage
 from normlab.lab.app import create_app
@@ -85,7 +85,8 @@ def test_the_api_shows_a_real_watch_log(lines: list[str], tmp_path: Path) -> Non
     assert (state["records"], state["first_step"], state["last_step"]) == (12, 0, 55)
     assert state["events"] == events(records) != []
     (figure,) = state["figures"]
-    assert [len(p["series"]) for p in figure["panels"]] == [3, 3, 5]  # 3 weight layers, 5 labels
+    problems = len(doctor.LABELS) - 1  # every label but ok
+    assert [len(p["series"]) for p in figure["panels"]] == [3, 3, problems]  # 3 weight layers
     assert figure["panels"][0]["series"][0]["x"] == [float(r["step"]) for r in records]
     (table,) = state["tables"]
     assert table["title"] == "Every layer at step 55"

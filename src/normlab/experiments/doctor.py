@@ -114,6 +114,7 @@ def diagnosis_tables(d: doctor.Diagnosis, title: str) -> list[Table]:
 
 LABEL_COLORS = {
     "ok": "#2e7d32",
+    "non-finite": "#ad1457",
     "vanishing": "#1565c0",
     "exploding": "#c62828",
     "dead": "#424242",
@@ -273,7 +274,7 @@ def training_figure(records: list[dict[str, Any]]) -> fig.Figure:
             kind="line+markers",
             color=LABEL_COLORS[label],
         )
-        for label in ("vanishing", "exploding", "dead", "saturated", "symmetric")
+        for label in ("non-finite", "vanishing", "exploding", "dead", "saturated", "symmetric")
     ]
     shade = (
         fig.Band(-math.inf, VANISHING, color=LABEL_COLORS["vanishing"], opacity=0.08),
