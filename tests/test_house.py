@@ -62,7 +62,7 @@ def test_one_training_loop() -> None:
     names = {p.relative_to(PACKAGE).as_posix() for p in steppers}
     # symmetry's loop records every unit's weights as it goes, as the seed's train_track does;
     # the doctor's trial trains a user's model (any output) on a proxy task, not the moons
-    assert names == {"train.py", "experiments/symmetry.py", "doctor.py"}
+    assert names == {"train.py", "experiments/symmetry.py", "doctor/training.py"}
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)

@@ -38,6 +38,8 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from normlab import doctor
+from normlab.doctor.layers import _layer_diagnoses, _reference
+from normlab.doctor.measure import _grad_ratios, _relative_gradients, _weights
 from normlab.probe import ActivationProbe, GradientProbe, finite_or_none
 
 KEEP = 1000
@@ -73,7 +75,7 @@ class Watch:
         self._gp: GradientProbe | None = None
         self._hook: RemovableHandle | None = None
         self._inputs: list[Any] = []  # the model's input on a recorded step
-        self._weights = doctor._weights(model)
+        self._weights = _weights(model)
 
     def __enter__(self) -> Self:
         if self._log_path is not None:
@@ -123,11 +125,11 @@ class Watch:
         acts, grads = ap.result(), gp.result()
         if not acts.layers or not inputs:
             return None  # the model did not run under the probes this step
-        rel = doctor._relative_gradients(self._weights)
-        ratios = doctor._grad_ratios(list(self._weights), [rel], acts.layers)
-        ref, _ = doctor._reference(inputs[:1], acts)
-        layers = doctor._layer_diagnoses(self.model, acts, grads, ratios, ref, {})
-        problems = [p for p in doctor._SEVERITY if any(p in la.labels for la in layers)]
+        rel = _relative_gradients(self._weights)
+        ratios = _grad_ratios(list(self._weights), [rel], acts.layers)
+        ref, _ = _reference(inputs[:1], acts)
+        layers = _layer_diagnoses(self.model, acts, grads, ratios, ref, {})
+        problems = [p for p in doctor.SEVERITY if any(p in la.labels for la in layers)]
         record = {
             "step": self._steps,
             "input_std": ref,

@@ -1,0 +1,198 @@
+"""The model's structure, as the forward pass shows it: which layer reads which layer's output
+(through the autograd graph), residual streams, and branches scaled on purpose."""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import torch
+from torch import nn
+
+from normlab.doctor.kinds import _has_weight, _is_layer, _nonlinearity, _passes
+from normlab.doctor.running import Input, _call, _graph_input, _map, _preserved, _tensors
+
+Edges = dict[str, "str | None"]  # producing layer -> the small parameter on the way, if any
+_OUTPUT = "<output>"  # the model's output, as a consumer
+
+
+@dataclass
+class _Graph:
+    """Which layer reads which layer's output, as one forward pass's autograd graph shows it.
+
+    A layer's inputs are traced back through the operations between layers (a residual add, a
+    mean, a reshape) to the layers that produced them, so "what follows a conv" is what consumes
+    its output, not what happens to be called next.
+    """
+
+    order: list[tuple[str, nn.Module]]  # layers in first-call order
+    producers: dict[str, list[str]]
+    consumers: dict[str, list[str]]
+    edges: dict[str, Edges] = field(default_factory=dict)  # consumer -> producer -> scaling
+    streams: dict[str, float] = field(default_factory=dict)  # a sum's reader -> the sum's std
+
+    def branches(self) -> dict[str, float]:
+        """Residual branch ends -> the std of the stream they add into.
+
+        A layer reading a sum of several layers' outputs (``x + f(x)``) reads a stream; the
+        producer that descends from all the others is the branch end (``f``'s last layer), the
+        others make the stream. Two paths from one input (a conv shortcut) have no such end.
+        """
+        ancestors: dict[str, set[str]] = {}
+        for name, _ in self.order:  # producers are called first
+            mine: set[str] = set()
+            for p in self.producers.get(name, []):
+                mine |= {p} | ancestors.get(p, set())
+            ancestors[name] = mine
+        out: dict[str, float] = {}
+        for reader, std in self.streams.items():
+            found = list(self.edges.get(reader, {}))
+            ends = [b for b in found if all(o == b or o in ancestors.get(b, set()) for o in found)]
+            if len(found) >= 2 and ends and math.isfinite(std) and ends[0] not in out:
+                out[ends[0]] = std
+        return out
+
+    @classmethod
+    def from_edges(cls, order: list[tuple[str, nn.Module]], edges: dict[str, Edges]) -> _Graph:
+        producers = {c: list(found) for c, found in edges.items() if c != _OUTPUT}
+        consumers: dict[str, list[str]] = {}
+        for name, _ in order:
+            for p in producers.get(name, []):
+                consumers.setdefault(p, []).append(name)
+        return cls(order, producers, consumers, edges)
+
+    def scaled(self) -> dict[str, str]:
+        """Layer -> the small parameter scaling it: the layers whose every path to the output
+        crosses an intentional branch scaling (:data:`BRANCH_SCALE`), and those right after
+        one (through pass-through layers)."""
+        reads: dict[str, Edges] = {}  # producer -> consumer -> scaling
+        for consumer, found in self.edges.items():
+            for producer, site in found.items():
+                reads.setdefault(producer, {})[consumer] = site
+        behind: dict[str, str] = {}
+        for name, _ in reversed(self.order):  # consumers come later in the forward order
+            out = reads.get(name, {})  # a site on the way, or the consumer's own scaling
+            marks = [site or behind.get(c) for c, site in out.items()]
+            if out and all(marks):
+                behind[name] = cast(str, marks[0])
+        for name, m in self.order:  # forward: the layers right after a scaling
+            found = self.edges.get(name, {})
+            marks = [site or behind.get(p) for p, site in found.items()]
+            direct = any(site is not None for site in found.values())
+            if name not in behind and found and all(marks) and (direct or _passes(m)):
+                behind[name] = cast(str, marks[0])
+        return behind
+
+    def _first(
+        self, start: str, edges: dict[str, list[str]], stop: Callable[[nn.Module], bool]
+    ) -> nn.Module | None:
+        modules = dict(self.order)
+        frontier, seen = list(edges.get(start, [])), {start}
+        while frontier:  # breadth first, through pass-through layers
+            name = frontier.pop(0)
+            if name in seen:
+                continue
+            seen.add(name)
+            if stop(modules[name]):
+                return modules[name]
+            frontier.extend(edges.get(name, []))
+        return None
+
+    def follows(self, name: str) -> tuple[str, float | None]:
+        """The nonlinearity applied to layer ``name``'s output (linear when none)."""
+        m = self._first(name, self.consumers, lambda m: not _passes(m))
+        return ("linear", None) if m is None else _nonlinearity(m)
+
+    def source(self, name: str) -> str | None:
+        """The weight layer whose output reaches layer ``name`` (through pass-through layers)."""
+        m = self._first(name, self.producers, lambda m: not _passes(m))
+        if m is None or not _has_weight(m):
+            return None
+        return next(n for n, x in self.order if x is m)
+
+
+BRANCH_SCALE = 1e-2
+"""A parameter multiplied onto a layer's output between layers whose values average at most this
+(in absolute value) is an intentional branch scaling: layer scale (CaiT, ConvNeXt: 1e-6),
+ReZero and SkipInit (0). What it scales starts small on purpose, and learns to grow."""
+
+
+def _scaling(node: Any, names: dict[int, str]) -> str | None:
+    """The model parameter a ``MulBackward0`` node multiplies by, when it is a small one."""
+    if type(node).__name__ != "MulBackward0":
+        return None
+    for next_node, _ in node.next_functions:
+        p = getattr(next_node, "variable", None)  # an AccumulateGrad: a leaf, maybe a parameter
+        small = isinstance(p, nn.Parameter) and p.numel() > 0 and p.abs().mean() <= BRANCH_SCALE
+        if small and id(p) in names:
+            return names[id(p)]
+    return None
+
+
+def _walk(tensors: list[torch.Tensor], made_by: dict[Any, str], names: dict[int, str]) -> Edges:
+    """The layers whose outputs reach ``tensors`` through the autograd graph, each with the
+    small parameter multiplied in on the way (``None``: no intentional scaling)."""
+    found: Edges = {}
+    stack: list[tuple[Any, str | None]] = [(t.grad_fn, None) for t in tensors]
+    seen = set()
+    while stack:
+        node, site = stack.pop()
+        if node is None or (node, site) in seen:
+            continue
+        seen.add((node, site))
+        if node in made_by:
+            layer = made_by[node]
+            found[layer] = site if found.get(layer, site) is not None else None  # one clean path
+            continue
+        site = site or _scaling(node, names)
+        stack.extend((next_node, site) for next_node, _ in node.next_functions)
+    return found
+
+
+def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
+    """One forward pass with gradients on, recording which layer's output feeds which layer
+    (and the model's output), and the small parameters multiplied in between."""
+    made_by: dict[Any, str] = {}  # autograd node of a layer's output -> that layer
+    order: dict[str, nn.Module] = {}
+    edges: dict[str, Edges] = {}  # layer -> its producers, each with a scaling parameter
+    names = {id(p): n for n, p in model.named_parameters()}
+    streams: dict[str, float] = {}  # a layer reading a sum of layers' outputs: its input's std
+
+    def hook(mod: nn.Module, args: Any, out: Any, name: str) -> None:
+        order.setdefault(name, mod)
+        # a layer with layers inside (ReZero's block: x + alpha * f(x)) also reads theirs
+        read = _tensors(args) + (_tensors(out) if next(mod.children(), None) else [])
+        for p, site in _walk(read, made_by, names).items():
+            if p != name:
+                known = edges.setdefault(name, {})
+                known[p] = site if known.get(p, site) is not None else None
+        if len(edges.get(name, {})) >= 2 and _tensors(args):  # it reads a sum: the stream?
+            streams[name] = _std(_tensors(args)[0])
+        for t in _tensors(out):
+            if t.grad_fn is not None:
+                made_by.setdefault(t.grad_fn, name)  # an identity layer keeps the first
+
+    handles = [
+        m.register_forward_hook(functools.partial(hook, name=name))
+        for name, m in model.named_modules()
+        if _is_layer(m)
+    ]
+    x = _map(batch, _graph_input)
+    try:
+        with _preserved(model), torch.enable_grad():
+            y = _call(model, x, output)
+            edges[_OUTPUT] = _walk([y], made_by, names)
+            streams[_OUTPUT] = _std(y)
+    finally:
+        for h in handles:
+            h.remove()
+    graph = _Graph.from_edges(list(order.items()), edges)
+    graph.streams = streams
+    return graph
+
+
+def _std(x: torch.Tensor) -> float:
+    return float(x.detach().double().std()) if x.is_floating_point() and x.numel() > 1 else math.nan

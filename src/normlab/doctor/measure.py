@@ -1,0 +1,141 @@
+"""Measuring the model: forward and backward passes under the probes, with the doctor's
+settings, and each weight layer's gradient ratio."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from normlab.doctor.constants import TANH_SATURATION
+from normlab.doctor.errors import CannotDiagnose
+from normlab.doctor.kinds import _SIGMOID_LIKE, _TANH_LIKE, _is_layer
+from normlab.doctor.running import Input, _backward, _call, _preserved
+from normlab.doctor.stats import _STATS, _sigmoid_saturated
+from normlab.probe import (
+    ActivationProbe,
+    ActivationStats,
+    GradientProbe,
+    GradientStats,
+    select_modules,
+)
+
+
+def _mean(rows: Sequence[Sequence[float]], j: int) -> float:
+    values = [r[j] for r in rows if math.isfinite(r[j])]
+    return sum(values) / len(values) if values else math.nan
+
+
+def _max(rows: Sequence[Sequence[float]], j: int) -> float:
+    values = [r[j] for r in rows]
+    return math.nan if any(math.isnan(v) for v in values) else max(values)
+
+
+def probe_settings(model: nn.Module) -> dict[str, Any]:
+    """The :class:`~normlab.probe.ActivationProbe` arguments the doctor measures ``model`` with:
+    every element, the per-unit statistics, and saturation only where the model has a tanh- or
+    sigmoid-like layer (each costs a pass over every layer's output)."""
+    stats = dict(_STATS)
+    modules = list(model.modules())
+    if any(isinstance(m, _SIGMOID_LIKE) for m in modules):
+        stats["sigmoid_saturated"] = _sigmoid_saturated
+    tanh = any(isinstance(m, _TANH_LIKE) for m in modules)
+    return {"stats": stats, "saturation": TANH_SATURATION if tanh else None, "sample_size": None}
+
+
+def _measure(
+    model: nn.Module,
+    xs: Sequence[Input],
+    generator: torch.Generator | None,
+    output: str | None,
+    scaled: set[str],
+) -> tuple[ActivationStats, GradientStats, dict[str, float], bool]:
+    """One forward and backward pass per batch under the probes: the activation and gradient
+    statistics and each weight layer's gradient ratio. Refuses (:class:`CannotDiagnose`) when
+    no probed layer ran or no pass had a gradient."""
+    weights = _weights(model)
+    readout: torch.Tensor | None = None
+    relative: list[torch.Tensor] = []  # per step: each weight layer's |dL/dW| / |W|, (layers,)
+    with _preserved(model):
+        with (
+            ActivationProbe(model, **probe_settings(model)) as ap,
+            GradientProbe(model) as gp,
+        ):
+            for x in xs:
+                model.zero_grad(set_to_none=True)
+                out = _call(model, x, output)
+                if readout is None:
+                    readout = torch.randn(out.shape, generator=generator).to(out.device)
+                if out.requires_grad and out.is_floating_point():
+                    _backward(out, readout)
+                    relative.append(_relative_gradients(weights))
+                ap.step()
+                gp.step()
+        acts, grad_stats = ap.result(), gp.result()
+    if not acts.layers:
+        raise CannotDiagnose(
+            f"no layer of the model ran under the probes ({len(select_modules(model))} "
+            "modules watched): its forward pass calls none of its submodules (a compiled or "
+            "scripted function?); pass the nn.Module whose layers run in eager mode"
+        )
+    if not relative:
+        raise CannotDiagnose(
+            f"the model's output ({out.dtype}, requires_grad={out.requires_grad}) carries no "
+            "gradient, so no backward pass ran and the gradients cannot be judged: return "
+            "the scores (logits) rather than argmax or other integer output, and run the "
+            "doctor outside torch.no_grad()"
+        )
+    order = [name for name in acts.layers if name not in scaled]  # the reference: unscaled
+    own = out.dim() == 0  # a loss
+    return acts, grad_stats, _grad_ratios(list(weights), relative, order), own
+
+
+def _weights(model: nn.Module) -> dict[str, list[nn.Parameter]]:
+    """Each layer's own trainable weights of 2+ dimensions (biases and norm scales left out)."""
+    found: dict[str, list[nn.Parameter]] = {}
+    for name, m in model.named_modules():
+        ps = [p for p in m.parameters(recurse=False) if p.dim() >= 2 and p.requires_grad]
+        if ps and _is_layer(m):
+            found[name] = ps
+    return found
+
+
+def _relative_gradients(weights: dict[str, list[nn.Parameter]]) -> torch.Tensor:
+    """``|dL/dW| / |W|`` per weight layer after one backward pass, in float64, (layers,).
+
+    A layer whose weights got no gradient (not used, or frozen) or are all 0 gives nan.
+    """
+    out = []
+    for ps in weights.values():
+        grads = [p.grad for p in ps if p.grad is not None]
+        if not grads:
+            out.append(torch.tensor(math.nan, dtype=torch.float64))
+            continue
+        g2 = sum(g.detach().double().square().sum() for g in grads)  # float64: 1e-20 squares
+        w2 = sum(p.detach().double().square().sum() for p in ps)
+        out.append(torch.as_tensor(g2 / w2).sqrt().cpu())  # 0 / 0 = nan, x / 0 = inf
+    return torch.stack(out) if out else torch.empty(0, dtype=torch.float64)
+
+
+def _grad_ratios(
+    names: list[str], relative: Sequence[torch.Tensor], order: Sequence[str]
+) -> dict[str, float]:
+    """rho per weight layer: its step-averaged relative gradient over the last weight layer's.
+
+    The last weight layer is the last in ``order`` (the probe's forward order) with a finite,
+    positive relative gradient; without one, no layer gets a ratio.
+    """
+    if not relative or not names:
+        return {}
+    rel = torch.stack(list(relative)).tolist()  # (steps, layers): one host sync
+    mean = {name: _mean(rel, j) for j, name in enumerate(names)}
+    ref = next(
+        (mean[n] for n in reversed(order) if n in mean and math.isfinite(mean[n]) and mean[n] > 0),
+        None,
+    )
+    if ref is None:
+        return {}
+    return {name: r / ref for name, r in mean.items() if math.isfinite(r)}

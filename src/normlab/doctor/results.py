@@ -1,0 +1,193 @@
+"""What the doctor finds, as dataclasses: each layer's numbers and labels, the depth trend,
+the diagnosis, and what a fix did."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from normlab import init
+from normlab.doctor.constants import (
+    DEAD_FRAC,
+    EXPLODING,
+    GRAD_EXPLODING,
+    GRAD_VANISHING,
+    SATURATED_FRAC,
+    SYMMETRIC_SPREAD,
+    VANISHING,
+)
+from normlab.probe import finite_or_none
+
+TREND_BLOCKS, TREND_R2, TREND_TOTAL = 6, 0.9, 1e2
+"""A sustained gradient trend: over at least this many blocks, a fit of log rho over depth this
+good (R^2), and this much growth from one end to the other."""
+
+
+@dataclass
+class Trend:
+    r"""The depth trend of the gradient ratio: :math:`\log \rho` fitted linearly over the blocks.
+
+    A block is the weight layers of one repeated module (``h.3`` of GPT-2, ``layers.3`` of an
+    encoder: the dotted prefix followed by an integer that most weight layers share), or each
+    weight layer on its own; a block's value is the mean :math:`\log \rho` of its layers, the
+    ones scaled on purpose left out. ``factor`` is the fitted growth of :math:`\rho` per block
+    toward the input (above 1: the gradient grows on its way back; a deep BatchNorm + ReLU
+    stack's squared ratio grows by :math:`\pi/(\pi-1) \approx 1.47` per layer, Yang et al.
+    2019, "A mean field theory of batch normalization"), ``total`` that growth over all blocks.
+    """
+
+    factor: float
+    total: float
+    r2: float
+    blocks: int
+    grouped_by: str  # the blocks' prefix ("" for a top-level Sequential)
+
+    @property
+    def sustained(self) -> bool:
+        strong = max(self.total, 1 / self.total) >= TREND_TOTAL if self.total > 0 else False
+        return self.blocks >= TREND_BLOCKS and self.r2 >= TREND_R2 and strong
+
+    @property
+    def direction(self) -> str:
+        return "exploding" if self.factor > 1 else "vanishing"
+
+
+@dataclass
+class LayerDiagnosis:
+    """One probed layer: its labels and the numbers they come from (``nan`` = not applicable)."""
+
+    name: str
+    kind: str  # module class name
+    labels: list[str]
+    act_mean: float
+    act_std: float
+    scale: float  # act_std / input std
+    dead_frac: float  # fraction of units 0 on the whole batch
+    saturated_frac: float  # nan unless the layer is tanh- or sigmoid-like
+    unit_spread: float  # max |y_u - y_0| / max |y|; 0 when every unit is identical
+    grad_std: float  # std of the loss gradient w.r.t. the layer's output
+    grad_ratio: float  # rho: relative weight gradient over the last weight layer's; nan: none
+    scaled_by: str | None = None  # the small parameter scaling its branch on purpose, if any
+    trend: str | None = None  # "exploding"/"vanishing": part of a sustained gradient trend
+    branch: float = math.nan  # a residual branch end: act_std over the stream's; nan: none
+    finite: bool = True  # every activation and gradient element seen was finite
+
+    @property
+    def _relative(self) -> float:
+        """The scale judged: a branch end's against its stream, any other against the input."""
+        return self.branch if math.isfinite(self.branch) else self.scale
+
+    @property
+    def scale_vanishing(self) -> bool:
+        """The forward scale fell below :data:`VANISHING` times the input's (or to 0), and not
+        by an intentional branch scaling."""
+        return (self._relative < VANISHING or self.act_std == 0) and self.scaled_by is None
+
+    @property
+    def scale_exploding(self) -> bool:
+        return self._relative > EXPLODING or math.isinf(self.act_std)
+
+    @property
+    def grad_vanishing(self) -> bool:
+        """The weights' relative gradient is below :data:`GRAD_VANISHING` of the last layer's,
+        and not because an intentional branch scaling multiplies it."""
+        return self.grad_ratio < GRAD_VANISHING and self.scaled_by is None
+
+    @property
+    def grad_exploding(self) -> bool:
+        return self.grad_ratio > GRAD_EXPLODING
+
+    def criteria(self) -> list[str]:
+        """Which rule gave each of the layer's labels, with its numbers."""
+        out = []
+        what = "its stream's std" if math.isfinite(self.branch) else "the input's"
+        if self.scale_vanishing:
+            out.append(f"vanishing: {self._relative:.2g}x {what} < {VANISHING:g}x")
+        if self.grad_vanishing:
+            out.append(f"vanishing: rho {self.grad_ratio:.2g} < {GRAD_VANISHING:g}")
+        if self.scale_exploding:
+            out.append(f"exploding: {self._relative:.2g}x {what} > {EXPLODING:g}x")
+        if self.grad_exploding:
+            out.append(f"exploding: rho {self.grad_ratio:.2g} > {GRAD_EXPLODING:g}")
+        if self.trend is not None:
+            out.append(
+                f"{self.trend}: 10x or more along the depth trend (rho {self.grad_ratio:.2g})"
+            )
+        if self.dead_frac >= DEAD_FRAC:
+            out.append(f"dead: {self.dead_frac:.0%} of units 0 >= {DEAD_FRAC:.0%}")
+        if self.saturated_frac >= SATURATED_FRAC:
+            out.append(f"saturated: {self.saturated_frac:.0%} >= {SATURATED_FRAC:.0%}")
+        if self.unit_spread <= SYMMETRIC_SPREAD:
+            out.append(f"symmetric: unit spread {self.unit_spread:.2g} <= {SYMMETRIC_SPREAD:g}")
+        if self.scaled_by is not None:
+            out.append(f"not judged by scale: its branch is scaled by {self.scaled_by!r}")
+        if not self.finite:
+            out = ["non-finite: an activation or gradient element is inf or nan"]
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = finite_or_none(dataclasses.asdict(self))
+        out["criteria"] = self.criteria()
+        return out
+
+
+@dataclass
+class Diagnosis:
+    """The doctor's finding: per-layer labels, a one-sentence verdict, suggestions."""
+
+    layers: list[LayerDiagnosis]
+    verdict: str
+    problems: list[str]  # the labels other than ok that occur, most severe first
+    suggestions: list[str]
+    input_shape: list[int]
+    input_std: float  # the reference scale: the input's std, or the embedding's (see notes)
+    steps: int
+    notes: list[str] = field(default_factory=list)  # what the doctor read differently, and why
+    trend: Trend | None = None  # the gradient ratio over depth; None: too few weight layers
+
+    @property
+    def healthy(self) -> bool:
+        return not self.problems
+
+    def labels(self) -> dict[str, list[str]]:
+        """Layer name -> its labels."""
+        return {layer.name: layer.labels for layer in self.layers}
+
+    def with_label(self, label: str) -> list[str]:
+        """Names of the layers labelled ``label``, in forward order."""
+        return [layer.name for layer in self.layers if label in layer.labels]
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = finite_or_none(
+            {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "layers"}
+        )
+        out["layers"] = [layer.to_dict() for layer in self.layers]
+        out["trend"] = self.trend and finite_or_none(dataclasses.asdict(self.trend))
+        return out
+
+
+@dataclass
+class FixReport:
+    """What :func:`fix` did: each re-initialized layer, the activation after it and the gain."""
+
+    method: str
+    layers: list[str]
+    follows: list[str]  # nonlinearity name as in calculate_gain
+    gains: list[float]
+    lsuv: init.LSUVResult | None = field(default=None)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # weight layers left, and why
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = finite_or_none(
+            {
+                "method": self.method,
+                "layers": self.layers,
+                "follows": self.follows,
+                "gains": self.gains,
+                "lsuv": None if self.lsuv is None else self.lsuv.to_dict(),
+                "skipped": [{"layer": n, "why": why} for n, why in self.skipped],
+            }
+        )
+        return out

@@ -1,0 +1,56 @@
+"""Per-unit statistics, passed to the probe as typed functions (``stats=``): dead units, the
+spread between units, sigmoid saturation."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from normlab.doctor.constants import SIGMOID_SATURATION
+
+_NAN = torch.tensor(math.nan)  # "not applicable", returned without computing anything
+
+
+def _dead_frac(dim: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Fraction of the units along ``dim`` that are exactly 0 on every element of the output.
+
+    The ``dim=-1`` version skips 2-D outputs (``nan``), where dim 1 is the last dim already.
+    """
+
+    def dead(y: torch.Tensor) -> torch.Tensor:
+        if y.dim() < 2 or (dim == -1 and y.dim() == 2):
+            return _NAN
+        others = [i for i in range(y.dim()) if i != dim % y.dim()]
+        alive = y.amax(dim=others).ne(0) | y.amin(dim=others).ne(0)  # (units,)
+        return 1.0 - alive.double().mean()
+
+    return dead
+
+
+def _unit_spread(dim: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``max |y_u - y_0| / max |y|`` over the units along ``dim`` of the first item of the
+    batch: 0 when all are identical (the weights that make units equal do so on every input)."""
+
+    def spread(y: torch.Tensor) -> torch.Tensor:
+        if y.dim() < 2 or (dim == -1 and y.dim() == 2) or y.shape[dim] < 2:
+            return _NAN
+        y = y[:1]  # (1, ...): the first item
+        low, high = torch.aminmax(y - y.narrow(dim, 0, 1))  # unit 0 against every unit
+        bottom, top = torch.aminmax(y)
+        return torch.maximum(-low, high) / torch.maximum(-bottom, top)  # 0 / 0 = nan: all zero
+
+    return spread
+
+
+def _sigmoid_saturated(y: torch.Tensor) -> torch.Tensor:
+    return (y - 0.5).abs_().ge_(SIGMOID_SATURATION).mean()  # flags as floats: bools count slowly
+
+
+_STATS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "dead_first": _dead_frac(1),
+    "dead_last": _dead_frac(-1),
+    "spread_first": _unit_spread(1),
+    "spread_last": _unit_spread(-1),
+}

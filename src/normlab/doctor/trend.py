@@ -1,0 +1,71 @@
+r"""The depth trend of the gradient ratio: the model's repeated blocks, a linear fit of
+:math:`\log \rho` over them, and the layers it labels."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+
+import torch
+
+from normlab.doctor.layers import _labels
+from normlab.doctor.results import LayerDiagnosis, Trend
+
+
+def _blocks(names: Sequence[str]) -> tuple[str, list[list[int]]]:
+    """The repeated blocks among ``names``: the prefix whose integer component takes the most
+    values, and the indices of the names under each of its values, in order (one name per
+    block when no prefix repeats)."""
+    by_prefix: dict[str, dict[int, list[int]]] = {}
+    for i, name in enumerate(names):
+        for match in re.finditer(r"(?:^|\.)(\d+)(?=\.|$)", name):
+            prefix = name[: match.start(1)].rstrip(".")
+            by_prefix.setdefault(prefix, {}).setdefault(int(match.group(1)), []).append(i)
+    if not by_prefix:
+        return "", [[i] for i in range(len(names))]
+    prefix, groups = max(by_prefix.items(), key=lambda kv: (len(kv[1]), -len(kv[0])))
+    return prefix, [groups[k] for k in sorted(groups)]
+
+
+def _trend(layers: Sequence[LayerDiagnosis]) -> Trend | None:
+    """The fitted depth trend of the gradient ratio (see :class:`Trend`); ``None`` for fewer
+    than three blocks."""
+    weighted = _trended(layers)
+    prefix, groups = _blocks([la.name for la in weighted])
+    if len(groups) < 3:
+        return None
+    y = torch.tensor(
+        [sum(math.log(weighted[i].grad_ratio) for i in g) / len(g) for g in groups],
+        dtype=torch.float64,
+    )  # (B,) mean log rho per block
+    x = torch.arange(len(y), dtype=torch.float64)  # (B,) block index, input side first
+    xc, yc = x - x.mean(), y - y.mean()
+    slope = float((xc * yc).sum() / (xc * xc).sum())  # least squares
+    fitted_var = slope**2 * float((xc * xc).sum())
+    total_var = float((yc * yc).sum())
+    r2 = fitted_var / total_var if total_var > 0 else 0.0
+    factor = math.exp(-slope)  # per block, toward the input
+    return Trend(factor, factor ** (len(y) - 1), r2, len(y), prefix)
+
+
+def _mark_trend(layers: Sequence[LayerDiagnosis], trend: Trend) -> None:
+    """Label the weight layers the fitted trend puts 10x or more from the output end's ratio."""
+    weighted = _trended(layers)
+    _, groups = _blocks([la.name for la in weighted])
+    for b, group in enumerate(groups):
+        growth = trend.factor ** (len(groups) - 1 - b)  # from the last block to this one
+        if not 0.1 < growth < 10:
+            for i in group:
+                weighted[i].trend = trend.direction
+                weighted[i].labels = _labels(weighted[i])
+
+
+def _trended(layers: Sequence[LayerDiagnosis]) -> list[LayerDiagnosis]:
+    """The layers a trend is fitted over: weight layers with a ratio, not scaled on purpose,
+    but the last, the reference (its ratio is 1 by definition, and a head differs anyway)."""
+    return [
+        la
+        for la in layers
+        if la.grad_ratio > 0 and math.isfinite(la.grad_ratio) and la.scaled_by is None
+    ][:-1]

@@ -1,0 +1,176 @@
+"""The whole visit: :func:`diagnose` (trace, measure, label, the trend, words), and
+:func:`examine` (diagnose, fix, diagnose again, the training check)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from normlab.doctor.constants import FIX_METHODS, SEVERITY
+from normlab.doctor.cure import fix
+from normlab.doctor.graph import _trace
+from normlab.doctor.layers import _layer_diagnoses, _reference
+from normlab.doctor.measure import _measure
+from normlab.doctor.results import Diagnosis, FixReport
+from normlab.doctor.running import Input, _eager, _main, _steps
+from normlab.doctor.training import TRIAL_STEPS, Trial, trial
+from normlab.doctor.trend import _mark_trend, _trend
+from normlab.doctor.words import _scaled_notes, _suggestions, _verdict
+
+
+def diagnose(
+    model: nn.Module,
+    batches: Input | Sequence[Input],
+    *,
+    generator: torch.Generator | None = None,
+    output: str | None = None,
+) -> Diagnosis:
+    r"""Run one forward and backward pass per batch under the probes and label every leaf layer.
+
+    The loss is a random linear readout :math:`L = \frac{1}{N} \sum_i r_i \cdot y_i` with
+    :math:`r \sim \mathcal{N}(0, 1)` drawn once from ``generator``, so the gradient entering the
+    model has a fixed scale. The model runs in the mode it is in; its buffers (BatchNorm running
+    statistics) and parameter gradients are restored afterwards, so diagnosing changes nothing.
+    Scales are relative to the input's std; for token ids (an input with no scale) to the std
+    of the first layer's output, the embedding's, as the diagnosis's notes say. A
+    ``torch.compile``'d model is examined through its original module.
+
+    Args:
+        model: the network to examine; its output is read by :func:`_output`: a tensor, a tuple
+            whose first element is one, or a dict or ``ModelOutput``.
+        batches: one input batch, or several (one step each).
+        generator: draws the readout direction.
+        output: the field of a dict or ``ModelOutput`` output to read (default: ``logits``,
+            else ``last_hidden_state``). A number (``loss``, of a Hugging Face model given
+            ``labels=``) is the model's own loss, and its gradient is used as it is.
+
+    Returns:
+        a :class:`Diagnosis`.
+
+    Raises:
+        ModelInputError: the model raised on the input, or in its backward pass.
+        ModelOutputError: its output holds no tensor to read.
+        CannotDiagnose: no probed layer ran, or the output carries no gradient (``argmax``).
+
+    Examples::
+
+        >>> from normlab import zoo
+        >>> net = zoo.build("exploding-relu")
+        >>> x = torch.randn(zoo.input_shape("exploding-relu", 32))
+        >>> d = diagnose(net, x)
+        >>> d.problems[:1], d.with_label("exploding")[-1]
+        (['exploding'], '20')
+    """
+    xs = _steps(batches)
+    model, notes = _eager(model)
+    graph = _trace(model, xs[0], output)
+    scaled = graph.scaled()
+    acts, grad_stats, ratios, own = _measure(model, xs, generator, output, set(scaled))
+    if own:
+        notes.append(
+            "the output is a number, the model's own loss: its gradient was used, not a readout"
+        )
+    ref, where = _reference(xs, acts)
+    notes += [where] if where else []
+    notes += _scaled_notes(scaled)
+    layers = _layer_diagnoses(model, acts, grad_stats, ratios, ref, scaled, graph.branches())
+    trend = _trend(layers)
+    if trend is not None and trend.sustained:
+        _mark_trend(layers, trend)
+    problems = [p for p in SEVERITY if any(p in layer.labels for layer in layers)]
+    # the data flow, for the suggestions (one more forward pass, only when there is a problem)
+    return Diagnosis(
+        layers=layers,
+        verdict=_verdict(layers, problems, trend),
+        problems=problems,
+        suggestions=_suggestions(model, layers, graph, problems, trend),
+        input_shape=list(_main(xs[0]).shape),
+        input_std=ref,
+        steps=len(xs),
+        notes=notes,
+        trend=trend,
+    )
+
+
+@dataclass
+class Examination:
+    """What :func:`examine` found: the model as given and, when a fix was asked for, what the
+    fix did and the model after it."""
+
+    before: Diagnosis
+    fix: FixReport | None = None
+    after: Diagnosis | None = None
+    trial: Trial | None = None  # the short training comparison; None without a fix
+
+    def to_dict(self) -> dict[str, Any]:
+        """``before``'s dict, plus ``fix`` (the report, with ``after`` and ``trial`` inside)."""
+        out = self.before.to_dict()
+        if self.fix is not None and self.after is not None:
+            trial = None if self.trial is None else self.trial.to_dict()
+            out["fix"] = {**self.fix.to_dict(), "after": self.after.to_dict(), "trial": trial}
+        return out
+
+
+_fix = fix  # examine's argument of that name hides the function
+
+
+def examine(
+    model: nn.Module,
+    batches: Input | Sequence[Input],
+    fix: str | None = None,
+    *,
+    generator: torch.Generator | None = None,
+    output: str | None = None,
+    tied: bool = False,
+    trial_steps: int = TRIAL_STEPS,
+) -> Examination:
+    """Diagnose ``model``; with ``fix``, re-initialize it by that method and diagnose it again.
+
+    What ``normlab doctor [--fix METHOD]`` does: :func:`diagnose`, then :func:`fix` on the first
+    batch and :func:`diagnose` once more, all drawing from ``generator`` in that order, so one
+    seed gives one report. An unknown method is refused before anything runs.
+
+    Args:
+        model: the network; re-initialized in place when ``fix`` is given.
+        batches: one input batch, or several (one step each), for both diagnoses.
+        fix: one of :data:`FIX_METHODS`, or ``None`` to diagnose only.
+        generator: draws the readouts (and the new weights).
+        output: the output field to read, as for :func:`diagnose`.
+        tied: :func:`fix` re-initializes tied weights too.
+        trial_steps: after a fix, train copies of the model as given and fixed this many steps
+            (:func:`trial`), so that no fix is called a cure unless it measured one; 0: skip.
+
+    Returns:
+        an :class:`Examination` (``fix`` and ``after`` are ``None`` without a fix).
+
+    Raises:
+        ModelInputError, ModelOutputError, CannotDiagnose: as :func:`diagnose`.
+        ValueError: an unknown method, a model with no layer to re-initialize, or LSUV that
+            could not rescale a layer.
+
+    Examples::
+
+        >>> from normlab import zoo
+        >>> net = zoo.build("vanishing-tanh")
+        >>> exam = examine(net, torch.randn(64, 32), fix="xavier")
+        >>> exam.before.problems, exam.after.problems
+        (['vanishing'], [])
+    """
+    if fix is not None and fix not in FIX_METHODS:
+        raise ValueError(f"method {fix!r} not supported, use one of {FIX_METHODS}")
+    before = diagnose(model, batches, generator=generator, output=output)
+    if fix is None:
+        return Examination(before)
+    xs = _steps(batches)
+    given = copy.deepcopy(model) if trial_steps > 0 else None
+    report = _fix(model, fix, xs[0], generator=generator, tied=tied)
+    after = diagnose(model, batches, generator=generator, output=output)
+    check = None
+    if given is not None:
+        check = trial(given, model, xs, steps=trial_steps, generator=generator, output=output)
+    return Examination(before, report, after, check)
