@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 LABELS = ("non-finite", "vanishing", "exploding", "dead", "saturated", "symmetric", "ok")
-"""The label vocabulary, problems first in order of severity for the verdict's sake."""
+"""The label vocabulary: the problems, then ok (the verdict orders them by :data:`SEVERITY`)."""
 VANISHING = 1e-2
 EXPLODING = 1e2
 GRAD_VANISHING = 1e-3
