@@ -5,6 +5,8 @@ Commands::
     normlab list [--json]
     normlab run NAME [--param value ...] [--json] [--plot FILE]
     normlab run NAME --help          NAME's parameters: default, allowed values, meaning
+    normlab train [--dataset D] [--depth N] [--PARAMETER VALUE ...] [--steps N]
+                  [--json] [--plot FILE] [--code]
     normlab lab [--host HOST] [--port PORT] [--db PATH] [--watch-log FILE.jsonl]
     normlab doctor FILE.py:FACTORY --input-shape N,D[,...] [--steps K] [--data FILE.pt]
                    [--seed S] [--tokens V] [--dtype D] [--output FIELD] [--json] [--html FILE]
@@ -35,6 +37,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as RichTable
 
+from normlab import trainview
 from normlab.experiments import (
     Experiment,
     Parameter,
@@ -152,6 +155,7 @@ def _build_parser() -> _Parser:
     p_list = sub.add_parser("list", help="the experiments and their parameters", allow_abbrev=False)
     p_list.add_argument("--json", action="store_true", help="print the registry as JSON")
     _add_run_parser(sub)
+    _add_train_parser(sub)
     _add_doctor_parser(sub)
     p_lab = sub.add_parser("lab", help="start the web lab", allow_abbrev=False)
     p_lab.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -254,8 +258,14 @@ def _add_experiment_parser(runs: Any, experiment: Experiment) -> None:
     )
     parser.set_defaults(flags={})
     _add_output_flags(parser, defaults=False)
+    _add_parameter_flags(parser, experiment.parameters)
+
+
+def _add_parameter_flags(parser: argparse.ArgumentParser, parameters: Sequence[Parameter]) -> None:
+    """One flag per declared parameter, with its default, what it allows and what it means;
+    a hidden ``-h`` last."""
     group = parser.add_argument_group("parameters (missing ones take their default)")
-    for p in experiment.parameters:
+    for p in parameters:
         text = f"{p.help}; default {_default(p.default)}"
         names: tuple[str, ...]
         if p.kind == "bool":
@@ -275,7 +285,14 @@ def _escaped(text: str) -> str:
 def _values(experiment: Experiment, flags: Mapping[str, tuple[str, str | None]]) -> dict[str, Any]:
     """The texts the flags recorded (see :class:`_Flag`), each parsed and validated by its
     declaration, in the order the flags came."""
-    declared = {p.name: p for p in experiment.parameters}
+    return _parsed(experiment.parameters, flags)
+
+
+def _parsed(
+    parameters: Sequence[Parameter], flags: Mapping[str, tuple[str, str | None]]
+) -> dict[str, Any]:
+    """:func:`_values` for any declared parameters (``normlab train``'s too)."""
+    declared = {p.name: p for p in parameters}
     values: dict[str, Any] = {}
     for name, (option, text) in flags.items():
         p = declared[name]
@@ -293,11 +310,13 @@ def _values(experiment: Experiment, flags: Mapping[str, tuple[str, str | None]])
 
 def _unknown_options(args: argparse.Namespace, extra: Sequence[str]) -> str:
     """The message for what no parser took: for ``run NAME``, the first one and NAME's flags."""
-    if args.command != "run":
+    if args.command not in ("run", "train"):
         return f"unrecognized arguments: {' '.join(extra)}"
-    flags = " ".join(p.flag for p in get_experiment(args.name).parameters)
+    name = args.name if args.command == "run" else "train"
+    parameters = get_experiment(name).parameters if args.command == "run" else TRAIN_PARAMETERS
+    flags = " ".join(p.flag for p in parameters)
     option = extra[0].partition("=")[0]
-    return f"unknown option {option!r} for {args.name!r}, use one of: {flags}"
+    return f"unknown option {option!r} for {name!r}, use one of: {flags}"
 
 
 def _names() -> str:
@@ -473,6 +492,89 @@ def _check_notebook_path(path: str) -> Path:
     if not target.parent.is_dir():
         raise UsageError(f"--notebook {path!r}: folder {str(target.parent)!r} does not exist")
     return target
+
+
+# -- normlab train -------------------------------------------------------------------------------
+
+TRAIN_PARAMETERS = (*trainview.PARAMETERS, trainview.STEPS)
+"""``normlab train``'s flags: the training view's setup, and how many steps to train."""
+
+
+def _add_train_parser(sub: Any) -> None:
+    """``normlab train``: the training view's loop, its flags generated from its declaration."""
+    parser = sub.add_parser(
+        "train",
+        help="train a small classifier on a toy dataset, as the lab's training view does",
+        usage="normlab train [--json] [--plot FILE] [--code] [--PARAMETER VALUE ...]",
+        description="Train a small classifier on a 2-D toy dataset with the training view's "
+        "loop (plain PyTorch, one optimizer step at a time) and print the losses, the "
+        "accuracies and the doctor's labels of every layer at the end. `--json` prints one "
+        'JSON line per step: {"step", "train_loss", "test_loss", "test_accuracy"}.',
+        formatter_class=_HelpFormatter,
+        add_help=False,
+        allow_abbrev=False,
+    )
+    parser.set_defaults(flags={})
+    group = parser.add_argument_group("output")
+    group.add_argument(
+        "--json", action="store_true", help="print one JSON line per step instead of the tables"
+    )
+    group.add_argument(
+        "--plot", metavar="FILE", help="also save the loss curves and the final boundary"
+    )
+    group.add_argument(
+        "--code",
+        action="store_true",
+        help="print the plain PyTorch script that trains this setup and prints the same losses "
+        "(needs no normlab), instead of running it",
+    )
+    _add_parameter_flags(parser, TRAIN_PARAMETERS)
+
+
+def _cmd_train(args: argparse.Namespace, console: Console) -> None:
+    values = _parsed(TRAIN_PARAMETERS, args.flags)
+    steps = values.pop("steps", trainview.STEPS.default)
+    setup = trainview.make_setup(values)  # the one validated set
+    if args.code:
+        print(trainview.script(setup, steps), end="")
+        return
+    plot_path = _check_plot_path(args.plot) if args.plot else None
+    err = Console(stderr=True)
+    run = _train(setup, steps, args.json, err)
+    if not args.json:
+        _print_tables(console, run.tables())
+    if plot_path is not None:
+        from normlab import plots
+
+        plots.save(run, plot_path)
+        (err if args.json else console).print(f"plot written to {plot_path}")
+
+
+def _train(setup: trainview.Setup, steps: int, as_json: bool, err: Console) -> trainview.Run:
+    """Train with a progress bar on a terminal; with ``as_json``, one JSON line per step."""
+
+    def emit(record: dict[str, Any]) -> None:
+        if as_json:
+            print(json.dumps(record, allow_nan=False), flush=True)
+
+    if not err.is_terminal:
+        return trainview.run(setup, steps, emit)
+    columns = (
+        TextColumn(f"training on {setup.dataset}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("steps, loss {task.fields[loss]}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task("train", total=steps, loss="-")
+
+        def advance(record: dict[str, Any]) -> None:
+            emit(record)
+            loss = record["train_loss"]
+            bar.update(task, advance=1, loss="-" if loss is None else f"{loss:.4f}")
+
+        return trainview.run(setup, steps, advance)
 
 
 # -- normlab doctor ------------------------------------------------------------------------------
@@ -834,6 +936,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _cmd_lab(args)
         elif args.command == "doctor":
             _cmd_doctor(args, console)
+        elif args.command == "train":
+            _cmd_train(args, console)
         else:
             _cmd_run(args, console)
     except _Exit as done:  # argparse printed the help

@@ -409,15 +409,21 @@ class Experiment:
 
     def make_params(self, values: Mapping[str, object]) -> Any:
         """Validate ``values`` (names and each value) and build the ``Params`` instance."""
-        declared = {p.name: p for p in self.parameters}
-        for name in values:
-            if name not in declared:
-                valid = ", ".join(declared)
-                raise ParameterError(
-                    name, f"unknown parameter {name!r} for {self.name!r}, use one of: {valid}"
-                )
-        checked = {name: declared[name].validate(v) for name, v in values.items()}
-        return self.params_type(**checked)
+        return make_params(self.params_type, values, self.name)
+
+
+def make_params(params_type: type, values: Mapping[str, object], owner: str) -> Any:
+    """Validate ``values`` against ``params_type``'s declaration (each name, then each value)
+    and build the instance; ``owner`` names what the parameters belong to in the messages."""
+    declared = {p.name: p for p in parameters_of(params_type)}
+    for name in values:
+        if name not in declared:
+            valid = ", ".join(declared)
+            raise ParameterError(
+                name, f"unknown parameter {name!r} for {owner!r}, use one of: {valid}"
+            )
+    checked = {name: declared[name].validate(v) for name, v in values.items()}
+    return params_type(**checked)
 
 
 def params_dict(params: Any) -> dict[str, Any]:
