@@ -305,6 +305,20 @@ def test_saturation_of_tanh_and_sigmoid() -> None:
     assert "saturated" in doctor.diagnose(net, x).problems
 
 
+def test_constant_relu_units_are_symmetric_where_one_item_is_all_zero() -> None:
+    """Equal ReLU units are all 0 on an item whose pre-activation is negative (about half of
+    them): the spread reads more than the first item, so the layer is still found symmetric."""
+    net = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 1))
+    with torch.no_grad():
+        for layer in (net[0], net[2]):
+            layer.weight.fill_(0.5)
+            layer.bias.zero_()
+    x = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))
+    x[0] = -x[0].abs()  # the first item: every unit's pre-activation < 0, so the ReLU is 0
+    assert net[:2](x[:1]).abs().max() == 0
+    assert doctor.diagnose(net, x).layers[1].labels == ["symmetric"]
+
+
 def test_symmetry_needs_every_unit_identical() -> None:
     layer = nn.Linear(4, 6)
     with torch.no_grad():

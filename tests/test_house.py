@@ -57,12 +57,18 @@ def test_the_speed_machinery_is_gone() -> None:
 
 def test_one_training_loop() -> None:
     """``train.train`` is the only place that steps an optimizer over a batch of moons."""
-    code = r"^(?!\s*(>>>|\.\.\.)).*\bopt\.step\(\)"  # doctest examples show how to use a tool
+    code = r"^(?!\s*(>>>|\.\.\.)).*\b(opt|optimizer)\.step\(\)"  # doctests show a tool's use
     steppers = [p for p in SOURCES if re.search(code, p.read_text(), re.M)]
     names = {p.relative_to(PACKAGE).as_posix() for p in steppers}
     # symmetry's loop records every unit's weights as it goes, as the seed's train_track does;
-    # the doctor's trial trains a user's model (any output) on a proxy task, not the moons
-    assert names == {"train.py", "experiments/symmetry.py", "doctor/training.py"}
+    # the doctor's trial trains a user's model (any output) on a proxy task, not the moons;
+    # the training view steps one optimizer step at a time (Play, Pause, Step), any optimizer
+    assert names == {
+        "train.py",
+        "experiments/symmetry.py",
+        "doctor/training.py",
+        "trainview/code.py",
+    }
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
