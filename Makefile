@@ -49,3 +49,4 @@ bench: install
 	$(PY) benchmarks/playground.py
 	$(PY) benchmarks/probe.py
 	$(PY) benchmarks/answers.py
+	$(PY) benchmarks/trainview.py

@@ -231,6 +231,14 @@ def test_heat_map_with_colour_bar() -> None:
     assert corners[:, 0, 1].tolist() == [0.0, 1.0, 2.0]
 
 
+def test_heat_map_over_fixed_limits_without_colour_bar() -> None:
+    series = fg.Series("p", [0.0, 1.0], [0.0], kind="heatmap", z=[[0.4, 0.6]], zlimits=(0.0, 1.0))
+    fig = drawn(panel(dataclasses.replace(series, colorbar=False)))
+    (ax,) = fig.axes  # no colour bar beside it
+    (mesh,) = ax.collections
+    assert mesh.get_clim() == (0.0, 1.0)  # not the range of z
+
+
 def test_bad_kind_and_colour_scale_are_named() -> None:
     with pytest.raises(ValueError, match="colorscale 'no-such-map' not supported"):
         one(fg.Series("z", [0], [0], kind="heatmap", z=[[1.0]], colorscale="no-such-map"))

@@ -71,7 +71,8 @@ class Series:
     - ``line``, ``markers``, ``line+markers``: points ``(x[i], y[i])``.
     - ``bars``: a bar of height ``y[i]`` at ``x[i]``, ``widths[i]`` wide (default 0.8).
     - ``histogram``: counts ``y`` (``(bins,)``) over bin ``edges`` (``(bins + 1,)``).
-    - ``heatmap``: ``z[j][i]`` at ``(x[i], y[j])``, coloured by ``colorscale``.
+    - ``heatmap``: ``z[j][i]`` at ``(x[i], y[j])``, coloured by ``colorscale`` over
+      ``zlimits`` (``None``: the range of ``z``), with a colour bar unless ``colorbar`` is off.
 
     ``color`` is a CSS colour (its panel gives one of :data:`PALETTE` when unset); ``colors``
     colours each point
@@ -97,6 +98,8 @@ class Series:
     edges: Sequence[float] | None = None
     z: Sequence[Sequence[Number]] | None = None
     colorscale: str = "viridis"
+    zlimits: tuple[float, float] | None = None
+    colorbar: bool = True
 
 
 @dataclass(frozen=True)

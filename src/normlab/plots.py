@@ -177,8 +177,12 @@ def _heatmap(target: FigureBase, ax: Axes, s: figures.Series, x: FloatArray) -> 
         return
     cmap = _colormap(s.colorscale)
     z = z[rows][:, cols]
-    mesh = ax.pcolormesh(x[cols], y[rows], z, shading="nearest", cmap=cmap, alpha=s.opacity)
-    target.colorbar(mesh, ax=ax, label=s.name)
+    vmin, vmax = s.zlimits if s.zlimits is not None else (None, None)
+    mesh = ax.pcolormesh(
+        x[cols], y[rows], z, shading="nearest", cmap=cmap, alpha=s.opacity, vmin=vmin, vmax=vmax
+    )
+    if s.colorbar:
+        target.colorbar(mesh, ax=ax, label=s.name)
     ax.grid(False)
 
 

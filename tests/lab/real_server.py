@@ -1,13 +1,24 @@
-"""Helpers for tests that start a real ``normlab lab`` process and talk to it over TCP."""
+"""Helpers for tests that talk to a real lab over TCP: a ``normlab lab`` process, or an app
+served by uvicorn in a thread, and its event streams read one event at a time."""
 
 from __future__ import annotations
 
+import contextlib
+import http.client
+import json
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
+
+from normlab.lab import app as lab_app
 
 
 def free_port() -> int:
@@ -42,3 +53,61 @@ def wait_until_serving(
                 message = f"the lab did not answer at {base} within {timeout:g} s"
                 raise AssertionError(message) from exc
             time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def serving(app: FastAPI) -> Iterator[int]:
+    """``app`` served by uvicorn on a free port of 127.0.0.1, in a thread; yields the port.
+
+    On the way out the live streams end first, as ``serve()`` ends them on Ctrl+C.
+    """
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="lab-test-server", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.02)
+    try:
+        yield port
+    finally:
+        lab_app._end_streams(app)
+        server.should_exit = True
+        thread.join(timeout=15)
+        assert not thread.is_alive(), "the server did not stop"
+
+
+class EventStream:
+    """An open ``GET`` of an event stream: its response, and its events read one by one."""
+
+    def __init__(
+        self, port: int, path: str, headers: dict[str, str] | None = None, timeout: float = 10
+    ) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        self.conn.request("GET", path, headers=headers or {})
+        self.response = self.conn.getresponse()
+
+    def next(self) -> tuple[str, Any]:
+        """The next event with data: (its name, its data parsed as JSON)."""
+        name, data = "message", []
+        while True:
+            line = self.response.readline()
+            assert line, "the stream ended"
+            text = line.decode().rstrip("\n")
+            if text.startswith("event: "):
+                name = text[7:]
+            elif text.startswith("data: "):
+                data.append(text[6:])
+            elif text == "" and data:
+                return name, json.loads("\n".join(data))
+
+    def until(self, name: str) -> Any:
+        """The data of the next ``name`` event (the events before it skipped)."""
+        while True:
+            got, data = self.next()
+            if got == name:
+                return data
+
+    def close(self) -> None:
+        self.conn.close()

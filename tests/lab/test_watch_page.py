@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import html
-import http.client
 import json
 import re
-import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -23,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 
 with warnings.catch_warnings():  # starlette warns about its httpx-based client on import
     warnings.simplefilter("ignore")
@@ -38,7 +35,7 @@ from normlab.lab.app import create_app
 from normlab.lab.watchlog import WatchLogError
 from normlab.watching import events
 
-from .real_server import free_port
+from .real_server import EventStream, serving
 from .test_watchlog import watched_lines
 
 LAB = "http://127.0.0.1"
@@ -247,50 +244,11 @@ def test_cli_serves_a_log_that_does_not_exist_yet(
 # -- a real server -------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def serving(app: FastAPI) -> Iterator[int]:
-    """``app`` served by uvicorn on a free port of 127.0.0.1, in a thread; yields the port."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, name="watch-test-server", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.02)
-    try:
-        yield port
-    finally:
-        lab_app._end_streams(app)  # as serve() does on Ctrl+C: the streams end
-        server.should_exit = True
-        thread.join(timeout=15)
-        assert not thread.is_alive(), "the server did not stop"
-
-
-class Stream:
-    """An open ``GET /api/watch/stream``: its response, and its events read one by one."""
+class Stream(EventStream):
+    """An open ``GET /api/watch/stream``."""
 
     def __init__(self, port: int, headers: dict[str, str] | None = None, query: str = "") -> None:
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        self.conn.request("GET", f"/api/watch/stream{query}", headers=headers or {})
-        self.response = self.conn.getresponse()
-
-    def next(self) -> tuple[str, Any]:
-        """The next event with data: (its name, its data parsed as JSON)."""
-        name, data = "message", []
-        while True:
-            line = self.response.readline()
-            assert line, "the stream ended"
-            text = line.decode().rstrip("\n")
-            if text.startswith("event: "):
-                name = text[7:]
-            elif text.startswith("data: "):
-                data.append(text[6:])
-            elif text == "" and data:
-                return name, json.loads("\n".join(data))
-
-    def close(self) -> None:
-        self.conn.close()
+        super().__init__(port, f"/api/watch/stream{query}", headers=headers)
 
 
 def test_the_stream_sends_a_new_event_when_the_log_grows(lines: list[str], tmp_path: Path) -> None:

@@ -152,12 +152,13 @@ def create_app(
         _add_experiment_routes(app, e)
     app.add_api_route("/api/experiments/{name}", run, methods=["POST"], include_in_schema=False)
 
-    from normlab.lab import learn, pages, playground, watchpage
+    from normlab.lab import learn, pages, playground, trainpage, watchpage
 
     pages.install(app)
     playground.install(app)
     learn.install(app)
     watchpage.install(app)
+    trainpage.install(app)  # after the pages: it adds its numbers to their warm-up
     return app
 
 
@@ -167,6 +168,7 @@ async def _lifespan(app: FastAPI, warm: bool) -> AsyncIterator[None]:
     app.state.runner.resume()  # after a shutdown, the app may be started again
     if app.state.watch is not None:
         app.state.watch.closed = False
+    app.state.train_runs.resume()
     warmer: threading.Thread | None = None
     try:
         if warm:
@@ -302,13 +304,14 @@ def serve(app: FastAPI, host: str, port: int) -> None:
     On the signal, the runs in progress are cancelled first (their requests answer 503) and
     then uvicorn shuts down: it waits for open requests to end, which would otherwise mean
     waiting for the longest run (a 12 x 256 bn-lr of 2000 steps trains for most of a minute).
-    The ``/watch`` page's event streams, which never end by themselves, end then too.
+    The event streams of ``/watch`` and ``/train``, which never end by themselves, end then
+    too.
     """
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
             app.state.runner.cancel()
-            _end_streams(app)  # uvicorn waits for open responses: the /watch streams end
+            _end_streams(app)  # uvicorn waits for open responses: the live streams end
             super().handle_exit(sig, frame)
 
     server = Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
@@ -319,9 +322,11 @@ def serve(app: FastAPI, host: str, port: int) -> None:
 
 
 def _end_streams(app: FastAPI) -> None:
-    """End the ``/api/watch/stream`` responses (at their next look at the log)."""
+    """End the ``/api/watch/stream`` responses (at their next look at the log) and the
+    ``/api/train/stream`` runs (after their step in progress); start no other run."""
     if app.state.watch is not None:
         app.state.watch.close()
+    app.state.train_runs.close()
 
 
 def _query_params(name: str, request: Request) -> tuple[Experiment, Any]:

@@ -17,7 +17,6 @@ The log's path is fixed when the lab starts; no request names a file.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -25,24 +24,17 @@ from typing import Any
 import anyio.to_thread
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, StreamingResponse
-from starlette.types import Receive, Scope, Send
 
+from normlab.lab import sse
 from normlab.lab.errors import bad_input
 from normlab.lab.pages import _script_json
+from normlab.lab.sse import KEEPALIVE_S, RETRY_MS
 from normlab.lab.watchlog import POLL_S, WatchLog
 
 MAX_STREAMS = 8
 """Streams open at once; one more answers 503 (each holds a connection and a poll)."""
-KEEPALIVE_S = 15.0
-"""Longest silence on a stream: a comment line then keeps proxies and the browser patient."""
-RETRY_MS = 2000
-"""How long the browser waits before it reconnects a dropped stream."""
 
 _NO_LOG = "this lab follows no log: start it with normlab lab --watch-log FILE.jsonl"
-
-
-def _dumps(state: dict[str, Any]) -> str:
-    return json.dumps(state, separators=(",", ":"), allow_nan=False)
 
 
 def _watch(request: Request) -> WatchLog | None:
@@ -55,33 +47,18 @@ async def _state(watch: WatchLog) -> dict[str, Any]:
     return await anyio.to_thread.run_sync(watch.state)
 
 
-class _Stream(StreamingResponse):
-    """An event stream that gives back its slot however it ends (even before it starts)."""
-
-    def __init__(self, content: AsyncIterator[str], app: FastAPI) -> None:
-        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-        super().__init__(content, media_type="text/event-stream", headers=headers)
-        self._app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._app.state.watch_streams -= 1
-
-
 async def _events(request: Request, watch: WatchLog) -> AsyncIterator[str]:
     """``state`` events, one per change of the log, until the client or the lab goes."""
-    yield f"retry: {RETRY_MS}\n\n"
+    yield sse.retry(RETRY_MS)
     sent, quiet_since = -1, time.monotonic()
     while not watch.closed and not await request.is_disconnected():
         state = await _state(watch)
         if state["version"] != sent:
             sent, quiet_since = state["version"], time.monotonic()
-            yield f"event: state\nid: {sent}\ndata: {_dumps(state)}\n\n"
+            yield sse.event("state", state, id=sent)
         elif time.monotonic() - quiet_since >= KEEPALIVE_S:
             quiet_since = time.monotonic()
-            yield ": still watching\n\n"
+            yield sse.comment("still watching")
         await anyio.sleep(POLL_S)
 
 
@@ -99,13 +76,14 @@ async def watch_stream(request: Request) -> Any:
     if watch is None:
         return bad_input("watch_log", _NO_LOG, status=404)
     if request.app.state.watch_streams >= MAX_STREAMS:
-        refusal = bad_input(
-            None, f"{MAX_STREAMS} pages already follow this log: close one and reload", status=503
-        )
-        refusal.headers["Retry-After"] = "5"
-        return refusal
-    request.app.state.watch_streams += 1
-    return _Stream(_events(request, watch), request.app)
+        return sse.busy(f"{MAX_STREAMS} pages already follow this log: close one and reload")
+    app = request.app
+    app.state.watch_streams += 1
+
+    def release() -> None:
+        app.state.watch_streams -= 1
+
+    return sse.EventStream(_events(request, watch), release)
 
 
 async def watch_page(request: Request) -> HTMLResponse:
@@ -150,7 +128,7 @@ def install(app: FastAPI) -> None:
         f"At most {MAX_STREAMS} streams at once.",
         response_description="`state` events, each the JSON of GET /api/watch",
         responses={
-            200: {"content": {"text/event-stream": {}}},
+            **sse.STREAM_RESPONSE,
             503: {"description": f"{MAX_STREAMS} streams are open already"},
             **absent,
         },

@@ -82,16 +82,32 @@
   // plotly's named scales (matplotlib's lower-case names of the same scales map onto them)
   const SCALES = ["Blackbody", "Bluered", "Blues", "Cividis", "Earth", "Electric", "Greens", "Greys",
     "Hot", "Jet", "Picnic", "Portland", "Rainbow", "RdBu", "Reds", "Viridis", "YlGnBu", "YlOrRd"];
-  const scaleName = (name) => SCALES.find((k) => k.toLowerCase() === String(name).toLowerCase()) || "Viridis";
+  // these run the other way in plotly (its RdBu starts blue, its Blues dark): flipped back, so
+  // that a name means what it means to matplotlib; "_r" reverses a scale, as in matplotlib
+  const FLIPPED = new Set(["rdbu", "blues", "greens", "greys", "ylgnbu", "ylorrd"]);
+
+  /** A colour scale named as matplotlib names it: {colorscale, reversescale} for plotly. */
+  function scaleOf(name) {
+    const text = String(name ?? "viridis").toLowerCase();
+    const base = text.endsWith("_r") ? text.slice(0, -2) : text;
+    const found = SCALES.find((k) => k.toLowerCase() === base);
+    if (!found) return { colorscale: "Viridis", reversescale: false };
+    return { colorscale: found, reversescale: FLIPPED.has(base) !== text.endsWith("_r") };
+  }
+
+  const hasColorbar = (s) => s.kind === "heatmap" && s.colorbar !== false;
 
   function heatmapTrace(s, where) {
-    return {
-      type: "heatmap", z: s.z, colorscale: scaleName(s.colorscale), showlegend: false,
-      // the colour bar beside its own panel (not at the figure's edge), named as the series
-      colorbar: { x: where.x[1] + 0.005, xanchor: "left", y: (where.y[0] + where.y[1]) / 2,
+    const t = { type: "heatmap", z: s.z, ...scaleOf(s.colorscale), showlegend: false,
+      showscale: hasColorbar(s) };
+    if (s.zlimits) Object.assign(t, { zmin: s.zlimits[0], zmax: s.zlimits[1], zauto: false });
+    // the colour bar beside its own panel (not at the figure's edge), named as the series
+    if (t.showscale) {
+      t.colorbar = { x: where.x[1] + 0.005, xanchor: "left", y: (where.y[0] + where.y[1]) / 2,
         len: where.y[1] - where.y[0], thickness: 10, outlinewidth: 0,
-        title: { text: plain(s.name), side: "right" } },
-    };
+        title: { text: plain(s.name), side: "right" } };
+    }
+    return t;
   }
 
   function trace(s, color, slot, where, axes) {
@@ -251,7 +267,7 @@
       const c = i % grid.cols;
       const top = 1 - (r * (rowPx + gapPx)) / paper;
       // a heatmap's colour bar sits inside its panel's cell, clear of the next panel and the legend
-      const bar = fig.panels[i].series.some((s) => s.kind === "heatmap") ? Math.min(0.3, COLORBAR_PX / width) : 0;
+      const bar = fig.panels[i].series.some(hasColorbar) ? Math.min(0.3, COLORBAR_PX / width) : 0;
       return { x: [c * (colW + gapX), c * (colW + gapX) + colW - bar], y: [top - rowPx / paper, top] };
     });
     return { where: out, paper };
@@ -322,12 +338,15 @@
   /** Draw `figures` into `box`, one titled plotly plot per figure; resolves once drawn. */
   async function draw(box, figures) {
     const width = box.clientWidth || 800;
-    drawn.set(box, { figures, key: layoutKey(figures, width) });
+    const resized = drawn.has(box) && drawn.get(box).width !== width; // its box, not the window
+    drawn.set(box, { figures, key: layoutKey(figures, width), width });
     for (const [i, fig] of figures.entries()) {
       const node = holder(box, i);
       node.querySelector(".nl-figure-title").textContent = fig.title || "";
       const { data, layout } = figurePlot(fig, width);
-      await Plotly.react(node.querySelector(".nl-figure-plot"), data, layout, CONFIG);
+      const plot = node.querySelector(".nl-figure-plot");
+      await Plotly.react(plot, data, layout, CONFIG);
+      if (resized) await Plotly.Plots.resize(plot);
     }
     while (box.children.length > figures.length) {
       const extra = box.lastElementChild;
@@ -347,6 +366,7 @@
       for (const [box, last] of drawn) {
         if (!box.isConnected) { drawn.delete(box); continue; }
         if (layoutKey(last.figures, box.clientWidth || 800) !== last.key) draw(box, last.figures);
+        else last.width = box.clientWidth || 800; // plotly has followed the window itself
       }
     }, 200);
   });

@@ -1,0 +1,268 @@
+/* normlab lab: the /train page, a real PyTorch run trained live, one frame at a time.
+ *
+ * The controls are built from the setup's parameter declarations (embedded by the server,
+ * the same as GET /api/train), grouped as data, network and training. The run is one stream
+ * (a Link, trainrun.js) and each side of it a Side. In compare mode a second side shares the
+ * first one's data settings and seed, and trains in lockstep with it.
+ *
+ * The address holds the state, as state.js does for widgets: every setting (all of them once
+ * any differs from its default), steps=N (the step count: a reload replays to it), speed,
+ * compare=1 with the second run's settings as b.NAME, and the classroom flags hide= and lock=
+ * (comma-separated names of settings, or speed, compare, share, code), which hide or freeze
+ * those controls. "Share this setup" builds such a link.
+ *
+ * For tests, the section exposes nlPage and data-compare; the buttons carry data-action.
+ */
+"use strict";
+
+(() => {
+  const { el } = window.NLDom;
+  const State = window.NLState;
+  const DEBOUNCE_MS = 250; // sliders: wait for the hand to rest
+  const TYPING_MS = 400; // number inputs: wait for the typing to stop
+  const ADDRESS_MS = 500; // while playing, the step count in the address moves at most this often
+  const SPEEDS = [1, 2, 5, 10, 25, 50]; // steps per frame offered (within what the stream allows)
+  const FLAGS = ["speed", "compare", "share", "code"]; // what hide= and lock= name besides settings
+
+  const list = (text) => (text ? text.split(",").map((s) => s.trim()).filter(Boolean) : []);
+  const pick = (values, names) => Object.fromEntries(names.map((n) => [n, values[n]]));
+
+  /** What the address asks for: both runs' settings, the step count, speed, compare, flags. */
+  function readAddress(params, spec) {
+    const q = new URLSearchParams(location.search);
+    const read = (prefix) => Object.fromEntries(params.filter((p) => q.has(prefix + p.name))
+      .map((p) => [p.name, State.parseValue(p, q.get(prefix + p.name))]));
+    const a = { ...State.defaults(params), ...read("") };
+    const speedParam = spec.play.find((p) => p.name === "speed");
+    const steps = Number.parseInt(q.get("steps") ?? "0", 10);
+    const speed = Number.parseInt(q.get("speed") ?? String(speedParam.default), 10);
+    return {
+      a, b: read("b."), compare: ["1", "true"].includes(q.get("compare") ?? ""),
+      steps: Number.isFinite(steps) && steps > 0 ? steps : 0,
+      speed: Number.isFinite(speed) ? speed : speedParam.default,
+      hide: new Set(list(q.get("hide"))), lock: new Set(list(q.get("lock"))),
+    };
+  }
+
+  /** The second run's start: the first one's settings with the spec's contrast switched
+   * (the normalization: none against batch), then what the address says. */
+  function contrast(a, b, names, { name, values }) {
+    const other = a[name] === values[0] ? values[1] : values[0];
+    return { ...pick(a, names), [name]: other, ...b };
+  }
+
+  class TrainPage {
+    constructor(root) {
+      this.root = root;
+      this.spec = JSON.parse(root.querySelector("script.nl-train-spec").textContent);
+      this.params = this.spec.parameters;
+      this.shared = this.spec.groups.data;
+      this.own = this.params.map((p) => p.name).filter((n) => !this.shared.includes(n));
+      const asked = readAddress(this.params, this.spec);
+      Object.assign(this, { a: asked.a, speed: asked.speed, compare: asked.compare, hide: asked.hide, lock: asked.lock });
+      this.b = contrast(asked.a, asked.b, this.own, this.spec.contrast);
+      this.written = 0;
+      this.sides = Object.fromEntries(["a", "b"].map((k) =>
+        [k, new window.NLTrainRun.Side(this, k, root.querySelector(`.nl-train-side[data-side="${k}"]`))]));
+      this.link = new window.NLTrainRun.Link(this);
+      this.controls = { a: this.build("a"), b: this.build("b") };
+      this.bar();
+      this.share = new Share(this, root.querySelector(".nl-share"));
+      this.flags();
+      root.nlPage = this;
+      this.showCompare();
+      this.open(asked.steps, false);
+      this.write();
+      window.addEventListener("pagehide", () => this.link.close());
+    }
+
+    /** Each side's full setup: the second one shares the first one's data and seed. */
+    values() {
+      const out = { a: { ...this.a } };
+      if (this.compare) out.b = { ...this.b, ...pick(this.a, this.shared) };
+      return out;
+    }
+
+    open(steps, play) { this.link.open(this.values(), { steps, play }); }
+
+    /** The controls of one side, in fieldsets by group (the second side has no data group). */
+    build(key) {
+      const box = this.sides[key].root.querySelector(".nl-train-controls");
+      const controls = new Map();
+      for (const [group, names] of Object.entries(this.spec.groups)) {
+        if (key === "b" && group === "data") continue;
+        const grid = el("div", { class: "nl-controls" });
+        box.append(el("fieldset", { class: "nl-train-group", "data-group": group }, el("legend", { text: group }), grid));
+        const params = this.params.filter((p) => names.includes(p.name));
+        const built = window.NLControls.build(grid, params, this[key], null, `train-${key}`,
+          (name, v, typing) => this.change(key, name, v, typing));
+        for (const [name, control] of built) controls.set(name, control);
+      }
+      return controls;
+    }
+
+    /** Play, Pause, Step, Reset, the speed and the compare switch. */
+    bar() {
+      const root = this.root;
+      this.buttons = [...root.querySelectorAll(".nl-train-bar button[data-action]")];
+      for (const button of this.buttons) {
+        button.addEventListener("click", () => this.link.control({ action: button.dataset.action }));
+      }
+      this.speedBox = root.querySelector("select.nl-speed");
+      const top = this.spec.play.find((p) => p.name === "speed").max;
+      for (const v of SPEEDS.filter((s) => s <= top)) this.speedBox.append(el("option", { value: v, text: `${v} step${v > 1 ? "s" : ""} per frame` }));
+      this.speedBox.value = String(this.speed);
+      this.speedBox.addEventListener("change", () => this.setSpeed(Number(this.speedBox.value)));
+      this.compareBox = root.querySelector("input.nl-compare");
+      this.compareBox.checked = this.compare;
+      this.compareBox.addEventListener("change", () => this.toggleCompare(this.compareBox.checked));
+      this.counter = root.querySelector(".nl-step-count");
+    }
+
+    /** hide= and lock= from the address: those controls out of sight, or frozen. */
+    flags() {
+      const nodes = (name) => {
+        const found = Object.values(this.controls).map((c) => c.get(name)?.node).filter(Boolean);
+        return found.length ? found : [...this.root.querySelectorAll(`[data-flag="${name}"]`)];
+      };
+      for (const name of this.hide) for (const node of nodes(name)) node.hidden = true;
+      for (const name of this.lock) {
+        for (const node of nodes(name)) {
+          node.classList.add("nl-locked");
+          node.title = "fixed by this link";
+          for (const input of node.querySelectorAll("input, select, button")) input.disabled = true;
+        }
+      }
+    }
+
+    /** A setting changed: a new run (both sides from step 0), once the hand rests. */
+    change(key, name, value, typing) {
+      this[key][name] = value;
+      clearTimeout(this.timer);
+      this.timer = setTimeout(() => this.open(0, this.sides.a.playing), typing ? TYPING_MS : DEBOUNCE_MS);
+      this.write();
+    }
+
+    setSpeed(speed) {
+      this.speed = speed;
+      this.link.control({ speed });
+      this.write();
+    }
+
+    /** Compare on: a new run of both sides at the first one's step count (the second side
+     * replays to it); off: the first side alone, from there. */
+    toggleCompare(on) {
+      this.compare = on;
+      this.showCompare();
+      this.open(this.sides.a.step, false);
+      this.write();
+    }
+
+    showCompare() {
+      this.root.dataset.compare = String(this.compare);
+      this.sides.b.root.hidden = !this.compare;
+      this.sides.a.root.querySelector(".nl-train-side-title").textContent = this.compare ? "Run A" : "This run";
+    }
+
+    /** The stream was refused: the control it names marked, its message shown. */
+    refused(err, sides) {
+      const parameter = err.parameter ?? "";
+      const key = parameter.startsWith("b.") ? "b" : "a";
+      const name = parameter.replace(/^b\./, "");
+      for (const k of ["a", "b"]) for (const [n, control] of this.controls[k]) control.mark(k === key && n === name);
+      for (const side of sides) side.fail(err, "not running");
+    }
+
+    /** The run sent something: the counter, the buttons and (now and then) the address. */
+    changed() {
+      const [a, b] = [this.sides.a, this.sides.b];
+      this.counter.textContent = String(a.step);
+      this.root.dataset.playing = String(a.playing);
+      const ready = Boolean(this.link.run) && a.frames > 0;
+      for (const button of this.buttons) {
+        const action = button.dataset.action;
+        button.disabled = !ready || (action === "play" && a.playing) || (action === "pause" && !a.playing);
+      }
+      if (ready) for (const c of this.controls.a.values()) c.mark(false);
+      if (ready && this.compare) for (const c of this.controls.b.values()) c.mark(false);
+      for (const side of [a, b]) side.code.links();
+      clearTimeout(this.addressTimer);
+      const wait = a.playing ? Math.max(0, ADDRESS_MS - (performance.now() - this.written)) : 0;
+      this.addressTimer = setTimeout(() => this.write(), wait);
+    }
+
+    /** The address's query for this view, with `flags` ({hide, lock}: Sets) of its own. */
+    query(flags) {
+      const mine = new Set([...this.params.map((p) => p.name), "steps", "speed", "compare", "hide", "lock"]);
+      const parts = [];
+      for (const [k, v] of new URLSearchParams(location.search)) {
+        if (!mine.has(k) && !k.startsWith("b.")) parts.push(`${State.encode(k)}=${State.encode(v)}`);
+      }
+      const write = (prefix, names, values) => {
+        for (const p of this.params.filter((q) => names.includes(q.name))) {
+          parts.push(`${State.encode(prefix + p.name)}=${State.encode(State.formatValue(p, values[p.name]))}`);
+        }
+      };
+      if (!State.sameParams(this.params, this.a, State.defaults(this.params))) write("", this.params.map((p) => p.name), this.a);
+      if (this.sides.a.step > 0) parts.push(`steps=${this.sides.a.step}`);
+      const speedParam = this.spec.play.find((p) => p.name === "speed");
+      if (this.speed !== speedParam.default) parts.push(`speed=${this.speed}`);
+      if (this.compare) { parts.push("compare=1"); write("b.", this.own, this.b); }
+      for (const key of ["hide", "lock"]) if (flags[key].size) parts.push(`${key}=${[...flags[key]].map(State.encode).join(",")}`);
+      return parts.length ? `?${parts.join("&")}` : "";
+    }
+
+    write() {
+      this.written = performance.now();
+      const search = this.query({ hide: this.hide, lock: this.lock });
+      if (search !== location.search) history.replaceState(history.state, "", location.pathname + search + location.hash);
+      this.share.update();
+    }
+  }
+
+  // -- share this setup -------------------------------------------------------------------------
+
+  /** A link to this view for a class: every setting and the step count, chosen controls hidden or locked. */
+  class Share {
+    constructor(page, root) {
+      Object.assign(this, { page, root, hide: new Set(page.hide), lock: new Set(page.lock) });
+      this.output = root.querySelector("input.nl-share-link");
+      const rows = root.querySelector(".nl-share-flags tbody");
+      for (const name of [...page.params.map((p) => p.name), ...FLAGS]) rows.append(this.row(name));
+      root.querySelector("button.nl-share-copy").addEventListener("click", () => this.copy());
+    }
+
+    row(name) {
+      const box = (kind) => {
+        const input = el("input", { type: "checkbox", "data-share": kind, "data-name": name, "aria-label": `${kind} ${name}` });
+        input.checked = this[kind].has(name);
+        input.addEventListener("change", () => { this[kind][input.checked ? "add" : "delete"](name); this.update(); });
+        return el("td", {}, input);
+      };
+      return el("tr", {}, el("th", { scope: "row", text: name }), box("hide"), box("lock"));
+    }
+
+    update() {
+      this.output.value = `${location.origin}${location.pathname}${this.page.query({ hide: this.hide, lock: this.lock })}`;
+    }
+
+    async copy() {
+      this.output.select();
+      const note = this.root.querySelector(".nl-share-note");
+      try {
+        await navigator.clipboard.writeText(this.output.value);
+        note.textContent = "copied";
+      } catch (_) {
+        note.textContent = "selected: press Ctrl+C to copy";
+      }
+    }
+  }
+
+  function start() {
+    const root = document.querySelector(".nl-train");
+    if (root) new TrainPage(root);
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
+})();

@@ -1,0 +1,363 @@
+"""The ``/train`` page: watch a real PyTorch run train, step by step, live.
+
+:func:`install` adds to the app (its runs are ``app.state.train_runs``, a
+:class:`~normlab.lab.trainruns.Runs`):
+
+- ``GET /train``: the lesson and its view; its numbers come from sessions run here
+  (:mod:`normlab.lab.trainlesson`);
+- ``GET /api/train``: the setup's parameters (:data:`normlab.trainview.PARAMETERS`), the
+  stream's (:data:`~normlab.lab.trainruns.PLAY`), the actions, and how many runs are going;
+- ``GET /api/train/stream?<setup>&<play>``: one run as Server-Sent Events (see
+  :mod:`normlab.lab.trainruns` for the events). ``replaces=RUN`` ends that run first (the page
+  opening a new setting). Beyond :data:`~normlab.lab.trainruns.MAX_RUNS` runs it answers 503;
+- ``POST /api/train/{run}/control``: ``{"action": "play" | "pause" | "step" | "reset"}``, and
+  ``speed`` or ``fps`` to change how it plays; taken at the run's next step;
+- ``GET /api/train/code?<setup>&steps=N`` and ``GET /playground/train?...``: the plain PyTorch
+  script of the setup (:func:`normlab.trainview.script`), as JSON or in the playground.
+
+Bad settings answer 422 naming the parameter, in the lab's error shape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import types
+import urllib.parse
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import anyio.to_thread
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse
+
+from normlab import doctor
+from normlab.experiments import ParameterError, ParameterTypeError
+from normlab.experiments.base import Parameter, make_params
+from normlab.lab import sse, trainlesson
+from normlab.lab.app import _json_schema, _query_schema, _read_params
+from normlab.lab.errors import bad_input
+from normlab.lab.lessons.markup import highlight
+from normlab.lab.pages import _script_json
+from normlab.lab.trainruns import ACTIONS, MAX_RUNS, PLAY, Play, Run, Runs
+from normlab.trainview import PARAMETERS, STEPS, Setup, make_setup, script
+
+GROUPS = {
+    "data": ("dataset", "noise", "points", "test_frac", "seed"),
+    "network": ("depth", "width", "activation", "init", "norm", "bias"),
+    "training": ("optimizer", "lr", "batch_size"),
+}
+"""The setup's parameters as the page groups them; a compared run shares the ``data`` ones."""
+CONTRAST = ("norm", ("none", "batch"))
+"""What compare mode changes first: the second run takes the other of these two values."""
+SETUP = {p.name: p for p in PARAMETERS}
+OWN = {p.name: p for p in PLAY}
+_REFUSED = (ParameterError, ParameterTypeError)
+
+
+def _runs(request: Request) -> Runs:
+    runs: Runs = request.app.state.train_runs
+    return runs
+
+
+def _unknown(key: str, where: str, valid: Mapping[str, Parameter]) -> ParameterError:
+    names = ", ".join(valid)
+    return ParameterError(key, f"unknown parameter {key!r} for {where}, use one of: {names}")
+
+
+def _second(exc: ParameterError | ParameterTypeError) -> ParameterError:
+    """A refusal of the second run's setting, named as its key: ``b.depth``."""
+    key = f"b.{exc.param}"
+    return ParameterError(key, str(exc).replace(f"parameter {exc.param!r}", f"parameter {key!r}"))
+
+
+def _setups_of(
+    query: Mapping[str, str], own: Mapping[str, Parameter]
+) -> tuple[dict[str, Setup], dict[str, Any]]:
+    """Each side's setup and the route's own values of a query (CLI-style text, named on
+    error); the second side (``b.NAME``, with ``compare``) shares the first one's data."""
+    a: dict[str, Any] = {}
+    b: dict[str, Any] = {}
+    values: dict[str, Any] = {}
+    for key, text in query.items():
+        name = key.removeprefix("b.")
+        if key.startswith("b.") and name in SETUP:
+            if name in GROUPS["data"]:
+                raise ParameterError(key, f"{key!r}: a compared run shares the data, set {name!r}")
+            try:
+                b[name] = SETUP[name].parse(text)
+            except _REFUSED as exc:
+                raise _second(exc) from None
+        elif key in SETUP:
+            a[key] = SETUP[key].parse(text)
+        elif key in own:
+            values[key] = own[key].parse(text)
+        elif key not in ("token", "replaces"):  # the guard's, and the stream's run to end
+            raise _unknown(key, "a training run", {**SETUP, **own})
+    setups = {"a": make_setup(a)}
+    if values.get("compare"):
+        try:
+            setups["b"] = make_setup({**a, **b})
+        except _REFUSED as exc:
+            raise _second(exc) from None
+    elif b:
+        key = f"b.{next(iter(b))}"
+        raise ParameterError(key, f"{key!r}: a second run's settings need compare=true")
+    return setups, values
+
+
+def spec() -> dict[str, Any]:
+    """What the page builds its controls from: every parameter's schema, and the groups."""
+    return {
+        "parameters": [p.schema() for p in PARAMETERS],
+        "play": [p.schema() for p in PLAY],
+        "groups": {k: list(v) for k, v in GROUPS.items()},
+        "contrast": {"name": CONTRAST[0], "values": list(CONTRAST[1])},
+        "actions": list(ACTIONS),
+        "max_runs": MAX_RUNS,
+        "code_steps": STEPS.schema(),
+        "thresholds": {
+            "vanishing": doctor.VANISHING,
+            "exploding": doctor.EXPLODING,
+            "grad_vanishing": doctor.GRAD_VANISHING,
+            "grad_exploding": doctor.GRAD_EXPLODING,
+        },
+    }
+
+
+async def train_api(request: Request) -> dict[str, Any]:
+    """``GET /api/train``: the parameters, and the runs going now."""
+    return {**spec(), "runs": len(_runs(request))}
+
+
+async def train_stream(request: Request) -> Any:
+    """``GET /api/train/stream``: a new run, as Server-Sent Events."""
+    runs = _runs(request)
+    try:
+        setups, values = _setups_of(request.query_params, OWN)
+        play: Play = make_params(Play, values, "a training run")
+    except _REFUSED as exc:
+        return bad_input(exc.param, str(exc))
+    run = Run(setups, play)
+    if not runs.add(run, replaces=request.query_params.get("replaces")):
+        if runs.closed:
+            return sse.busy("the lab is stopping")
+        return sse.busy(
+            f"the lab trains at most {runs.limit} sessions at once and {len(runs)} are going "
+            "(a compared run counts two): close another page that trains, then try again"
+        )
+    try:
+        await run.start()
+    except ValueError as exc:  # LSUV cannot rescale a layer that puts out nothing
+        runs.remove(run)
+        return bad_input(getattr(exc, "param", None), str(exc))
+    except BaseException:
+        runs.remove(run)
+        raise
+    return sse.EventStream(run.events(request.is_disconnected), functools.partial(runs.remove, run))
+
+
+def _control_values(body: Mapping[str, Any]) -> tuple[str | None, int | None, int | None]:
+    for key in body:
+        if key not in ("action", "speed", "fps"):
+            raise ParameterError(key, f"unknown key {key!r}: send action, speed or fps")
+    action = body.get("action")
+    if action is not None and action not in ACTIONS:
+        valid = ", ".join(repr(a) for a in ACTIONS)
+        raise ParameterError("action", f"action {action!r} is not one of {valid}")
+    speed, fps = (OWN[k].validate(body[k]) if k in body else None for k in ("speed", "fps"))
+    if action is None and speed is None and fps is None:
+        raise ParameterError("action", 'send {"action": "play"} (or pause, step, reset)')
+    return action, speed, fps
+
+
+async def train_control(run_id: str, request: Request) -> Any:
+    """``POST /api/train/{run_id}/control``: an action for the run's next step."""
+    body = await _read_params(request)
+    if isinstance(body, JSONResponse):
+        return body
+    run = _runs(request).get(run_id)
+    if run is None:
+        message = f"no training run {run_id!r} is going: it ended, or its page opened another"
+        return bad_input("run_id", message, status=404)
+    try:
+        action, speed, fps = _control_values(body)
+        run.ask(action, speed=speed, fps=fps)
+    except _REFUSED as exc:
+        return bad_input(exc.param, str(exc))
+    except OverflowError as exc:
+        return bad_input("action", str(exc), status=429)
+    return {"run": run.id, "action": action, "speed": run.speed, "fps": run.fps}
+
+
+def _code_of(request: Request) -> tuple[Setup, int]:
+    setups, values = _setups_of(request.query_params, {"steps": STEPS})
+    return setups["a"], values.get("steps", STEPS.default)
+
+
+async def train_code(request: Request) -> Any:
+    """``GET /api/train/code``: the setup's plain PyTorch script, plain and highlighted."""
+    try:
+        setup, steps = _code_of(request)
+    except _REFUSED as exc:
+        return bad_input(exc.param, str(exc))
+    text = script(setup, steps)
+    return {
+        "setup": dataclasses.asdict(setup),
+        "steps": steps,
+        "script": text,
+        "html": str(highlight(text)),
+    }
+
+
+def train_playground(request: Request) -> HTMLResponse:
+    """``GET /playground/train``: the script in the playground, ready to run."""
+    site = request.app.state.site
+    try:
+        setup, steps = _code_of(request)
+    except _REFUSED as exc:
+        page: HTMLResponse = site.render(
+            "playground.html", status=422, experiment=None, slug="playground",
+            source="", error=f"Could not open that code: {exc}",
+        )  # fmt: skip
+        return page
+    source = script(setup, steps)
+    digest = hashlib.sha1(source.encode()).hexdigest()[:8]  # edits kept per code shown
+    shown = types.SimpleNamespace(name="train", title="Watch it train")
+    page = site.render(
+        "playground.html", experiment=shown, slug=f"playground-train-{digest}",
+        params={**dataclasses.asdict(setup), "steps": steps}, source=source, error=None,
+        notebook_url=None,
+    )  # fmt: skip
+    return page
+
+
+def link(values: Mapping[str, Any], **extra: Any) -> str:
+    """``/train?...`` for ``values`` (the setup's, CLI-style) and the page's own keys."""
+    text = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in values.items()}
+    return "/train?" + urllib.parse.urlencode({**text, **{k: str(v) for k, v in extra.items()}})
+
+
+async def train_page(request: Request) -> HTMLResponse:
+    """``GET /train``: the lesson, its numbers from sessions run here, and the view."""
+    runs = _runs(request)
+    numbers = await anyio.to_thread.run_sync(trainlesson.numbers)
+    exercise = link(trainlesson.CASES["plain"], compare=1, **{"b.norm": "batch"})
+    page: HTMLResponse = request.app.state.site.render(
+        "train.html", current="train", spec=_script_json(spec()), numbers=numbers,
+        cases={k: link(v) for k, v in trainlesson.CASES.items()}, exercise=exercise,
+        defaults=dataclasses.asdict(Setup()),
+        max_runs=runs.limit,
+    )  # fmt: skip
+    return page
+
+
+def _warming(app: FastAPI, lessons: Callable[[], None]) -> Callable[[], None]:
+    """The lessons' warm-up, then this page's numbers (unless the lab is stopping)."""
+
+    def warm() -> None:
+        lessons()
+        try:
+            trainlesson.numbers(stopped=lambda: app.state.train_runs.closed)
+        except trainlesson.Stopped:
+            return
+
+    return warm
+
+
+def _query_docs() -> dict[str, Any]:
+    return {"parameters": [_query_schema(p) for p in PARAMETERS]}
+
+
+def install(app: FastAPI) -> None:
+    """Add ``/train``, its API and its playground page to ``app`` (after the pages)."""
+    app.state.train_runs = Runs()
+    app.state.warm_lessons = _warming(app, app.state.warm_lessons)
+    app.add_api_route("/train", train_page, methods=["GET"], include_in_schema=False)
+    app.add_api_route(
+        "/playground/train", train_playground, methods=["GET"], include_in_schema=False
+    )
+    _document(app)
+
+
+def _document(app: FastAPI) -> None:
+    """The API routes, each with its OpenAPI summary, description and answers."""
+    bad: dict[int | str, dict[str, Any]] = {422: {"description": "a setting it does not allow"}}
+    app.add_api_route(
+        "/api/train", train_api, methods=["GET"], tags=["train"],
+        summary="The training view's parameters",
+        description="The setup's parameter schemas (the page's controls are built from them), "
+        "the stream's own (steps, speed, fps, play), the actions, the bound on runs and "
+        "how many runs are going now.",
+    )  # fmt: skip
+    app.add_api_route(
+        "/api/train/stream", train_stream, methods=["GET"], tags=["train"],
+        summary="One live training run (Server-Sent Events)",
+        description="Builds a session of the setup in the query (CLI-style values; missing "
+        "ones take their defaults) and streams it as text/event-stream: a `run` event (its id, "
+        "its control URL, the setup and the points), `replay` and `history` events when "
+        "`steps` asks for a step count to start at, then `frame` events (losses, accuracy, "
+        "the decision boundary on a grid, every layer's statistics with the doctor's labels, "
+        "histograms; keyed by side), one per `speed` steps at most `fps` a second while "
+        "playing, and `status` events when playing starts or stops. Paused until `play=true` "
+        "or a play action. With `compare=true` a second run (side `b`) trains beside the "
+        "first in lockstep, on the same data and seed: `b.NAME` sets its NAME (any setting "
+        "but the data's; the others are the first run's). `replaces=RUN` ends that run "
+        "first. The run ends with the stream: when the client disconnects, when a new stream "
+        "replaces it, or when the lab stops. "
+        f"At most {MAX_RUNS} sessions at once (a compared run counts two).",
+        response_description="`run`, `replay`, `history`, `frame`, `status` and `reset` "
+        "events, each data one line of JSON",
+        responses={
+            **sse.STREAM_RESPONSE, **bad,
+            503: {"description": f"{MAX_RUNS} sessions train already, or the lab is stopping"},
+        },
+        openapi_extra={
+            "parameters": [
+                *_query_docs()["parameters"], *[_query_schema(p) for p in PLAY],
+                {"name": "replaces", "in": "query", "required": False,
+                 "schema": {"type": "string", "description": "a run of this page to end"}},
+            ]
+        },
+    )  # fmt: skip
+    _document_control(app, bad)
+
+
+def _document_control(app: FastAPI, bad: dict[int | str, dict[str, Any]]) -> None:
+    body = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "action": {"type": "string", "enum": list(ACTIONS)},
+            "speed": _json_schema(OWN["speed"]),
+            "fps": _json_schema(OWN["fps"]),
+        },
+    }
+    app.add_api_route(
+        "/api/train/{run_id}/control", train_control, methods=["POST"], tags=["train"],
+        summary="Play, pause, step or reset a run",
+        description="Taken at the run's next step, in the order sent: `play` trains a frame "
+        "after another, `pause` stops after the current one, `step` takes exactly one optimizer "
+        "step and sends its frame (a playing run pauses first), `reset` puts the run back to "
+        "step 0 (the same data and initial weights; paused). `speed` and `fps` change how "
+        "it plays from the next frame. Only the lab's own pages may send it (Origin check).",
+        responses={
+            **bad,
+            403: {"description": "sent from another site's page"},
+            404: {"description": "no such run is going"},
+            429: {"description": "too many actions wait for the run's next step"},
+        },
+        openapi_extra={
+            "requestBody": {"required": True, "content": {"application/json": {"schema": body}}}
+        },
+    )  # fmt: skip
+    app.add_api_route(
+        "/api/train/code", train_code, methods=["GET"], tags=["train", "code"],
+        summary="The plain PyTorch script of a training setup",
+        description="The script that builds the setup's data and net and trains `steps` steps, "
+        "printing each step's training and test loss, as the live run records them. It needs "
+        "no normlab.",
+        responses=bad,
+        openapi_extra={"parameters": [*_query_docs()["parameters"], _query_schema(STEPS)]},
+    )  # fmt: skip

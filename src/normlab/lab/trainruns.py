@@ -1,0 +1,290 @@
+"""The /train page's live runs: a bounded set of training sessions, each run driven by one stream.
+
+A :class:`Run` holds one :class:`~normlab.trainview.Session` per side (``a``; in compare mode
+``b`` too, on the same data and seed) and what its page asked of it (play, pause, step, reset),
+and :meth:`Run.events` is its event stream: the points first, then frames while it plays, at
+most ``fps`` a second and ``speed`` optimizer steps apart. The sides step in lockstep, and an
+action is taken at the next step: between two frames, never inside a step. Every step and
+frame is computed in a worker thread (:func:`anyio.to_thread.run_sync`), so the event loop
+keeps serving pages while the runs train. :class:`Runs` is the bound: at most
+:data:`MAX_RUNS` sessions at once, each holding its slot from the moment its stream is asked for
+until the stream ends (the client went, its page opened a new run in its place, or the lab
+stops: :meth:`Runs.close`).
+
+Events, each ``data`` one line of JSON, keyed by side where a side has its own:
+
+- ``run``: ``{"run", "control", "sides", "setup", "data", "max_steps"}``, once: the run's id,
+  the URL of its control, the sides, each side's validated setup and
+  :meth:`~normlab.trainview.Session.data`;
+- ``replay``: ``{"step", "of"}`` while a link's step count is replayed, every
+  :data:`REPLAY_CHUNK` steps;
+- ``history``: each side's :attr:`~normlab.trainview.Session.losses`, once a replay has
+  ended (the curves up to there);
+- ``frame``: each side's :meth:`~normlab.trainview.Session.frame`, after the replay, then
+  one per frame;
+- ``status``: ``{"playing", "step", "speed", "fps"}``, whenever one of them was changed;
+- ``reset``: ``{"step": 0}``, before the frame of a run put back to step 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from normlab.experiments.base import param, parameters_of
+from normlab.lab import sse
+from normlab.trainview import Session, Setup
+
+MAX_RUNS = 4
+"""Sessions training at once (a compared run has two); a stream beyond is refused (503)."""
+MAX_STEPS = 2000
+"""The most steps a stream replays before its first frame (a shared link's step count)."""
+MAX_SPEED = 50
+"""The most optimizer steps between two frames."""
+MAX_FPS = 60
+"""The highest frame rate a stream may ask for."""
+MAX_ASKED = 64
+"""Actions waiting for a run's next step; one more is refused (429)."""
+REPLAY_CHUNK = 25
+"""Steps replayed between two looks at whether the client is still there."""
+POLL_S = 0.25
+"""How often an idle run looks whether it was asked to end (the lab stopping, a new run)."""
+
+ACTIONS = ("play", "pause", "step", "reset")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Play:
+    """How a stream plays: declared once, so the query is validated like the setup."""
+
+    steps: int = param(
+        0, "steps to train before the first frame (a link's step count, replayed)",
+        min=0, max=MAX_STEPS, step=1,
+    )  # fmt: skip
+    speed: int = param(1, "optimizer steps per frame while playing", min=1, max=MAX_SPEED, step=1)
+    fps: int = param(30, "frames per second at most while playing", min=1, max=MAX_FPS, step=1)
+    play: bool = param(False, "play at once (else wait for a play action)")
+    compare: bool = param(
+        False, "train a second setup beside the first, in lockstep (its settings as b.NAME)"
+    )
+
+
+PLAY = parameters_of(Play)
+"""The stream's own parameters, beside the setup's."""
+
+
+async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
+    return await anyio.to_thread.run_sync(fn, *args)
+
+
+class Run:
+    """One live training run: its sessions, what its page asked, how fast it plays.
+
+    Args:
+        setups: the validated setup of each side (the sessions are built by :meth:`start`).
+        play: the stream's settings.
+    """
+
+    def __init__(self, setups: Mapping[str, Setup], play: Play) -> None:
+        self.id = secrets.token_urlsafe(12)  # unguessable: only its page can steer it
+        self.setups = dict(setups)
+        self.sessions: dict[str, Session] = {}
+        self.steps, self.speed, self.fps, self.playing = play.steps, play.speed, play.fps, False
+        self.play_at_once = play.play
+        self.asked: deque[str] = deque()
+        self.closed = False
+        self._wake: anyio.Event | None = None  # made, set and awaited in the event loop only
+        self._loop_thread = threading.get_ident()
+
+    @property
+    def control(self) -> str:
+        return f"/api/train/{self.id}/control"
+
+    @property
+    def step_count(self) -> int:
+        return min((s.step_count for s in self.sessions.values()), default=0)
+
+    async def start(self) -> None:
+        """Build the sessions (the data and the initial weights) in a worker thread."""
+        self.sessions = await _in_thread(lambda: {k: Session(v) for k, v in self.setups.items()})
+
+    def ask(self, action: str | None, speed: int | None = None, fps: int | None = None) -> None:
+        """Queue ``action`` for the next step; a new ``speed`` or ``fps`` holds from the next
+        frame. Raises :class:`OverflowError` when :data:`MAX_ASKED` actions wait already."""
+        if action is not None and len(self.asked) >= MAX_ASKED:
+            raise OverflowError(f"{MAX_ASKED} actions wait for this run's next step already")
+        self.speed = self.speed if speed is None else speed
+        self.fps = self.fps if fps is None else fps
+        if action is not None:
+            self.asked.append(action)
+        self._woken().set()
+
+    def close(self) -> None:
+        """End the stream at its next look (within :data:`POLL_S`, or after its step); from
+        any thread (an anyio event is woken from the event loop's own only)."""
+        self.closed = True
+        if threading.get_ident() == self._loop_thread:
+            self._woken().set()
+
+    def _woken(self) -> anyio.Event:
+        if self._wake is None:
+            self._wake = anyio.Event()
+        return self._wake
+
+    def _train(self, steps: int) -> None:
+        for session in self.sessions.values():  # side after side: the same steps for each
+            for _ in range(steps):
+                session.step()
+
+    def _frames(self) -> dict[str, Any]:
+        return {k: s.frame() for k, s in self.sessions.items()}
+
+    def _advance(self, steps: int) -> dict[str, Any]:
+        self._train(steps)
+        return self._frames()
+
+    def _reset(self) -> dict[str, Any]:
+        for session in self.sessions.values():
+            session.reset()
+        return self._frames()
+
+    async def _rest(self, seconds: float) -> None:
+        """Wait up to ``seconds``, less once asked something or closed."""
+        with anyio.move_on_after(max(seconds, 0.0)):
+            while not (self.asked or self.closed):
+                with anyio.move_on_after(POLL_S):  # a close from another thread wakes no one
+                    await self._woken().wait()
+                if self._woken().is_set():
+                    self._wake = None
+
+    def status(self) -> str:
+        state = {"playing": self.playing, "step": self.step_count, "speed": self.speed}
+        return sse.event("status", {**state, "fps": self.fps})
+
+    def _first(self) -> dict[str, Any]:
+        return {
+            "run": self.id,
+            "control": self.control,
+            "sides": list(self.sessions),
+            "setup": {k: dataclasses.asdict(v) for k, v in self.setups.items()},
+            "data": {k: s.data() for k, s in self.sessions.items()},
+            "max_steps": MAX_STEPS,
+        }
+
+    async def events(self, gone: Callable[[], Awaitable[bool]]) -> AsyncIterator[str]:
+        """The run's stream: the points, a replay when asked, then frames until it ends."""
+        yield sse.retry()
+        yield sse.event("run", self._first())
+        async for chunk in self._replay(gone):
+            yield chunk
+        yield sse.event("frame", await _in_thread(self._frames))
+        self.playing = self.play_at_once
+        yield self.status()
+        quiet = time.monotonic()
+        while not self.closed and not await gone():
+            async for chunk in self._turn():
+                quiet = time.monotonic()
+                yield chunk
+            if time.monotonic() - quiet >= sse.KEEPALIVE_S:
+                quiet = time.monotonic()
+                yield sse.comment("still training")
+
+    async def _replay(self, gone: Callable[[], Awaitable[bool]]) -> AsyncIterator[str]:
+        """Train the link's step count, telling how far it got, then send the curves."""
+        while self.step_count < self.steps and not self.closed and not await gone():
+            await _in_thread(self._train, min(REPLAY_CHUNK, self.steps - self.step_count))
+            yield sse.event("replay", {"step": self.step_count, "of": self.steps})
+        if self.steps:
+            yield sse.event("history", {k: s.losses for k, s in self.sessions.items()})
+
+    async def _turn(self) -> AsyncIterator[str]:
+        """One turn of the loop: the oldest action asked, else a frame, else a rest."""
+        if self.asked:
+            async for chunk in self._act(self.asked.popleft()):
+                yield chunk
+        elif self.playing:
+            started = time.monotonic()
+            yield sse.event("frame", await _in_thread(self._advance, self.speed))
+            await self._rest(1 / self.fps - (time.monotonic() - started))
+        else:
+            await self._rest(sse.KEEPALIVE_S)
+
+    async def _act(self, action: str) -> AsyncIterator[str]:
+        if action in ("play", "pause"):
+            self.playing = action == "play"
+            yield self.status()
+        elif action == "step":  # exactly one step; a playing run pauses first
+            self.playing = False
+            frames = await _in_thread(self._advance, 1)
+            yield self.status()
+            yield sse.event("frame", frames)
+        elif action == "reset":  # back to step 0 (the same data and weights), paused
+            self.playing = False
+            frames = await _in_thread(self._reset)
+            yield sse.event("reset", {"step": 0})
+            yield self.status()
+            yield sse.event("frame", frames)
+
+
+class Runs:
+    """The runs going on in one app, at most ``limit`` sessions at once."""
+
+    def __init__(self, limit: int = MAX_RUNS) -> None:
+        self.limit = limit
+        self.closed = False
+        self._runs: dict[str, Run] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        """The sessions going (a compared run has two)."""
+        with self._lock:
+            return self._live()
+
+    def _live(self) -> int:
+        return sum(len(r.setups) for r in self._runs.values() if not r.closed)
+
+    def get(self, run_id: str) -> Run | None:
+        with self._lock:
+            run = self._runs.get(run_id)
+        return None if run is None or run.closed else run
+
+    def add(self, run: Run, replaces: str | None = None) -> bool:
+        """Hold a slot for ``run`` (ending the run it ``replaces`` first); ``False`` when the
+        lab is stopping or every slot is taken."""
+        with self._lock:
+            old = self._runs.get(replaces) if replaces else None
+            if old is not None:
+                old.close()
+            if self.closed or self._live() + len(run.setups) > self.limit:
+                return False
+            self._runs[run.id] = run
+            return True
+
+    def remove(self, run: Run) -> None:
+        """Give back ``run``'s slot (its stream has ended); idempotent."""
+        run.close()
+        with self._lock:
+            if self._runs.get(run.id) is run:
+                del self._runs[run.id]
+
+    def close(self) -> None:
+        """End every run at its next look, and start no other (the lab is stopping)."""
+        with self._lock:
+            self.closed = True
+            runs = list(self._runs.values())
+        for run in runs:
+            run.close()
+
+    def resume(self) -> None:
+        """Accept runs again (the app is started again after a shutdown)."""
+        self.closed = False

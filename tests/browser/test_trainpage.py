@@ -1,0 +1,292 @@
+"""/train in a real browser: a PyTorch run trained live, steered by its buttons and controls.
+
+The lab runs as ``normlab lab`` serves it, without the lessons' warm-up (this page does not
+need it): ``serve(create_app())`` in its own process. Every page is guarded by the ``page``
+fixture (no console error, no request leaving 127.0.0.1). The runs are small (a few dozen
+points, narrow nets), so that each frame costs milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from labpage import ALLOWED_HOST, ROOT, SCREENSHOTS, START_TIMEOUT_S
+
+from normlab.trainview import PARAMETERS
+
+pytestmark = pytest.mark.browser
+
+SMALL = "dataset=moons&points=60&depth=2&width=8"
+"""A setup whose steps take a few milliseconds."""
+SIDE = "(k) => ({ ...document.querySelector(`.nl-train-side[data-side='${k}']`).dataset })"
+DRAWN_Z = """(k) => {
+  const side = document.querySelector(`.nl-train-side[data-side='${k}']`);
+  const gd = side.querySelector('.nl-train-plot .nl-figure-plot');
+  return gd && gd.data ? gd.data[0].z : null;
+}"""
+RUN = "() => document.querySelector('.nl-train').nlPage.link.run"
+NEW_RUN = """(old) => {
+  const r = document.querySelector('.nl-train').nlPage.link.run;
+  return !!r && r.run !== old;
+}"""
+LOSSES = "() => document.querySelector('.nl-train-side').nlSide.history.loss"
+
+
+def _answers(url: str, timeout: float = 2) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """This module's lab (the ``page`` fixture opens pages on it); /train rendered once."""
+    with socket.socket() as s:
+        s.bind((ALLOWED_HOST, 0))
+        port = int(s.getsockname()[1])
+    base = f"http://{ALLOWED_HOST}:{port}"
+    code = (
+        "from normlab.lab.app import create_app, serve; "
+        f"serve(create_app(), {ALLOWED_HOST!r}, {port})"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "XDG_DATA_HOME": str(tmp_path_factory.mktemp("d"))}
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not _answers(f"{base}/api/train"):
+        assert proc.poll() is None, "the lab exited during startup"
+        assert time.monotonic() < deadline, f"the lab did not answer at {base}"
+        time.sleep(0.1)
+    try:
+        assert _answers(f"{base}/train", timeout=120)  # its lesson's numbers: trained once, here
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+
+
+def _side(page: Any, key: str = "a") -> dict[str, str]:
+    found: dict[str, str] = page.evaluate(SIDE, key)
+    return found
+
+
+def _wait(page: Any, condition: str, key: str = "a") -> None:
+    """Wait until ``condition`` (JS over ``s``, the side's dataset) holds."""
+    page.wait_for_function(
+        f"(k) => {{ const s = document.querySelector(`.nl-train-side[data-side='${{k}}']`)"
+        f"?.dataset; return !!s && ({condition}); }}",
+        arg=key,
+    )
+
+
+def _ready(page: Any, key: str = "a", step: int = 0) -> None:
+    """Wait until the side has drawn the frame of ``step``."""
+    _wait(page, f"s.state === 'ready' && s.drawn === '{step}' && s.step === '{step}'", key)
+
+
+def _press(page: Any, action: str) -> None:
+    page.locator(f".nl-train-bar button[data-action='{action}']").click()
+
+
+def _runs(server: str) -> int:
+    with urllib.request.urlopen(f"{server}/api/train", timeout=10) as r:
+        count: int = json.loads(r.read())["runs"]
+        return count
+
+
+def _open(page: Any, server: str, query: str = SMALL) -> None:
+    page.set_default_timeout(30_000)
+    page.goto(f"{server}/train?{query}")
+    _ready(page)
+
+
+def test_play_pause_step_and_reset(page: Any, server: str) -> None:
+    _open(page, server, SMALL + "&steps=0")
+    start = page.evaluate(DRAWN_Z, "a")
+    assert len(start) == 50 and page.locator(".nl-step-count").inner_text() == "0"
+    _press(page, "play")
+    _wait(page, "Number(s.frames) >= 6 && Number(s.step) >= 5 && s.playing === 'true'")
+    assert int(page.locator(".nl-step-count").inner_text()) >= 5  # the counter follows
+    _press(page, "pause")
+    _wait(page, "s.playing === 'false'")
+    paused = _side(page)
+    page.wait_for_timeout(600)
+    assert _side(page)["step"] == paused["step"]  # no frame after the pause
+    assert _side(page)["frames"] == paused["frames"]
+    _press(page, "step")
+    step = int(paused["step"]) + 1
+    _ready(page, step=step)
+    page.wait_for_timeout(400)
+    assert int(_side(page)["step"]) == step  # exactly one step
+    trained = page.evaluate(DRAWN_Z, "a")
+    assert trained != start  # the boundary heat map changed as it trained
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "train.png"), full_page=True)
+    _press(page, "reset")
+    _ready(page, step=0)
+    assert page.evaluate(DRAWN_Z, "a") == start  # the same initial boundary
+    assert page.locator(".nl-step-count").inner_text() == "0"
+
+
+def _other(p: Any, current: Any) -> Any:
+    """Another value ``p`` allows than ``current``: a step (or a tenth of the range) away."""
+    if p.kind == "choice":
+        return "xavier" if p.name == "init" else next(c for c in p.choices if c != current)
+    if p.kind == "bool":
+        return not current
+    if p.name == "lr":
+        return 0.5
+    if p.name == "batch_size":
+        return 16
+    step = p.step if p.kind == "int" or p.name == "seed" else (p.max - p.min) / 10
+    up = current + step
+    value = up if up <= p.max else current - step
+    return int(value) if p.kind == "int" else round(value, 6)
+
+
+def _change(page: Any, p: Any, current: Any) -> Any:
+    """Set the control of ``p`` on side a to another value, as a learner would; the value."""
+    side = ".nl-train-side[data-side='a']"
+    box = page.locator(f"{side} :is(input, select)[data-param='{p.name}']").first
+    value = _other(p, current)
+    if p.kind == "choice":
+        box.select_option(value)
+    elif p.kind == "bool":
+        box.click()
+    elif box.get_attribute("type") == "range":
+        log = box.get_attribute("data-scale") == "log"
+        position = str(math.log10(value)) if log else str(value)
+        box.evaluate("(el, v) => { el.value = v; el.dispatchEvent(new Event('input')); }", position)
+    else:
+        box.fill(str(value))
+    return value
+
+
+def test_every_control_changes_the_run(page: Any, server: str) -> None:
+    _open(page, server)
+    for p in PARAMETERS:
+        run = page.evaluate(RUN)
+        value = _change(page, p, run["setup"]["a"][p.name])
+        before = run["run"]
+        page.wait_for_function(
+            "(old) => { const r = " + RUN[6:] + "; return r && r.run !== old; }", arg=before
+        )
+        _wait(page, "s.state === 'ready' && s.step === '0'")
+        setup = page.evaluate(RUN)["setup"]["a"]
+        assert setup[p.name] == pytest.approx(value), p.name
+    query = parse_qs(urlsplit(page.url).query)
+    assert {p.name for p in PARAMETERS} <= set(query)  # every setting in the address
+    rows = page.locator(".nl-train-side[data-side='a'] .nl-table tbody tr").count()
+    assert rows > 0
+
+
+def test_the_address_reproduces_the_view(page: Any, server: str, browser: Any) -> None:
+    _open(page, server, SMALL + "&seed=3")
+    for want in (1, 2, 3):
+        _press(page, "step")
+        _ready(page, step=want)
+    page.wait_for_function("() => location.search.includes('steps=3')")
+    url = page.url
+    z = page.evaluate(DRAWN_Z, "a")
+    losses = page.evaluate(LOSSES)
+    other = browser.new_page()
+    try:
+        other.set_default_timeout(30_000)
+        other.goto(url)
+        _ready(other, step=3)
+        assert other.evaluate(DRAWN_Z, "a") == z  # replayed to the same step
+        loss = other.evaluate(LOSSES)
+        trained = [p for p in losses if p["step"] > 0]  # step 0 is not replayed: no loss yet
+        assert loss == trained and [p["step"] for p in loss] == [1, 2, 3]
+        assert (
+            other.locator(".nl-train-side[data-side='a'] input[data-param='seed']").input_value()
+            == "3"
+        )
+    finally:
+        other.close()
+
+
+def test_hide_and_lock(page: Any, server: str) -> None:
+    _open(page, server, SMALL + "&hide=lr,speed&lock=depth,compare")
+    side = ".nl-train-side[data-side='a']"
+    assert not page.locator(f"{side} .nl-control[data-param='lr']").is_visible()
+    assert not page.locator("[data-flag='speed']").is_visible()
+    assert page.locator(f"{side} input[data-param='depth']").is_disabled()
+    assert page.locator("input.nl-compare").is_disabled()
+    assert page.locator(f"{side} select[data-param='activation']").is_enabled()
+    page.locator(".nl-share summary").click()
+    page.locator(".nl-share input[data-share='hide'][data-name='seed']").check()
+    link = page.locator("input.nl-share-link").input_value()
+    query = parse_qs(urlsplit(link).query)
+    assert query["hide"] == ["lr,speed,seed"] and query["lock"] == ["depth,compare"]
+    assert query["depth"] == ["2"] and urlsplit(link).path == "/train"
+
+
+def test_compare_mode_shows_two_runs_on_the_same_data(page: Any, server: str) -> None:
+    _open(page, server)
+    page.locator("input.nl-compare").check()
+    _ready(page, "b")
+    assert page.locator(".nl-train-side[data-side='b']").is_visible()
+    run = page.evaluate(RUN)
+    assert run["sides"] == ["a", "b"] and run["data"]["a"] == run["data"]["b"]
+    assert run["setup"]["b"]["norm"] == "batch" and run["setup"]["a"]["norm"] == "none"
+    _press(page, "step")
+    _ready(page, "a", step=1)
+    _ready(page, "b", step=1)
+    assert page.evaluate(DRAWN_Z, "a") != page.evaluate(DRAWN_Z, "b")
+    assert "compare=1" in page.url and "b.norm=batch" in page.url
+    kinds = page.locator(".nl-train-side[data-side='b'] .nl-table tbody tr td:nth-child(2)")
+    assert "BatchNorm1d" in kinds.all_inner_texts()
+
+
+def test_show_the_code(page: Any, server: str) -> None:
+    _open(page, server)
+    _press(page, "step")
+    _ready(page, step=1)
+    page.locator(".nl-train-side[data-side='a'] .nl-code-toggle").click()
+    page.wait_for_function(
+        "() => document.querySelector('.nl-train-side .nl-code-panel').dataset.state === 'ready'"
+    )
+    text = page.locator(".nl-train-side[data-side='a'] .nl-code-box").inner_text()
+    assert "steps=1," in text and "import normlab" not in text and "def train(" in text
+    href = page.locator(".nl-train-side[data-side='a'] .nl-open-playground").get_attribute("href")
+    assert href.startswith("/playground/train?") and "depth=2" in href
+
+
+def test_a_bad_setting_is_named(page: Any, server: str) -> None:
+    page.guard.expect_422()
+    page.set_default_timeout(30_000)
+    page.goto(f"{server}/train?depth=0")
+    _wait(page, "s.state === 'error'")
+    assert page.locator(".nl-train-side[data-side='a'] .nl-control[data-param='depth']").evaluate(
+        "(n) => n.classList.contains('nl-invalid')"
+    )
+    assert "depth" in page.locator(".nl-train-side[data-side='a'] .nl-error").inner_text()
+
+
+def test_leaving_the_page_stops_the_run(page: Any, server: str) -> None:
+    _open(page, server)
+    _press(page, "play")
+    _wait(page, "Number(s.step) >= 3")
+    assert _runs(server) >= 1
+    page.goto(f"{server}/")
+    deadline = time.monotonic() + 10
+    while _runs(server):
+        assert time.monotonic() < deadline, "the run outlived its page"
+        time.sleep(0.1)

@@ -1,0 +1,414 @@
+"""The /train page's API: live training runs as event streams, steered by control posts.
+
+Through the app (TestClient): the parameters, the 422s naming a bad setting, the code routes,
+the OpenAPI description and the page with its numbers from live runs. Through a real server
+on 127.0.0.1 (uvicorn in a thread, the app built in this process): a stream sends the points,
+then frames while it plays; pause, step (exactly one) and reset are taken at the next step; a
+link's step count is replayed; runs are bounded while ``GET /`` keeps answering; a client
+that goes, a new run in its place and the lab stopping each end a run and free its slot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import html
+import json
+import re
+import time
+import urllib.error
+import urllib.request
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+with warnings.catch_warnings():  # starlette warns about its httpx-based client on import
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+from fastapi import FastAPI
+
+from normlab import trainview
+from normlab.lab import app as lab_app
+from normlab.lab import trainlesson, trainruns
+from normlab.lab.app import create_app
+from normlab.lab.lessons.markup import num
+
+from .real_server import EventStream, serving
+
+LAB = "http://127.0.0.1"
+SMALL = "dataset=blobs&points=40&depth=1&width=4"
+"""A setup that trains in a few milliseconds a step."""
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    with TestClient(create_app(), base_url=LAB) as c:
+        yield c
+
+
+def _runs(app: FastAPI) -> int:
+    return len(app.state.train_runs)
+
+
+def _wait(condition: Any, what: str, timeout: float = 5) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+# -- through the app -----------------------------------------------------------------------------
+
+
+def test_the_api_describes_the_setup_and_the_stream(client: TestClient) -> None:
+    r = client.get("/api/train")
+    assert r.status_code == 200
+    body = r.json()
+    assert body["parameters"] == [p.schema() for p in trainview.PARAMETERS]
+    assert [p["name"] for p in body["play"]] == ["steps", "speed", "fps", "play", "compare"]
+    assert body["actions"] == ["play", "pause", "step", "reset"]
+    assert (body["max_runs"], body["runs"]) == (trainruns.MAX_RUNS, 0)
+    grouped = [n for names in body["groups"].values() for n in names]
+    assert sorted(grouped) == sorted(p.name for p in trainview.PARAMETERS)  # each in one group
+
+
+@pytest.mark.parametrize(
+    ("query", "parameter"),
+    [
+        ("depth=0", "depth"),
+        ("dataset=nope", "dataset"),
+        ("lr=-1", "lr"),
+        ("fps=10000", "fps"),
+        ("speed=0", "speed"),
+        ("steps=abc", "steps"),
+        ("norm=batch&batch_size=1", "batch_size"),
+        ("colour=red", "colour"),
+        ("b.depth=2", "b.depth"),
+        ("compare=true&b.lr=-1", "b.lr"),
+        ("compare=true&b.dataset=xor", "b.dataset"),
+        ("compare=true&b.norm=batch&batch_size=1", "b.batch_size"),
+    ],
+)
+def test_bad_settings_are_named(client: TestClient, query: str, parameter: str) -> None:
+    r = client.get(f"/api/train/stream?{query}")
+    assert r.status_code == 422
+    detail = r.json()["detail"]
+    assert detail["parameter"] == parameter and parameter in detail["message"]
+    assert client.get("/api/train").json()["runs"] == 0  # a refused run holds no slot
+
+
+def test_the_code_of_a_setup(client: TestClient) -> None:
+    r = client.get(f"/api/train/code?{SMALL}&steps=3")
+    assert r.status_code == 200
+    body = r.json()
+    setup = trainview.make_setup({"dataset": "blobs", "points": 40, "depth": 1, "width": 4})
+    assert body["script"] == trainview.script(setup, 3) and body["steps"] == 3
+    assert body["setup"] == dataclasses.asdict(setup)
+    assert html.unescape(re.sub("<[^>]+>", "", body["html"])) == body["script"]
+    assert client.get("/api/train/code?steps=0").json()["detail"]["parameter"] == "steps"
+    page = client.get(f"/playground/train?{SMALL}&steps=3")
+    assert page.status_code == 200 and "train(" in html.unescape(page.text)
+    assert "Download notebook" not in page.text
+    bad = client.get("/playground/train?depth=99")
+    assert bad.status_code == 422 and "depth" in bad.text
+
+
+def test_openapi_documents_the_train_routes(client: TestClient) -> None:
+    paths = client.get("/openapi.json").json()["paths"]
+    stream = paths["/api/train/stream"]["get"]
+    assert "text/event-stream" in stream["responses"]["200"]["content"]
+    assert {"422", "503"} <= set(stream["responses"]) and "frame" in stream["description"]
+    names = [p["name"] for p in stream["parameters"]]
+    assert names == [p.name for p in trainview.PARAMETERS] + [
+        "steps",
+        "speed",
+        "fps",
+        "play",
+        "compare",
+        "replaces",
+    ]
+    control = paths["/api/train/{run_id}/control"]["post"]
+    schema = control["requestBody"]["content"]["application/json"]["schema"]
+    assert schema["properties"]["action"]["enum"] == ["play", "pause", "step", "reset"]
+    assert {"403", "404", "422", "429"} <= set(control["responses"])
+    assert "/api/train" in paths and "/api/train/code" in paths and "/train" not in paths
+
+
+def _text(page: str) -> str:
+    return " ".join(html.unescape(re.sub("<[^>]+>", " ", page)).split())
+
+
+def test_the_page_states_numbers_from_live_runs(client: TestClient) -> None:
+    r = client.get("/train")
+    assert r.status_code == 200
+    page = r.text
+    numbers = trainlesson.numbers()
+    z, s, p, b = (numbers[k] for k in ("zeros", "small", "plain", "batch"))
+    text = _text(page)
+    assert f"goes from {num(z['first'])} to {num(z['last'])}" in text
+    assert f"test accuracy ends at {num(z['accuracy']['test'], 3)}" in text
+    assert f"barely moves: {num(s['first'])} at the first step, {num(s['last'])}" in text
+    assert p["blown_up"] is not None and f"from step {p['blown_up']} on" in text
+    assert f"ends at {num(b['last'])}" in text
+    assert b["last"] < 0.1 < z["last"]  # what the text says: BatchNorm trains, zeros do not
+    # the numbers are a real session's: the first case again, step for step
+    again = trainlesson.summary(trainlesson.CASES["zeros"], 3)
+    assert again["first"] == z["first"]
+    spec = json.loads(
+        re.search(r'class="nl-train-spec">(.*?)</script>', page, re.S).group(1)  # type: ignore[union-attr]
+    )
+    assert spec == {k: v for k, v in client.get("/api/train").json().items() if k != "runs"}
+    assert '<a href="/train" aria-current="page">' in page  # the header's link, here current
+    assert 'href="/train?init=zeros"' in page
+    assert 'href="/train?depth=4&amp;width=64&amp;lr=2.0&amp;init=he&amp;norm=none' in page
+    hosts = re.findall(r"""https?://([^/\s"'<>)]+)""", page)
+    assert {h.split(":")[0] for h in hosts} <= {"127.0.0.1"}  # nothing fetched from outside
+    assert '<a href="/train">' in client.get("/").text  # the lessons' index links to it
+
+
+# -- a real server -------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _lab() -> Iterator[tuple[FastAPI, int]]:
+    app = create_app()
+    with serving(app) as port:
+        yield app, port
+
+
+def _open(port: int, query: str = SMALL) -> EventStream:
+    return EventStream(port, f"/api/train/stream?{query}")
+
+
+def _control(port: int, run: dict[str, Any], body: dict[str, Any], **headers: str) -> Any:
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}{run['control']}",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", **headers},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_a_stream_sends_the_points_then_frames_while_playing() -> None:
+    with _lab() as (app, port):
+        stream = _open(port, SMALL + "&fps=60")
+        try:
+            assert stream.response.status == 200
+            assert stream.response.getheader("content-type").startswith("text/event-stream")
+            name, run = stream.next()
+            assert name == "run" and run["control"] == f"/api/train/{run['run']}/control"
+            assert run["sides"] == ["a"]
+            data = run["data"]["a"]
+            assert len(data["train"]["x"]) == 32 and len(data["test"]["label"]) == 8
+            assert run["setup"]["a"]["dataset"] == "blobs"
+            first = stream.until("frame")["a"]
+            assert first["step"] == 0 and len(first["boundary"]["z"]) == trainview.GRID
+            assert stream.until("status") == {"playing": False, "step": 0, "speed": 1, "fps": 60}
+            assert _runs(app) == 1
+            assert _control(port, run, {"action": "play"})[0] == 200
+            assert stream.until("status")["playing"] is True
+            steps = [stream.until("frame")["a"]["step"] for _ in range(5)]
+            assert steps == list(range(1, 6))  # one step per frame at speed 1
+            assert _control(port, run, {"speed": 3})[1]["speed"] == 3
+            later = [stream.until("frame")["a"]["step"] for _ in range(3)]
+            assert later[2] - later[1] == 3 == later[1] - later[0]
+            assert _control(port, run, {"action": "pause"})[0] == 200
+            paused = stream.until("status")
+            assert paused["playing"] is False
+            _control(port, run, {"action": "step"})  # the next frame: one step on, none between
+            assert stream.until("frame")["a"]["step"] == paused["step"] + 1
+        finally:
+            stream.close()
+
+
+def test_step_takes_exactly_one_step_and_reset_goes_back_to_step_0() -> None:
+    with _lab() as (_, port):
+        stream = _open(port)
+        try:
+            run = stream.until("run")
+            start = stream.until("frame")["a"]
+            assert stream.until("status")["step"] == 0
+            session = trainview.Session(trainview.make_setup(run["setup"]["a"]))
+            for want in (1, 2):
+                _control(port, run, {"action": "step"})
+                assert stream.until("status") == {
+                    "playing": False,
+                    "step": want,
+                    "speed": 1,
+                    "fps": 30,
+                }
+                frame = stream.until("frame")["a"]
+                record = session.step()
+                assert frame["step"] == want and frame["train_loss"] == record["train_loss"]
+            assert frame["boundary"] != start["boundary"]  # it learned something
+            _control(port, run, {"action": "reset"})
+            assert stream.next() == ("reset", {"step": 0})
+            assert stream.until("status")["step"] == 0
+            again = stream.until("frame")["a"]
+            assert again["step"] == 0 and again["boundary"] == start["boundary"]
+            assert again["layers"] == start["layers"]
+        finally:
+            stream.close()
+
+
+def test_a_link_s_step_count_is_replayed() -> None:
+    with _lab() as (_, port):
+        stream = _open(port, SMALL + "&steps=30")
+        try:
+            run = stream.until("run")
+            assert stream.until("replay") == {"step": trainruns.REPLAY_CHUNK, "of": 30}
+            history = stream.until("history")["a"]
+            frame = stream.until("frame")["a"]
+        finally:
+            stream.close()
+    session = trainview.Session(trainview.make_setup(run["setup"]["a"]))
+    for _ in range(30):
+        session.step()
+    assert history == session.losses and len(history["train"]) == 30
+    assert frame["step"] == 30 and frame["boundary"] == session.frame()["boundary"]
+
+
+def _answers_quickly(port: int, path: str = "/") -> float:
+    started = time.monotonic()
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+        assert r.status == 200
+        r.read()
+    return time.monotonic() - started
+
+
+def test_runs_are_bounded_and_pages_answer_meanwhile() -> None:
+    with _lab() as (app, port):
+        streams = [_open(port, SMALL + "&play=true&fps=60") for _ in range(trainruns.MAX_RUNS)]
+        try:
+            for s in streams:
+                assert s.response.status == 200 and s.until("frame")["a"]["step"] >= 0
+            one_more = _open(port)
+            assert one_more.response.status == 503
+            assert one_more.response.getheader("retry-after") == "5"
+            detail = json.loads(one_more.response.read())["detail"]
+            assert detail["parameter"] is None
+            assert f"at most {trainruns.MAX_RUNS} sessions at once" in detail["message"]
+            one_more.close()
+            for s in streams:  # every run trains on, frame after frame
+                assert s.until("frame")["a"]["step"] > 0
+            assert max(_answers_quickly(port) for _ in range(5)) < 1.0  # the loop is free
+            assert _answers_quickly(port, "/api/train") < 1.0
+            streams.pop().close()  # a page goes away: its run ends, its slot is free
+            _wait(lambda: _runs(app) < trainruns.MAX_RUNS, "the closed stream kept its slot")
+            streams.append(_open(port))
+            assert streams[-1].response.status == 200 and streams[-1].until("run")
+        finally:
+            for s in streams:
+                s.close()
+        _wait(lambda: _runs(app) == 0, "a run outlived its stream")
+
+
+def test_a_client_that_goes_frees_its_run_even_while_paused() -> None:
+    with _lab() as (app, port):
+        stream = _open(port)
+        run = stream.until("run")
+        stream.until("status")
+        assert _runs(app) == 1
+        stream.close()
+        _wait(lambda: _runs(app) == 0, "the run outlived its client", timeout=5)
+        status, body = _control(port, run, {"action": "play"})
+        assert status == 404 and body["detail"]["parameter"] == "run_id"
+
+
+def test_a_new_run_in_place_of_the_old_one_ends_it() -> None:
+    with _lab() as (app, port):
+        old = _open(port, SMALL + "&play=true")
+        run = old.until("run")
+        new = _open(port, f"{SMALL}&depth=2&replaces={run['run']}")
+        try:
+            assert new.until("run")["setup"]["a"]["depth"] == 2
+            with pytest.raises(AssertionError, match="the stream ended"):
+                while True:  # the old stream sends what it had, then ends
+                    old.next()
+            assert _runs(app) == 1
+        finally:
+            old.close()
+            new.close()
+
+
+def test_the_lab_stopping_ends_every_run() -> None:
+    with _lab() as (app, port):
+        stream = _open(port, SMALL + "&play=true")
+        stream.until("frame")
+        lab_app._end_streams(app)
+        started = time.monotonic()
+        with pytest.raises(AssertionError, match="the stream ended"):
+            while True:
+                stream.next()
+        assert time.monotonic() - started < 3
+        stream.close()
+        refused = _open(port)
+        assert refused.response.status == 503
+        assert "stopping" in json.loads(refused.response.read())["detail"]["message"]
+        refused.close()
+
+
+def test_control_refusals() -> None:
+    with _lab() as (_, port):
+        stream = _open(port)
+        try:
+            run = stream.until("run")
+            stream.until("status")  # after the first frame: ready for actions
+            assert _control(port, run, {"action": "jump"})[1]["detail"]["parameter"] == "action"
+            assert _control(port, run, {})[1]["detail"]["parameter"] == "action"
+            assert _control(port, run, {"fps": 1000})[1]["detail"]["parameter"] == "fps"
+            assert _control(port, run, {"colour": 1})[1]["detail"]["parameter"] == "colour"
+            evil = {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"}
+            status, body = _control(port, run, {"action": "play"}, **evil)
+            assert status == 403 and body["detail"]["parameter"] == "origin"
+            own = {"Origin": f"http://127.0.0.1:{port}"}
+            assert _control(port, run, {"action": "step"}, **own)[0] == 200
+            assert stream.until("frame")["a"]["step"] == 1
+        finally:
+            stream.close()
+
+
+def test_too_many_waiting_actions_are_refused() -> None:
+    setup = trainview.make_setup({"points": 40, "depth": 1, "width": 4})
+    run = trainruns.Run({"a": setup}, trainruns.Play())
+    for _ in range(trainruns.MAX_ASKED):
+        run.asked.append("step")
+    with pytest.raises(OverflowError, match="actions wait"):
+        run.ask("step")
+
+
+def test_compare_trains_two_setups_in_lockstep_on_the_same_data() -> None:
+    with _lab() as (app, port):
+        query = f"{SMALL}&compare=true&b.norm=batch&b.lr=1&steps=3"
+        stream = _open(port, query)
+        try:
+            run = stream.until("run")
+            assert run["sides"] == ["a", "b"] and _runs(app) == 2  # a compared run counts two
+            setup = run["setup"]
+            assert setup["b"] == {**setup["a"], "norm": "batch", "lr": 1.0}
+            assert run["data"]["a"] == run["data"]["b"]  # the same points
+            history = stream.until("history")
+            assert len(history["a"]["train"]) == len(history["b"]["train"]) == 3
+            frames = stream.until("frame")
+            assert frames["a"]["step"] == frames["b"]["step"] == 3
+            assert [la["kind"] for la in frames["b"]["layers"]][:2] == ["Linear", "BatchNorm1d"]
+            stream.until("status")
+            _control(port, run, {"action": "play"})
+            for _ in range(3):  # every frame holds both sides at the same step
+                frames = stream.until("frame")
+                assert frames["a"]["step"] == frames["b"]["step"]
+            _control(port, run, {"action": "reset"})
+            stream.until("reset")
+            frames = stream.until("frame")
+            assert frames["a"]["step"] == frames["b"]["step"] == 0
+        finally:
+            stream.close()
+        _wait(lambda: _runs(app) == 0, "a compared run outlived its stream")
