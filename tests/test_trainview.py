@@ -133,6 +133,16 @@ def test_the_frame_s_statistics_are_the_last_step_s_pass() -> None:
     assert s.frame()["layers"] != after_one
 
 
+def test_an_unmeasured_step_trains_the_same_and_keeps_the_last_measured_pass() -> None:
+    measured, plain = session(), session()
+    for k in range(4):
+        assert measured.step() == plain.step(measure=k == 3)  # the same losses either way
+    assert measured.frame() == plain.frame()  # the frames show the same (last, measured) step
+    before = plain.frame()["layers"]
+    plain.step(measure=False)
+    assert plain.frame()["layers"] == before and plain.step_count == 5
+
+
 def test_the_doctor_labels_what_the_initializers_do() -> None:
     # tanh: the doctor reads the unit spread on the batch's first point, where a ReLU may be 0
     constant = session(init="constant", width=16, activation="tanh")

@@ -142,9 +142,10 @@ class Run:
         return self._wake
 
     def _train(self, steps: int) -> None:
+        """``steps`` steps of each side; only the last is measured (the frame shows it)."""
         for session in self.sessions.values():  # side after side: the same steps for each
-            for _ in range(steps):
-                session.step()
+            for k in range(steps):
+                session.step(measure=k == steps - 1)
 
     def _frames(self) -> dict[str, Any]:
         return {k: s.frame() for k, s in self.sessions.items()}

@@ -167,8 +167,8 @@ def run(setup: Setup, steps: int, on_step: Callable[[dict[str, Any]], None] | No
     steps = STEPS.validate(steps)
     session = Session(setup)
     records = []
-    for _ in range(steps):
-        records.append(session.step())
+    for k in range(steps):
+        records.append(session.step(measure=k == steps - 1))  # the final frame shows the last
         if on_step is not None:
             on_step(records[-1])
     return Run(session.setup, records, session.frame(), session.data())

@@ -136,17 +136,23 @@ class Session:
         self._blocks = [m for m in self.model if _is_activation(m)]  # each block's output
         self._last = self._look()
 
-    def step(self) -> dict[str, Any]:
-        """Exactly one optimizer step (the plain code's ``train_step``, under the doctor's
-        probes and the histogram taps); returns the step's record: its number (from 0), the
-        training loss before the update and the test loss and accuracy after it."""
+    def step(self, measure: bool = True) -> dict[str, Any]:
+        """Exactly one optimizer step (the plain code's ``train_step``); returns the step's
+        record: its number (from 0), the training loss before the update and the test loss and
+        accuracy after it. With ``measure`` the step runs under the doctor's probes and the
+        histogram taps, and the next :meth:`frame` shows its layers; without, the frame keeps
+        the last measured step's (the probes cost several plain steps: a frame that shows
+        every tenth step measures only the tenth). The losses are the same either way."""
         x, y = next(self._batches)
-        with watch(self.model, every=1) as w, _Taps(self._blocks) as taps:
+        if measure:
+            with watch(self.model, every=1) as w, _Taps(self._blocks) as taps:
+                train_loss = train_step(self.model, self.optimizer, x, y)
+                record = w.step()
+            if record is not None:
+                self._last = _Pass(record["layers"], taps.act, taps.grad)
+        else:
             train_loss = train_step(self.model, self.optimizer, x, y)
-            record = w.step()
         test_loss, test_accuracy = evaluate(self.model, self.x_test, self.y_test)
-        if record is not None:
-            self._last = _Pass(record["layers"], taps.act, taps.grad)
         self._train.append(train_loss)
         self._test.append(test_loss)
         self.step_count += 1
