@@ -1,4 +1,9 @@
-"""The command line, through a real subprocess: every command and each kind of bad input."""
+"""The command line: every command through a real subprocess, and each kind of bad input.
+
+Bad input is answered by :func:`normlab.cli.main` (status 2, one line on stderr) before anything
+runs, so its cases call that function in this process; one case goes through ``python -m
+normlab`` to show the status and the line reach the shell (each process costs a torch import).
+"""
 
 from __future__ import annotations
 
@@ -22,6 +27,16 @@ def normlab(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[
         timeout=300,
         cwd=cwd,
     )
+
+
+def in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """``normlab ARGS`` answered by :func:`normlab.cli.main` here: status, stdout, stderr."""
+    from normlab import cli
+
+    capsys.readouterr()  # what came before is not this command's
+    status = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return status, out, err
 
 
 def test_list_shows_every_experiment_and_its_parameters() -> None:
@@ -105,15 +120,25 @@ def test_run_with_params_json_and_plot(tmp_path: Path) -> None:
     assert "plot written" in out.stderr
 
 
-def test_run_bool_list_and_float_flags() -> None:
-    out = normlab("run", "bn-lr", "--batch-norm", "--steps", "5", "--lr", "0.5", "--json")
-    assert out.returncode == 0, out.stderr
-    d = json.loads(out.stdout)
+def test_run_bool_list_and_float_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    # in-process: the flags' values reaching the run is the point (--json through a real
+    # process is test_run_with_params_json_and_plot's)
+    status, out, err = in_process(
+        capsys, "run", "bn-lr", "--batch-norm", "--steps", "5", "--lr", "0.5", "--json"
+    )
+    assert status == 0, err
+    d = json.loads(out)
     assert d["batch_norm"] is True and len(d["losses"]) == 5 and d["lr"] == 0.5
-    out = normlab("run", "bn-lr", "--no-batch-norm", "--steps", "2", "--json")
-    assert json.loads(out.stdout)["batch_norm"] is False
-    out = normlab("run", "variance", "--gains", "0.9,1.1", "--depth", "3", "--json")
-    assert [c["gain"] for c in json.loads(out.stdout)["curves"]] == [0.9, 1.1]
+    status, out, err = in_process(
+        capsys, "run", "bn-lr", "--no-batch-norm", "--steps", "2", "--json"
+    )
+    assert status == 0, err
+    assert json.loads(out)["batch_norm"] is False
+    status, out, err = in_process(
+        capsys, "run", "variance", "--gains", "0.9,1.1", "--depth", "3", "--json"
+    )
+    assert status == 0, err
+    assert [c["gain"] for c in json.loads(out)["curves"]] == [0.9, 1.1]
 
 
 def test_run_flags_take_every_form_of_a_value() -> None:
@@ -188,14 +213,24 @@ def test_run_png_plot(tmp_path: Path) -> None:
         (("lab", "--token", "sixteen chars or more"), "a token needs at least 16 characters"),
     ],
 )
-def test_bad_input_exits_2_with_one_line(args: tuple[str, ...], pattern: str) -> None:
-    out = normlab(*args)
-    assert out.returncode == 2
-    assert out.stdout == ""
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1, out.stderr
+def test_bad_input_exits_2_with_one_line(
+    args: tuple[str, ...], pattern: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, err = in_process(capsys, *args)
+    assert status == 2
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
     assert lines[0].startswith("normlab: error: ")
     assert pattern in lines[0]
+
+
+def test_bad_input_reaches_the_shell_as_status_2_and_one_line() -> None:
+    out = normlab("run", "drift", "--depth", "0")
+    assert (out.returncode, out.stdout) == (2, "")
+    assert out.stderr == (
+        "normlab: error: parameter 'depth': 0 is not allowed, use an integer in [1, 100]\n"
+    )
 
 
 def test_bad_token_from_the_environment_exits_2(monkeypatch: pytest.MonkeyPatch) -> None:

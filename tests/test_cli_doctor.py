@@ -148,18 +148,52 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-def normlab(*args: str, cwd: Path, columns: str | None = "250") -> subprocess.CompletedProcess[str]:
+def _env(columns: str | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     if columns is not None:
         env["COLUMNS"] = columns  # wide tables: no wrapped cells to parse around
+    return env
+
+
+def normlab(*args: str, cwd: Path, columns: str | None = "250") -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "normlab", "doctor", *args],
         capture_output=True,
         text=True,
         timeout=300,
         cwd=cwd,
-        env=env,
+        env=_env(columns),
     )
+
+
+# Many commands, one interpreter: a driver calls normlab.cli.main per argv and reports its exit
+# status and output (each command through its own process would cost a torch import apiece).
+DRIVER = """
+import contextlib, io, json, sys
+from normlab.cli import main
+results = []
+for argv in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(argv)
+    results.append([status, out.getvalue(), err.getvalue()])
+print(json.dumps(results))
+"""
+
+
+def driven(*argvs: list[str], cwd: Path, columns: str | None = "250") -> list[list[Any]]:
+    """``normlab doctor ARGV`` for every argv, in one process: [status, stdout, stderr] each."""
+    out = subprocess.run(
+        [sys.executable, "-c", DRIVER, json.dumps([["doctor", *argv] for argv in argvs])],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env=_env(columns),
+    )
+    assert out.returncode == 0, out.stderr
+    results: list[list[Any]] = json.loads(out.stdout)
+    return results
 
 
 def test_text_report_names_the_exploding_layers_and_the_cure(workdir: Path) -> None:
@@ -214,21 +248,15 @@ def test_json_has_layers_labels_verdict_and_suggestions(workdir: Path) -> None:
 @pytest.mark.slow
 def test_fix_saves_a_cured_state_dict_and_an_html_report(workdir: Path, tmp_path: Path) -> None:
     saved, page = tmp_path / "cured.pt", tmp_path / "report.html"
-    out = normlab(
-        "models.py:vanishing",
-        "--input-shape",
-        "64,16",
-        "--fix",
-        "xavier",
-        "--out",
-        str(saved),
-        "--html",
-        str(page),
-        "--json",
+    fix_it = ["models.py:vanishing", "--input-shape", "64,16", "--fix", "xavier"]
+    # one process for both commands: what they print is the point, not the boundary
+    (status, stdout, stderr), (text_status, text, _) = driven(
+        [*fix_it, "--out", str(saved), "--html", str(page), "--json"],
+        [*fix_it, "--out", str(tmp_path / "again.pt")],
         cwd=workdir,
     )
-    assert out.returncode == 0, out.stderr
-    d = json.loads(out.stdout)
+    assert status == 0, stderr
+    d = json.loads(stdout)
     assert d["problems"] == ["vanishing"]  # the model as given
     fix = d["fix"]
     assert fix["method"] == "xavier" and fix["out"] == str(saved)
@@ -237,13 +265,9 @@ def test_fix_saves_a_cured_state_dict_and_an_html_report(workdir: Path, tmp_path
     assert all(layer["labels"] == ["ok"] for layer in fix["after"]["layers"])
     assert fix["skipped"] == [] and fix["trial"]["cured"] is True
     assert len(fix["trial"]["before"]) == len(fix["trial"]["after"]) == doctor.TRIAL_STEPS
-    assert "state_dict written" in out.stderr and "report written" in out.stderr
-    text = normlab("models.py:vanishing", "--input-shape", "64,16", "--fix", "xavier",
-                   "--out", str(tmp_path / "again.pt"), cwd=workdir)  # fmt: skip
-    assert (
-        text.returncode == 0 and f"training check ({doctor.TRIAL_STEPS} Adam steps" in text.stdout
-    )
-    assert "the fix lowered the loss" in text.stdout
+    assert "state_dict written" in stderr and "report written" in stderr
+    assert text_status == 0 and f"training check ({doctor.TRIAL_STEPS} Adam steps" in text
+    assert "the fix lowered the loss" in text
 
     sys.path.insert(0, str(workdir))
     try:
@@ -282,20 +306,8 @@ def test_data_file_is_the_input(workdir: Path, tmp_path: Path) -> None:
 
 # -- bad input ---------------------------------------------------------------------------------
 
-# Many cases, one interpreter: a driver calls normlab.cli.main per argv and reports its exit
-# status and output (each case through its own process would cost a torch import apiece).
-DRIVER = """
-import contextlib, io, json, sys
-from normlab.cli import main
-results = []
-for argv in json.loads(sys.argv[1]):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = main(argv)
-    results.append([status, out.getvalue(), err.getvalue()])
-print(json.dumps(results))
-"""
-
+# Many cases, one interpreter (the DRIVER): each through its own process would cost a torch
+# import apiece.
 BAD: list[tuple[tuple[str, ...], str]] = [
     (("models.py:vanishing", "--input-shape", "8,16", "--fix-tied"), "--fix-tied is only used"),
     (("models.py:argmax_out", "--input-shape", "8,16"), "carries no gradient"),
@@ -381,17 +393,7 @@ BAD: list[tuple[tuple[str, ...], str]] = [
 
 @pytest.fixture(scope="module")
 def bad_results(workdir: Path) -> list[list[Any]]:
-    argvs = [["doctor", *args] for args, _ in BAD]
-    out = subprocess.run(
-        [sys.executable, "-c", DRIVER, json.dumps(argvs)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=workdir,
-    )
-    assert out.returncode == 0, out.stderr
-    results: list[list[Any]] = json.loads(out.stdout)
-    return results
+    return driven(*[list(args) for args, _ in BAD], cwd=workdir)
 
 
 @pytest.mark.parametrize("case", range(len(BAD)), ids=[" ".join(a[:3]) for a, _ in BAD])

@@ -1,19 +1,27 @@
 """The code behind every experiment: a script that needs no normlab and prints what normlab reports.
 
 For every registered experiment, at its defaults and at two other settings, the rendered script
-runs in a fresh interpreter (a real subprocess) where ``import normlab`` fails, and what it prints
-is exactly what the experiment's ``show`` prints for the result normlab computed in this process;
-every number of the result's tables appears in that output. The notebook of every experiment runs
+runs in a fresh process of its own where ``import normlab`` fails, and what it prints is exactly
+what the experiment's ``show`` prints for the result normlab computed in this process; every
+number of the result's tables appears in that output. The notebook of every experiment runs
 under nbclient and prints the same.
+
+Those processes are forked from one that has imported what the scripts import (torch and
+scikit-learn, seconds per interpreter) and never normlab, so 36 scripts pay that import once;
+one script also runs as a learner runs it, ``python FILE`` in a fresh interpreter.
 """
 
 from __future__ import annotations
 
 import ast
+import json
+import os
 import re
+import select
+import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +68,76 @@ def no_normlab(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+# The fork server: it imports what every script imports (torch._dynamo too, which torch imports
+# at the first optimizer's construction), then for each request forks a child that runs the file
+# as `python FILE` does (sys.argv, sys.path[0], __main__), its stdout and stderr into files, and
+# answers the child's exit status (1 for an uncaught exception, whose traceback is on stderr).
+FORK_SERVER = """
+import json, os, runpy, sys, traceback
+import sklearn.datasets, torch, torch._dynamo
+assert not [m for m in sys.modules if m.partition(".")[0] == "normlab"]
+for line in sys.stdin:
+    path, out, err = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        os.dup2(os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 1)
+        os.dup2(os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
+        sys.argv, sys.path[0] = [path], os.path.dirname(path)
+        status = 0
+        try:
+            runpy.run_path(path, run_name="__main__")
+        except BaseException:
+            traceback.print_exc()
+            status = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+"""
+Ran = tuple[int, str, str]  # exit status, stdout, stderr
+
+
+@pytest.fixture(scope="module")
+def run_script(no_normlab: Path) -> Iterator[Callable[[Path], Ran]]:
+    """Run a script in a fresh process forked from :data:`FORK_SERVER` (300 s at most)."""
+    log = no_normlab / "fork-server.err"
+    with log.open("w") as server_err:
+        server = subprocess.Popen(
+            [sys.executable, "-c", FORK_SERVER],
+            cwd=no_normlab,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=server_err,
+            text=True,
+            start_new_session=True,  # its children in its process group: one kill ends all
+        )
+
+    def run(path: Path) -> Ran:
+        out, err = path.with_suffix(".out"), path.with_suffix(".err")
+        assert server.stdin is not None and server.stdout is not None
+        server.stdin.write(json.dumps([str(path), str(out), str(err)]) + "\n")
+        server.stdin.flush()
+        if not select.select([server.stdout], [], [], 300)[0]:
+            os.killpg(server.pid, signal.SIGKILL)
+            pytest.fail(f"{path.name} ran past 300 s")
+        status = server.stdout.readline()
+        assert status, f"the fork server ended: {log.read_text()}"
+        return int(status), out.read_text(), err.read_text()
+
+    try:
+        yield run
+    finally:
+        assert server.stdin is not None and server.stdout is not None
+        server.stdin.close()
+        server.stdout.close()
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+
+
 def test_every_experiment_but_the_doctor_has_settings_here() -> None:
     assert sorted(SETTINGS) == sorted(PLAIN)
 
@@ -69,7 +147,11 @@ def test_every_experiment_but_the_doctor_has_settings_here() -> None:
     ("name", "params"), CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES)]
 )
 def test_the_rendered_code_prints_what_normlab_reports(
-    name: str, params: dict[str, Any], no_normlab: Path, cached_run: Callable[..., Result]
+    name: str,
+    params: dict[str, Any],
+    no_normlab: Path,
+    run_script: Callable[[Path], Ran],
+    cached_run: Callable[..., Result],
 ) -> None:
     experiment = get_experiment(name)
     result = cached_run(name, **params)
@@ -77,13 +159,11 @@ def test_the_rendered_code_prints_what_normlab_reports(
     assert "normlab" not in _imports(text)
     path = no_normlab / f"{name.replace('-', '_')}.py"
     path.write_text(text)
-    done = subprocess.run(
-        [sys.executable, str(path)], cwd=no_normlab, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr
+    status, stdout, stderr = run_script(path)
+    assert status == 0, stderr
     expected = script.output(experiment, result)
-    assert done.stdout == expected
-    printed = [float(n) for n in re.findall(NUMBER, done.stdout)]
+    assert stdout == expected
+    printed = [float(n) for n in re.findall(NUMBER, stdout)]
     for table in result.tables():
         for row in table.rows:
             for cell in row:
@@ -132,6 +212,22 @@ def test_the_script_binds_the_parameters_it_was_asked_for() -> None:
 def test_render_validates_its_parameters() -> None:
     with pytest.raises(ValueError, match="depth"):
         script.render(get_experiment("drift"), {"depth": 0})
+
+
+@pytest.mark.slow
+def test_a_script_runs_as_a_learner_runs_it(
+    no_normlab: Path, cached_run: Callable[..., Result]
+) -> None:
+    """``python FILE`` in a fresh interpreter, nothing imported for it: bn-lr, the lesson's own
+    figures, with an import list as wide as any (torch, its functional and nn, scikit-learn)."""
+    experiment = get_experiment("bn-lr")
+    path = no_normlab / "bn_lr_alone.py"
+    path.write_text(script.render(experiment, {}))
+    done = subprocess.run(
+        [sys.executable, str(path)], cwd=no_normlab, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == script.output(experiment, cached_run("bn-lr"))
 
 
 @pytest.mark.slow

@@ -179,10 +179,10 @@ _LISTING = re.compile(
 _RUN_ALL = """
 import contextlib, io, json, sys
 out = []
-for source in json.load(sys.stdin):
+for name, source in json.load(sys.stdin):
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        exec(compile(source, "<listing>", "exec"), {"__name__": "__listing__"})
+        exec(compile(source, name, "exec"), {"__name__": "__listing__"})
     out.append(buf.getvalue())
 sys.stdout.write(json.dumps(out))
 """
@@ -192,29 +192,47 @@ def _text(markup: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", markup))
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("slug", [lesson.slug for lesson in LESSONS])
-def test_code_listings_run_and_print_what_the_page_shows(
-    lesson_pages: dict[str, str], slug: str
-) -> None:
-    listings = [
+def _listings(page: str) -> list[tuple[str, str | None]]:
+    """A page's runnable listings: (source, the output the page shows under it, if any)."""
+    return [
         (_text(m.group(1)), None if m.group(2) is None else _text(m.group(2)))
-        for m in _LISTING.finditer(lesson_pages[slug])
+        for m in _LISTING.finditer(page)
     ]
-    if not listings:
-        pytest.skip(f"{slug} has no runnable listing")
+
+
+@pytest.fixture(scope="module")
+def listings_printed(lesson_pages: dict[str, str]) -> dict[str, list[str]]:
+    """What every lesson's listings print, each run on its own globals, all in one interpreter
+    (one per lesson would cost a torch import apiece)."""
+    named = [
+        (f"<{slug} listing {i + 1}>", src)
+        for slug, page in lesson_pages.items()
+        for i, (src, _) in enumerate(_listings(page))
+    ]
     # Same environment as this process (and its app): torch's thread count can change the
     # last digits of a training run, so the listing must run under the same setting.
     done = subprocess.run(
         [sys.executable, "-c", _RUN_ALL],
-        input=json.dumps([src for src, _ in listings]),
+        input=json.dumps(named),
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    printed: list[str] = json.loads(done.stdout)
+    printed = iter(json.loads(done.stdout))
+    return {slug: [next(printed) for _ in _listings(page)] for slug, page in lesson_pages.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("slug", [lesson.slug for lesson in LESSONS])
+def test_code_listings_run_and_print_what_the_page_shows(
+    lesson_pages: dict[str, str], listings_printed: dict[str, list[str]], slug: str
+) -> None:
+    listings = _listings(lesson_pages[slug])
+    if not listings:
+        pytest.skip(f"{slug} has no runnable listing")
+    printed = listings_printed[slug]
     for (src, shown), got in zip(listings, printed, strict=True):
         if shown is not None:
             assert got.strip() == shown.strip(), f"listing prints differently:\n{src}"
