@@ -25,10 +25,11 @@ SLUGS = [lesson.slug for lesson in LESSONS]
 
 def test_home_lists_every_lesson(page: Any, server: str) -> None:
     page.goto(server + "/")
-    links = page.locator(".lesson-list a")
+    links = page.locator("ol.lesson-list a")  # the numbered lessons
     assert links.count() == len(LESSONS)
     hrefs = [links.nth(i).get_attribute("href") for i in range(links.count())]
     assert hrefs == [lesson.url for lesson in LESSONS]
+    assert page.locator(".tools .lesson-list a").get_attribute("href") == "/train"
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "home.png"), full_page=True)
     links.first.click()
