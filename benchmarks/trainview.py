@@ -37,17 +37,16 @@ Usage::
 import argparse
 import dataclasses
 import http.client
-import json
 import os
 import statistics
 import time
 import urllib.parse
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 from normlab import trainview
+from normlab.lab import sse
 from normlab.lab.trainruns import MAX_FPS
 from widgets import _post_ok, lab_server
 
@@ -70,23 +69,10 @@ class Stream:
                 f"the stream answered {self.response.status}: {self.response.read()!r}"
             )
 
-    def events(self) -> Iterator[tuple[str, Any]]:
-        name, data = "message", []
-        while True:
-            line = self.response.readline()
-            if not line:
-                return
-            text = line.decode().rstrip("\n")
-            if text.startswith("event: "):
-                name = text[7:]
-            elif text.startswith("data: "):
-                data.append(text[6:])
-            elif text == "" and data:
-                yield name, json.loads("\n".join(data))
-                name, data = "message", []
+        self.events = sse.read_events(self.response.readline)
 
     def until(self, name: str) -> Any:
-        for got, data in self.events():
+        for got, data in self.events:
             if got == name:
                 return data
         raise RuntimeError(f"the stream ended before a {name!r} event")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-import json
 import socket
 import subprocess
 import threading
@@ -19,6 +18,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from normlab.lab import app as lab_app
+from normlab.lab import sse
 
 
 def free_port() -> int:
@@ -87,20 +87,13 @@ class EventStream:
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
         self.conn.request("GET", path, headers=headers or {})
         self.response = self.conn.getresponse()
+        self._events = sse.read_events(self.response.readline)
 
     def next(self) -> tuple[str, Any]:
         """The next event with data: (its name, its data parsed as JSON)."""
-        name, data = "message", []
-        while True:
-            line = self.response.readline()
-            assert line, "the stream ended"
-            text = line.decode().rstrip("\n")
-            if text.startswith("event: "):
-                name = text[7:]
-            elif text.startswith("data: "):
-                data.append(text[6:])
-            elif text == "" and data:
-                return name, json.loads("\n".join(data))
+        got = next(self._events, None)
+        assert got is not None, "the stream ended"
+        return got
 
     def until(self, name: str) -> Any:
         """The data of the next ``name`` event (the events before it skipped)."""

@@ -24,6 +24,12 @@ _NORMS: tuple[type[nn.Module], ...] = (
     nlnn.GroupNorm,
     nlnn.RMSNorm,
 )
+_POOLS: tuple[type[nn.Module], ...] = (
+    nn.modules.pooling._MaxPoolNd,
+    nn.modules.pooling._AvgPoolNd,
+    nn.modules.pooling._AdaptiveAvgPoolNd,
+    nn.modules.pooling._AdaptiveMaxPoolNd,
+)
 _CHANNEL_FIRST: tuple[type[nn.Module], ...] = (
     nn.modules.conv._ConvNd,
     nn.modules.batchnorm._BatchNorm,
@@ -31,20 +37,14 @@ _CHANNEL_FIRST: tuple[type[nn.Module], ...] = (
     nn.modules.instancenorm._InstanceNorm,
     nlnn._BatchNorm,
     nlnn.GroupNorm,
-    nn.modules.pooling._MaxPoolNd,
-    nn.modules.pooling._AvgPoolNd,
-    nn.modules.pooling._AdaptiveAvgPoolNd,
-    nn.modules.pooling._AdaptiveMaxPoolNd,
+    *_POOLS,
 )
 _PASS_THROUGH: tuple[type[nn.Module], ...] = (
     *_NORMS,
     nn.modules.dropout._DropoutNd,
     nn.Identity,
     nn.Flatten,
-    nn.modules.pooling._MaxPoolNd,
-    nn.modules.pooling._AvgPoolNd,
-    nn.modules.pooling._AdaptiveAvgPoolNd,
-    nn.modules.pooling._AdaptiveMaxPoolNd,
+    *_POOLS,
 )
 _RELU_LIKE = (nn.ReLU, nn.ReLU6, nn.ELU, nn.CELU, nn.GELU, nn.SiLU, nn.Mish, nn.Softplus)
 _TANH_LIKE = (nn.Tanh, nn.Hardtanh, nn.Softsign)

@@ -11,7 +11,7 @@ the pool is full: 503 in the lab's error shape, with ``Retry-After``.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -37,6 +37,27 @@ def event(name: str, data: object, id: int | str | None = None) -> str:
     """One event: its name, its id (when given) and its data as one line of JSON."""
     head = f"event: {name}\n" if id is None else f"event: {name}\nid: {id}\n"
     return f"{head}data: {dumps(data)}\n\n"
+
+
+def read_events(readline: Callable[[], bytes]) -> Iterator[tuple[str, Any]]:
+    """The events of a stream read line by line, as ``(name, data parsed as JSON)``, until it
+    ends: what :func:`event` wrote (comments and ``retry:`` lines skipped), for clients.
+
+    >>> import io
+    >>> text = retry() + comment("hi") + event("frame", {"step": 1}) + event("end", None)
+    >>> list(read_events(io.BytesIO(text.encode()).readline))
+    [('frame', {'step': 1}), ('end', None)]
+    """
+    name, data = "message", []
+    while line := readline():
+        text = line.decode().rstrip("\n")
+        if text.startswith("event: "):
+            name = text[7:]
+        elif text.startswith("data: "):
+            data.append(text[6:])
+        elif text == "" and data:
+            yield name, json.loads("\n".join(data))
+            name, data = "message", []
 
 
 def comment(text: str) -> str:
