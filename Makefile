@@ -50,3 +50,4 @@ bench: install
 	$(PY) benchmarks/probe.py
 	$(PY) benchmarks/answers.py
 	$(PY) benchmarks/trainview.py
+	$(PY) benchmarks/widgetstream.py

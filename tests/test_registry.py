@@ -191,6 +191,55 @@ def test_training_experiments_report_progress_every_step(name: str) -> None:
     assert total == expected[name]
 
 
+STREAMING = {  # what each streams after: a step of the chosen run, or a rate's run
+    "symmetry": {"steps": 9},
+    "init-train": {"steps": 9},
+    "bn-lr": {"steps": 9},
+    "bn-lr-sweep": {"points": 3, "steps": 10, "tail": 2},
+}
+
+
+def test_the_training_experiments_stream() -> None:
+    assert {e.name for e in list_experiments() if e.streams} == set(STREAMING)
+
+
+def _curve(name: str, d: dict) -> list:
+    """What grows in a streamed result: the chosen run's curve, or both sweep curves."""
+    if name == "bn-lr-sweep":
+        return [v for c in d["curves"] for v in c["final_losses"]]
+    if name == "bn-lr":
+        return d["losses"] + d["contrast_losses"]
+    return d["weights"] if name == "symmetry" else d["losses"]
+
+
+@pytest.mark.parametrize("name", sorted(STREAMING))
+def test_a_streamed_run_grows_by_prefixes_to_the_plain_run_s_result(name: str) -> None:
+    params = STREAMING[name]
+    partials = []
+    final = run_experiment(name, live=lambda partial: partials.append(partial()), **params)
+    assert final.to_dict() == run_experiment(name, **params).to_dict()  # live changes nothing
+    full = _curve(name, final.to_dict())
+    expected = {"symmetry": 9, "init-train": 9, "bn-lr": 18, "bn-lr-sweep": 6}[name]
+    assert len(partials) == expected
+    for n, partial in enumerate(partials, start=1):
+        d = partial.to_dict()
+        assert d["experiment"] == name and d["params"] == final.params
+        grown = _curve(name, d)
+        assert len(grown) == n and grown == full[:n]  # one more step (or rate) each time
+        assert json.dumps([f.to_dict() for f in partial.figures()], allow_nan=False)
+
+
+def test_a_partial_result_is_a_copy_the_run_does_not_change() -> None:
+    kept = []
+    run_experiment("bn-lr", live=lambda partial: kept.append(partial()) if not kept else None)
+    assert len(kept[0].losses) == 1 and kept[0].contrast_losses == []
+
+
+def test_live_for_an_experiment_that_does_not_stream_is_refused() -> None:
+    with pytest.raises(ValueError, match="'drift' does not stream"):
+        run_experiment("drift", live=lambda partial: None)
+
+
 class Stop(Exception):
     pass
 

@@ -42,7 +42,7 @@ def test_train_is_the_seed_loop_bit_for_bit(batch_norm: bool) -> None:
     x, y = two_moons()
     ours, ref = _net(batch_norm), _net(batch_norm)
     ref.train()
-    assert train(ours, x, y, lr=0.8, steps=40) == _seed_loop(ref, x, y, lr=0.8, steps=40)
+    assert list(train(ours, x, y, lr=0.8, steps=40)) == _seed_loop(ref, x, y, lr=0.8, steps=40)
     for a, b in zip(ours.state_dict().values(), ref.state_dict().values(), strict=True):
         assert torch.equal(a, b)  # weights, running statistics, num_batches_tracked
 
@@ -52,17 +52,19 @@ def test_the_loss_of_a_step_is_measured_before_its_update() -> None:
     net = _net(False)
     with torch.no_grad():
         before = F.binary_cross_entropy_with_logits(net(x), y).item()
-    assert train(net, x, y, lr=0.5, steps=1) == [before]
+    assert list(train(net, x, y, lr=0.5, steps=1)) == [before]
 
 
 def test_a_diverging_run_keeps_its_non_finite_losses() -> None:
     x, y = two_moons()
-    losses = train(_net(False), x * 1e6, y, lr=5e6, steps=30)
+    losses = list(train(_net(False), x * 1e6, y, lr=5e6, steps=30))
     assert len(losses) == 30 and not all(math.isfinite(v) for v in losses)
 
 
 def test_train_puts_the_net_in_training_mode() -> None:
     x, y = two_moons()
     net = _net(True).eval()
-    train(net, x, y, lr=0.1, steps=1)
+    steps = train(net, x, y, lr=0.1, steps=1)
+    assert not net.training  # a generator: nothing runs until a loss is asked for
+    next(steps)
     assert net.training

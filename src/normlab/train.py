@@ -8,29 +8,34 @@ this loop prints in a notebook.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 
-def train(net: nn.Module, x: torch.Tensor, y: torch.Tensor, lr: float, steps: int) -> list[float]:
-    """Train ``net`` with full-batch SGD for ``steps`` steps; return the loss of every step.
+def train(
+    net: nn.Module, x: torch.Tensor, y: torch.Tensor, lr: float, steps: int
+) -> Iterator[float]:
+    """Train ``net`` with full-batch SGD for ``steps`` steps, yielding each step's loss as it goes.
+
+    A generator, so that a caller sees the curve grow (``for loss in train(...)``) or takes it
+    whole (``list(train(...))``); the steps are taken as the losses are asked for.
 
     Args:
         net: maps ``(N, D)`` inputs to ``(N, 1)`` logits; put in training mode here.
         x: ``(N, D)`` inputs.  y: ``(N, 1)`` targets in {0, 1}.
         lr: the learning rate.  steps: the number of updates.
 
-    Returns:
+    Yields:
         ``steps`` losses (``inf`` or ``nan`` where training diverged).
     """
     net.train()
     opt = torch.optim.SGD(net.parameters(), lr=lr)
-    losses = []
     for _ in range(steps):
         opt.zero_grad()
         loss = F.binary_cross_entropy_with_logits(net(x), y)  # (N, 1) logits vs (N, 1) targets
         loss.backward()
         opt.step()
-        losses.append(loss.item())
-    return losses
+        yield loss.item()

@@ -1,4 +1,5 @@
-"""A widget's superseded request, dropped in the browser, stops its run on the server.
+"""A training widget's run grows on the page while it trains, and its superseded stream,
+dropped in the browser, stops its run on the server.
 
 These tests need the lab's ``Runner`` to see what the server did, so they serve the lab from
 this process (uvicorn on a thread, as ``normlab lab`` runs it) instead of the session's
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lab_traces import TRACES
 from labpage import ALLOWED_HOST, api
 
 from normlab.lab.app import create_app
@@ -64,25 +66,52 @@ def server(lab: tuple[str, Runner]) -> str:
     return lab[0]
 
 
+def _streams_bn_lr(request: Any) -> bool:
+    return request.method == "GET" and "/api/experiments/bn-lr/stream?" in request.url
+
+
+def _drawn_steps(page: Any) -> int:
+    """How many steps the bold (chosen) loss curve of the bn-lr widget has on the page now."""
+    plot = page.locator('.nl-widget[data-widget="bn-lr"] .nl-plot')
+    traces = plot.evaluate(TRACES)
+    return len(traces[0][0]["x"]) if traces and traces[0] else 0
+
+
 def test_superseded_and_left_requests_stop_their_runs(page: Any, lab: tuple[str, Runner]) -> None:
     base, runner = lab
-    # a long bn-lr from the address: the widget asks for it when the page opens
-    with page.expect_request(lambda r: r.method == "POST" and r.url.endswith("/bn-lr")):
+    # a long bn-lr from the address: the widget streams it when the page opens
+    with page.expect_request(_streams_bn_lr):
         page.goto(f"{base}/lessons/bn-from-scratch?{HEAVY}")
     _wait_for(lambda: _long_runs(runner) == 1, "the long run to start", page)
-    page.wait_for_timeout(500)
-    # one step of the learning-rate slider supersedes it: the widget aborts its fetch
-    slider = page.locator('.nl-widget[data-widget="bn-lr"] input[data-param="lr"]')
-    with page.expect_request(lambda r: r.method == "POST" and r.url.endswith("/bn-lr")):
+    # while it trains, its curve is drawn and grows, frame by frame
+    widget = page.locator('.nl-widget[data-widget="bn-lr"]')
+    _wait_for(lambda: widget.evaluate("(n) => n.nlFrames") >= 2, "two frames", page)
+    first = _drawn_steps(page)
+    _wait_for(lambda: _drawn_steps(page) > first > 0, "the curve to grow", page)
+    assert widget.get_attribute("data-state") == "loading"
+    assert "of 4000" in widget.locator(".nl-msg").inner_text()  # training… step k of 4000
+    # one step of the learning-rate slider supersedes it: the widget aborts its stream
+    slider = widget.locator('input[data-param="lr"]')
+    with page.expect_request(_streams_bn_lr):
         slider.focus()
         page.keyboard.press("ArrowRight")
     _wait_for(lambda: runner.abandoned == 1, "the superseded run to stop", page)
-    # leaving the page drops the new (also long) request too
+    # leaving the page drops the new (also long) stream too
     page.goto(f"{base}/")
     _wait_for(lambda: runner.abandoned == 2, "the left run to stop", page)
     _wait_for(lambda: _long_runs(runner) == 0, "the long runs to end", page, timeout=20)
     status, body = api(base, "bn-lr", {"seed": 4})  # the lab is free for the next learner
     assert status == 200 and len(body["losses"]) == 150
+
+
+def test_a_streamed_run_ends_drawn_as_its_answer(page: Any, lab: tuple[str, Runner]) -> None:
+    base, _ = lab
+    page.goto(f"{base}/lessons/bn-from-scratch?bn-lr.steps=600&bn-lr.width=96")
+    widget = page.locator('.nl-widget[data-widget="bn-lr"]')
+    _wait_for(lambda: widget.get_attribute("data-state") == "ready", "the answer", page)
+    assert widget.evaluate("(n) => n.nlFrames") >= 1
+    assert _drawn_steps(page) == 600 == len(widget.evaluate("(n) => n.nlLastResult.losses"))
+    assert widget.locator(".nl-table tbody tr").count() == 2  # the answer's table: BN, no BN
 
 
 def _long_runs(runner: Runner) -> int:

@@ -35,6 +35,7 @@ from normlab.experiments import (
 from normlab.experiments.base import (
     ENGINE,
     Experiment,
+    Live,
     Parameter,
     ParameterError,
     ParameterTypeError,
@@ -82,22 +83,35 @@ def get_experiment(name: str) -> Experiment:
         raise UnknownExperiment(f"experiment {name!r} not found, use one of: {valid}") from None
 
 
-def run_experiment(name: str, progress: Progress | None = None, **params: Any) -> Result:
+def run_experiment(
+    name: str, progress: Progress | None = None, live: Live | None = None, **params: Any
+) -> Result:
     """Validate ``params`` against the experiment's declaration, run it, return its Result.
 
     The Result records the experiment's name and the full parameter set it ran with, so it can
     be reproduced. The caller's global random state is restored afterwards. ``progress`` is
     called as ``progress(done, total)`` after every optimizer step of a training experiment (it
-    may raise to stop the run).
+    may raise to stop the run). ``live``, for an experiment that streams (``Experiment.streams``),
+    is called as ``live(partial)`` whenever the run's result has grown; ``partial()`` builds the
+    Result so far (it copies the data: call it only for what you will show).
     """
     experiment = get_experiment(name)
     p = experiment.make_params(params)
     values = params_dict(p)
     total = experiment.total_steps(p) if experiment.total_steps is not None else 0
+    extra: dict[str, Any] = {}
+    if live is not None:
+        if not experiment.streams:
+            raise ValueError(f"experiment {name!r} does not stream its result: pass no live")
+        extra["live"] = lambda raw: live(lambda: _result(experiment, raw, values))
     with ENGINE, _own_rng(values.get("device", "cpu")), _counting(progress, total):
-        raw = experiment.entry(**values)
+        raw = experiment.entry(**values, **extra)
+    return _result(experiment, raw, values)
+
+
+def _result(experiment: Experiment, raw: dict[str, Any], values: dict[str, Any]) -> Result:
     result = experiment.result_type.from_raw(raw)
-    result.experiment = name
+    result.experiment = experiment.name
     result.params = values
     return result
 
@@ -134,6 +148,7 @@ def _counting(progress: Progress | None, total: int) -> Iterator[None]:
 
 __all__ = [
     "Experiment",
+    "Live",
     "Parameter",
     "ParameterError",
     "ParameterTypeError",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import math
 import threading
 import types
@@ -27,6 +28,8 @@ from normlab.figures import Figure
 Kind = Literal["int", "float", "bool", "choice", "float_list"]
 Progress = Callable[[int, int], None]
 """Called as ``progress(done, total)`` while a training run advances."""
+Live = Callable[[Callable[[], "Result"]], None]
+"""Called as ``live(partial)`` when a streaming run's result grows; ``partial()`` builds it."""
 
 MAX_SEED = 2**31 - 1
 
@@ -331,7 +334,8 @@ class Result:
 
 def _build(hint: Any, value: Any) -> Any:
     """``value`` (plain JSON-like data) as the type ``hint``: dataclasses from dicts, lists of
-    them, optional ones; anything else as it is."""
+    them, optional ones; anything else as it is. Lists are new lists (a run that goes on
+    appending to its own does not change the result built from them)."""
     if value is None:
         return None
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
@@ -343,6 +347,8 @@ def _build(hint: Any, value: Any) -> Any:
         return hint(**{k: _build(hints[k], v) for k, v in value.items()})
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is list and args:
+        if typing.get_origin(args[0]) is list or args[0] in (float, int, bool, str):
+            return list(value)  # plain data: a new outer list, its items shared
         return [_build(args[0], v) for v in value]
     if origin in (types.UnionType, typing.Union):
         kinds = [a for a in args if a is not type(None)]
@@ -402,6 +408,11 @@ class Experiment:
     def trains(self) -> bool:
         """Whether a run trains (it steps an optimizer and reports progress)."""
         return self.total_steps is not None
+
+    @property
+    def streams(self) -> bool:
+        """Whether ``entry`` shows its result as it grows (it takes a ``live`` callback)."""
+        return "live" in inspect.signature(self.entry).parameters
 
     @property
     def parameters(self) -> tuple[Parameter, ...]:

@@ -10,6 +10,7 @@ setting's loss curve and, for contrast, the other one.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,21 +62,35 @@ def mlp(width: int, hidden_layers: int, batch_norm: bool) -> nn.Sequential:
 
 
 def bn_lr(
-    batch_norm: bool, lr: float, steps: int, hidden_layers: int, width: int, seed: int, device: str
+    batch_norm: bool,
+    lr: float,
+    steps: int,
+    hidden_layers: int,
+    width: int,
+    seed: int,
+    device: str,
+    live: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Train the same net with and without BatchNorm at learning rate ``lr``."""
+    """Train the same net with and without BatchNorm at learning rate ``lr``.
+
+    ``live``, when given, is called with the result so far after every step (the lab draws
+    the curves from it as they grow).
+    """
     x, y = two_moons(device=device)
-    losses = {}
-    for bn in (batch_norm, not batch_norm):
-        torch.manual_seed(seed)  # both nets draw the same Linear weights
-        net = mlp(width, hidden_layers, bn).to(device)
-        losses[bn] = train(net, x, y, lr, steps)
-    return {
+    result: dict[str, Any] = {
         "batch_norm": batch_norm,
         "lr": lr,
-        "losses": losses[batch_norm],
-        "contrast_losses": losses[not batch_norm],
+        "losses": [],  # the chosen setting's curve
+        "contrast_losses": [],  # the other one's
     }
+    for bn, curve in ((batch_norm, "losses"), (not batch_norm, "contrast_losses")):
+        torch.manual_seed(seed)  # both nets draw the same Linear weights
+        net = mlp(width, hidden_layers, bn).to(device)
+        for loss in train(net, x, y, lr, steps):
+            result[curve].append(loss)
+            if live is not None:
+                live(result)
+    return result
 
 
 def show(result: dict[str, Any]) -> None:

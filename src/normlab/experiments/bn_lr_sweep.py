@@ -11,6 +11,7 @@ the starting loss after the warm-up.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,26 +87,29 @@ def bn_lr_sweep(
     width: int,
     seed: int,
     device: str,
+    live: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Train the bn-lr net at every learning rate of a log-spaced grid, without and with BN."""
+    """Train the bn-lr net at every learning rate of a log-spaced grid, without and with BN.
+
+    ``live``, when given, is called with the result so far after every rate's run (the lab
+    draws the curves from it as they grow).
+    """
     x, y = two_moons(device=device)
     lrs = torch.logspace(math.log10(lr_min), math.log10(lr_max), points).tolist()
-    curves = []
-    for batch_norm in (False, True):
-        runs = []
+    curves: list[dict[str, Any]] = [
+        {"batch_norm": bn, "final_losses": [], "peak_losses": [], "stable": []}
+        for bn in (False, True)
+    ]
+    for curve in curves:
         for lr in lrs:
             torch.manual_seed(seed)  # the same starting weights at every rate
-            net = mlp(width, hidden_layers, batch_norm).to(device)
-            runs.append(summarize(train(net, x, y, lr, steps), tail, stable_loss))
-        final, peak, stable = zip(*runs, strict=True)
-        curves.append(
-            {
-                "batch_norm": batch_norm,
-                "final_losses": list(final),
-                "peak_losses": list(peak),
-                "stable": list(stable),
-            }
-        )
+            net = mlp(width, hidden_layers, curve["batch_norm"]).to(device)
+            final, peak, stable = summarize(list(train(net, x, y, lr, steps)), tail, stable_loss)
+            curve["final_losses"].append(final)
+            curve["peak_losses"].append(peak)
+            curve["stable"].append(stable)
+            if live is not None:
+                live({"lrs": lrs, "curves": curves})
     return {"lrs": lrs, "curves": curves}
 
 
@@ -187,7 +191,7 @@ class BnLrSweepResult(Result):
             fig.Axis(
                 f"final loss (mean of the last {self.params.get('tail', '')} steps, log)",
                 scale="log",
-                limits=(min(0.1, *finals) / 1.6, LOSS_CLIP * 1.6),
+                limits=(min([0.1, *finals]) / 1.6, LOSS_CLIP * 1.6),
             ),
             series,
             lines=lines,
@@ -208,13 +212,14 @@ class BnLrSweepResult(Result):
     def _curve(self, c: SweepCurve) -> list[fig.Series]:
         color = fig.BLUE if c.batch_norm else fig.RED
         finals = self._shown(c.final_losses)
+        lrs = self.lrs[: len(finals)]  # the rates run so far: every one once the sweep is done
 
         def where(ok: bool) -> tuple[list[float], list[float | None]]:
             picked = [i for i, s in enumerate(c.stable) if s == ok]
-            return [self.lrs[i] for i in picked], [finals[i] for i in picked]
+            return [lrs[i] for i in picked], [finals[i] for i in picked]
 
         return [
-            fig.Series(_name(c), self.lrs, finals, color=color, width=2.5),
+            fig.Series(_name(c), lrs, finals, color=color, width=2.5),
             fig.Series(
                 f"{_name(c)}: stable", *where(True), "markers", color, marker_size=8, legend=False
             ),
@@ -229,7 +234,7 @@ class BnLrSweepResult(Result):
             ),
             fig.Series(
                 f"{_name(c)}: peak loss",
-                self.lrs,
+                lrs,
                 self._shown(c.peak_losses),
                 "markers",
                 color,

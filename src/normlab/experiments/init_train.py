@@ -12,6 +12,7 @@ backward variance of the loss gradient with respect to it, then the loss of ever
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,22 +105,37 @@ def variances_at_init(
 
 
 def init_train(
-    method: str, hidden_layers: int, width: int, lr: float, steps: int, seed: int, device: str
+    method: str,
+    hidden_layers: int,
+    width: int,
+    lr: float,
+    steps: int,
+    seed: int,
+    device: str,
+    live: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Initialize the net by ``method``, measure it, then train it on two moons."""
+    """Initialize the net by ``method``, measure it, then train it on two moons.
+
+    ``live``, when given, is called with the result so far after every step (the lab draws
+    the loss curve from it as it grows).
+    """
     x, y = two_moons(device=device)
     torch.manual_seed(seed)
     net = DeepMLP(width, hidden_layers)
     apply_init(net, method)  # on the CPU, where the seed draws
     net.to(device)
     forward, backward = variances_at_init(net, x, y)
-    losses = train(net, x, y, lr, steps)
-    return {
+    result: dict[str, Any] = {
         "method": method,
         "forward_variances": forward,
         "backward_variances": backward,
-        "losses": losses,
+        "losses": [],
     }
+    for loss in train(net, x, y, lr, steps):
+        result["losses"].append(loss)
+        if live is not None:
+            live(result)
+    return result
 
 
 def show(result: dict[str, Any]) -> None:

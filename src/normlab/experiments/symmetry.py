@@ -9,6 +9,7 @@ chosen run's weight and gradient history and, for contrast, the same numbers for
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,19 +73,18 @@ def init_net(net: nn.Module, random_init: bool, const: float, std: float, seed: 
 
 def train_track(
     net: TinyMLP, x: torch.Tensor, y: torch.Tensor, steps: int, lr: float
-) -> tuple[torch.Tensor, torch.Tensor, list[float]]:
-    """Full-batch SGD; record every hidden unit's incoming weights and their gradient."""
+) -> Iterator[tuple[list[list[float]], list[list[float]], float]]:
+    """Full-batch SGD; yield every step's incoming weights of each hidden unit (before the
+    update), their gradient, and the loss."""
     opt = torch.optim.SGD(net.parameters(), lr=lr)
-    weights, grads, losses = [], [], []
     for _ in range(steps):
         opt.zero_grad()
         loss = F.binary_cross_entropy_with_logits(net(x), y)
         loss.backward()
-        weights.append(net.fc1.weight.detach().cpu().clone())  # (hidden, 2)
-        grads.append(net.fc1.weight.grad.detach().cpu().clone())  # (hidden, 2)
+        weights = net.fc1.weight.detach().cpu().tolist()  # (hidden, 2)
+        grads = net.fc1.weight.grad.detach().cpu().tolist()  # (hidden, 2)
         opt.step()
-        losses.append(loss.item())
-    return torch.stack(weights), torch.stack(grads), losses  # (steps, hidden, 2) each
+        yield weights, grads, loss.item()
 
 
 def distinct_units(w_hist: torch.Tensor, rtol: float = 1e-5) -> int:
@@ -102,6 +102,17 @@ def distinct_units(w_hist: torch.Tensor, rtol: float = 1e-5) -> int:
     return len(kept)
 
 
+def summarize(init: str, weights: list[Any], grads: list[Any]) -> dict[str, Any]:
+    """How far units 0 and 1 ever got apart, and how many units are distinct, over a run."""
+    w, g = torch.tensor(weights), torch.tensor(grads)  # (steps, hidden, 2) each
+    return {
+        "init": init,
+        "max_weight_diff": (w[:, 0] - w[:, 1]).abs().max().item(),
+        "max_grad_diff": (g[:, 0] - g[:, 1]).abs().max().item(),
+        "distinct_units": distinct_units(w),
+    }
+
+
 def symmetry(
     random_init: bool,
     const: float,
@@ -111,30 +122,34 @@ def symmetry(
     hidden: int,
     seed: int,
     device: str,
+    live: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Train the chosen init and, for contrast, the other one; compare units 0 and 1."""
+    """Train the chosen init and, for contrast, the other one; compare units 0 and 1.
+
+    ``live``, when given, is called with the result so far after every step of the chosen
+    init's run (the lab draws the weights from it as they move).
+    """
     x, y = two_moons(device=device)
-    runs = []
-    for random in (random_init, not random_init):
+    result: dict[str, Any] = {
+        "init": "random" if random_init else "constant",
+        "weights": [],  # (steps, hidden, 2): the chosen run's
+        "grads": [],
+        "losses": [],
+        "summary": None,  # both summaries come when their run ends
+        "contrast": None,
+    }
+    for random, key in ((random_init, "summary"), (not random_init, "contrast")):
         net = TinyMLP(hidden).to(device)
         init_net(net, random, const, std, seed)
-        w, g, losses = train_track(net, x, y, steps, lr)
-        summary = {
-            "init": "random" if random else "constant",
-            "max_weight_diff": (w[:, 0] - w[:, 1]).abs().max().item(),
-            "max_grad_diff": (g[:, 0] - g[:, 1]).abs().max().item(),
-            "distinct_units": distinct_units(w),
-        }
-        runs.append((w, g, losses, summary))
-    w, g, losses, summary = runs[0]
-    return {
-        "init": summary["init"],
-        "weights": w.tolist(),  # (steps, hidden, 2)
-        "grads": g.tolist(),
-        "losses": losses,
-        "summary": summary,
-        "contrast": runs[1][3],
-    }
+        run = result if key == "summary" else {"weights": [], "grads": [], "losses": []}
+        for weights, grads, loss in train_track(net, x, y, steps, lr):
+            run["weights"].append(weights)
+            run["grads"].append(grads)
+            run["losses"].append(loss)
+            if live is not None and run is result:
+                live(result)
+        result[key] = summarize("random" if random else "constant", run["weights"], run["grads"])
+    return result
 
 
 def show(result: dict[str, Any]) -> None:
@@ -166,10 +181,11 @@ class SymmetryResult(Result):
     weights: list[list[list[float]]]  # (steps, hidden, 2): incoming weights of each hidden unit
     grads: list[list[list[float]]]  # (steps, hidden, 2): their gradients
     losses: list[float]
-    summary: SymmetrySummary
-    contrast: SymmetrySummary
+    summary: SymmetrySummary | None  # None while the run is going (the lab's live frames)
+    contrast: SymmetrySummary | None
 
     def tables(self) -> list[Table]:
+        assert self.summary is not None and self.contrast is not None, "the run has not ended"
         rows = [
             (s.init, repr(s.max_weight_diff), repr(s.max_grad_diff), str(s.distinct_units))
             for s in (self.summary, self.contrast)
@@ -204,11 +220,13 @@ class SymmetryResult(Result):
             ]
             panels.append(fig.Panel(fig.Axis("training step"), fig.Axis(label), lines, title))
         s = self.summary
-        note = (
-            f"all {hidden} lines lie on top of each other"
-            if s.distinct_units == 1
-            else f"{s.distinct_units} distinct units of {hidden}"
-        )
+        if s is None:
+            note = f"training, step {len(self.weights)}"
+        elif s.distinct_units == 1:
+            note = f"all {hidden} lines lie on top of each other"
+        else:
+            note = f"{s.distinct_units} distinct units of {hidden}"
+
         return [fig.Figure(f"{self.init} init: {note}", panels)]
 
 
@@ -220,6 +238,6 @@ EXPERIMENT = Experiment(
     result_type=SymmetryResult,
     entry=symmetry,
     show=show,
-    code=(two_moons, TinyMLP, init_net, train_track, distinct_units, symmetry, show),
+    code=(two_moons, TinyMLP, init_net, train_track, distinct_units, summarize, symmetry, show),
     total_steps=lambda p: 2 * p.steps,
 )

@@ -82,6 +82,7 @@ def describe(e: Experiment) -> dict[str, Any]:
         "title": e.title,
         "summary": e.summary,
         "trains": e.trains,
+        "streams": e.streams,
         "parameters": [p.schema() for p in e.parameters],
     }
 
@@ -152,12 +153,13 @@ def create_app(
         _add_experiment_routes(app, e)
     app.add_api_route("/api/experiments/{name}", run, methods=["POST"], include_in_schema=False)
 
-    from normlab.lab import learn, pages, playground, trainpage, watchpage
+    from normlab.lab import learn, pages, playground, trainpage, watchpage, widgetstream
 
     pages.install(app)
     playground.install(app)
     learn.install(app)
     watchpage.install(app)
+    widgetstream.install(app)
     trainpage.install(app)  # after the pages: it adds its numbers to their warm-up
     return app
 

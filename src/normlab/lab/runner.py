@@ -12,10 +12,13 @@ minute) would otherwise wait for it before the run they now want gets the CPU.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import math
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +27,7 @@ import anyio.to_thread
 
 from normlab.experiments import (
     Experiment,
+    Live,
     Result,
     get_experiment,
     params_dict,
@@ -49,6 +53,8 @@ class _Entry:
     pinned: bool = False  # someone waits who never leaves (the warm-up, a plain run() call)
     abandoned: threading.Event = field(default_factory=threading.Event)
     body: bytes | None = None  # the value as JSON, rendered once (see Runner.arun_json)
+    watched: bool = False  # a stream reads its frames (see Runner.astream): make them
+    frame: tuple[int, str] | None = None  # (its number, the latest frame as JSON)
 
 
 class Waiter:
@@ -165,11 +171,16 @@ class Runner:
                 self.misses += 1
             self._check(entry)  # refuse at once while shutting down
 
+            experiment = get_experiment(name)
+            count = [0, 0]  # steps done, of the total
+
             def progress(done: int, total: int) -> None:
+                count[:] = done, total
                 self._check(entry)
 
-            result = run_experiment(name, progress=progress, **params)
-            entry.future.set_result(answer(get_experiment(name), result))
+            live = _framer(entry, count) if experiment.streams else None
+            result = run_experiment(name, progress=progress, live=live, **params)
+            entry.future.set_result(answer(experiment, result))
         except BaseException as exc:
             with self._lock:
                 if self._cache.get(key) is entry:
@@ -222,6 +233,77 @@ class Runner:
 
     def _run_json(self, name: str, params: dict[str, Any], waiter: Waiter | None) -> bytes:
         return _body(self._run(name, params, waiter))  # rendered here, off the event loop
+
+    async def astream(
+        self, name: str, params: dict[str, Any]
+    ) -> AsyncIterator[tuple[str, str | bytes]]:
+        """The run as it goes: ``("frame", text)``, the JSON of ``{done, total, figures}``, at
+        most every :data:`FRAME_S` while it computes (an experiment that streams), then
+        ``("result", body)``, the answer as :meth:`arun_json` gives it (UTF-8 JSON). A cached
+        answer comes at once.
+
+        Closing the iterator (the client has gone) leaves the run, which stops at its next step
+        once nobody else waits for it. Bad parameters raise before the first item.
+        """
+        key = self.key(name, params)  # validate first: bad input raises at once
+        with self._lock:
+            entry = self._cache.get(key)
+        if entry is not None and entry.future.done() and entry.future.exception() is None:
+            yield "result", _body(entry)
+            return
+        waiter = Waiter(self)
+        run = asyncio.ensure_future(anyio.to_thread.run_sync(self._run_json, name, params, waiter))
+        run.add_done_callback(_retrieved)
+        shown = 0
+        try:
+            while not run.done():
+                await asyncio.wait({run}, timeout=FRAME_S)
+                entry = waiter._entry
+                if entry is None:
+                    continue
+                entry.watched = True
+                frame = entry.frame
+                if frame is not None and frame[0] != shown and not run.done():
+                    shown = frame[0]
+                    yield "frame", frame[1]
+            yield "result", run.result()
+        finally:
+            waiter.leave()
+
+
+FRAME_S = 0.1
+"""The shortest time between two frames of a streamed run."""
+FRAME_SHARE = 0.2
+"""The most of a streamed run's time that making its frames may take: a frame that took
+``t`` to make waits ``t / FRAME_SHARE`` before the next (a big result makes fewer frames)."""
+
+
+def _framer(entry: _Entry, count: list[int]) -> Live:
+    """The ``live`` callback that keeps ``entry.frame`` fresh while a stream reads it: the
+    partial result's figures and how many steps are done, as JSON, made in the run's thread
+    at most every :data:`FRAME_S` and within :data:`FRAME_SHARE` of its time."""
+    due = -math.inf
+
+    def live(partial: Callable[[], Result]) -> None:
+        nonlocal due
+        started = time.monotonic()
+        if not entry.watched or started < due:
+            return
+        figures = [f.to_dict() for f in partial().figures()]
+        frame = {"done": count[0], "total": count[1], "figures": figures}
+        text = json.dumps(frame, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        number = entry.frame[0] + 1 if entry.frame is not None else 1
+        entry.frame = (number, text)
+        spent = time.monotonic() - started
+        due = started + max(FRAME_S, spent / FRAME_SHARE)
+
+    return live
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """Take a stream's run's outcome, so that one nobody read is not reported as lost."""
+    if not task.cancelled():
+        task.exception()
 
 
 def answer(experiment: Experiment, result: Result) -> dict[str, Any]:

@@ -8,9 +8,14 @@
  * plain-PyTorch script behind the current settings (GET .../code), with links to run it in the
  * playground and to download it as a notebook.
  *
+ * A training widget whose experiment streams reads its run from GET .../stream instead
+ * (events.js): the figures of each frame are drawn as they come, so the curves grow while the
+ * run trains, then the answer is drawn as a POST's would be.
+ *
  * For tests, each widget element exposes data-state="ready|loading|error", nlParams (the
- * settings shown), nlLastParams / nlLastResult (what is drawn), nlError, and, once the code is
- * shown, nlCodeParams / nlCode (the code route's answer) with data-code-state on its panel.
+ * settings shown), nlLastParams / nlLastResult (what is drawn), nlError, nlFrames and
+ * nlLastFrame (the frames of the latest streamed run), and, once the code is shown,
+ * nlCodeParams / nlCode (the code route's answer) with data-code-state on its panel.
  */
 "use strict";
 
@@ -133,6 +138,8 @@
       this.seq = 0;
       this.timer = null;
       this.controller = null;
+      this.drawing = null; // a frame being drawn (see frame)
+      this.waiting = null; // the latest frame that came meanwhile
       this.plot = node.querySelector(".nl-plot");
       this.table = node.querySelector(".nl-table");
       this.status = node.querySelector(".nl-status");
@@ -143,6 +150,8 @@
       Object.defineProperty(node, "nlParams", { get: () => structuredClone(this.state), configurable: true });
       node.nlWidget = this;
       node.nlLastParams = null;
+      node.nlFrames = 0;
+      node.nlLastFrame = null;
       node.nlLastResult = null;
       node.nlError = null;
     }
@@ -193,6 +202,10 @@
       this.code.follow(params);
       this.setState("loading", this.spec.trains ? "training… (a few seconds)" : "running…");
       const started = performance.now();
+      if (this.spec.streams) {
+        await this.stream(params, seq, controller);
+        return;
+      }
       let result;
       try {
         result = await fetchJson(`/api/experiments/${encodeURIComponent(this.name)}`, {
@@ -209,6 +222,50 @@
       }
       if (seq !== this.seq) return; // superseded while in flight
       await this.draw(params, result, seq, performance.now() - started);
+    }
+
+    /** The run as it goes: each frame's figures drawn as they come, then the answer. */
+    async stream(params, seq, controller) {
+      const started = performance.now();
+      const url = `/api/experiments/${encodeURIComponent(this.name)}/stream?${State.query(this.params, params)}`;
+      let result = null;
+      this.node.nlFrames = 0;
+      try {
+        await window.NLEvents.read(url, { signal: controller.signal, onEvent: (name, data) => {
+          if (seq !== this.seq) return;
+          if (name === "frame") this.frame(data);
+          else if (name === "result") result = data;
+          else if (name === "error") throw Object.assign(new Error(data.message), { parameter: data.parameter, status: 503 });
+        } });
+      } catch (err) {
+        if (err.name === "AbortError" || seq !== this.seq) return;
+        this.fail(params, err.parameter ?? null, err.status ? err.message : `the lab server did not answer (${err.message})`);
+        return;
+      }
+      if (seq !== this.seq) return;
+      if (result === null) {
+        this.fail(params, null, "the run's stream ended before its result");
+        return;
+      }
+      await this.drawing;
+      await this.draw(params, result, seq, performance.now() - started);
+    }
+
+    /** One frame of a streamed run; a frame that comes while one is drawn waits, and only
+     * the latest waiting one is drawn. */
+    frame(data) {
+      this.node.nlFrames += 1;
+      this.node.nlLastFrame = data;
+      this.setState("loading", `training… step ${data.done} of ${data.total}`);
+      this.waiting = data;
+      this.drawing ??= (async () => {
+        while (this.waiting) {
+          const next = this.waiting;
+          this.waiting = null;
+          try { await window.NLRender.draw(this.plot, next.figures); } catch (_) { /* the answer redraws */ }
+        }
+        this.drawing = null;
+      })();
     }
 
     async draw(params, result, seq, ms) {
@@ -258,7 +315,27 @@
     node.querySelector(".nl-status").textContent = text;
   }
 
+  /** A lesson's training view (a frame of /train/embed, same origin) as tall as its content. */
+  function fitFrames() {
+    for (const frame of document.querySelectorAll("iframe.nl-train-frame")) {
+      const fit = () => {
+        const body = frame.contentDocument?.body;
+        if (body) frame.style.height = `${Math.ceil(body.getBoundingClientRect().height) + 2}px`;
+      };
+      const follow = () => {
+        const body = frame.contentDocument?.body;
+        if (!body) return;
+        new ResizeObserver(fit).observe(body);
+        fit();
+      };
+      frame.addEventListener("load", follow);
+      const doc = frame.contentDocument;
+      if (doc && doc.readyState === "complete" && doc.location.href !== "about:blank") follow();
+    }
+  }
+
   async function start() {
+    fitFrames();
     const nodes = [...document.querySelectorAll(".nl-widget")];
     if (!nodes.length) return;
     let specs;

@@ -1,0 +1,90 @@
+"""The training widgets' runs as they go: ``GET /api/experiments/NAME/stream`` (Server-Sent Events).
+
+A widget of an experiment that streams (``bn-lr``, ``init-train``, ``symmetry``,
+``bn-lr-sweep``: their code calls ``live`` as the result grows) reads its run here instead of
+waiting for ``POST /api/experiments/NAME``: ``frame`` events carry the figures of the result so
+far and how many steps are done, at most every :data:`~normlab.lab.runner.FRAME_S`; the
+``result`` event is the whole answer, the same JSON as the POST's, and ends the stream. The run
+is the Runner's, cached and shared like a POST's: a cached answer comes at once, and a run that
+several pages ask for is computed once. When every client of a run has gone, it stops at its
+next step. Query values are written as the CLI takes them, as for ``/code``; a bad one is a
+422 before the stream starts. At most :data:`MAX_STREAMS` are open at once (503 beyond).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import StreamingResponse
+
+from normlab.experiments import Experiment, list_experiments, params_dict
+from normlab.lab import sse
+from normlab.lab.app import REFUSED, _query_params, _query_schema, _refusal
+from normlab.lab.runner import Runner
+
+MAX_STREAMS = 16
+"""Streamed runs open at once, over every page: each holds a worker thread while it trains."""
+
+
+async def _events(runner: Runner, name: str, params: dict[str, Any]) -> AsyncIterator[str]:
+    yield sse.retry()
+    try:
+        async for kind, data in runner.astream(name, params):
+            # JSON made off the event loop (the answer's once per cache entry): sent as it is
+            text = data.decode() if isinstance(data, bytes) else data
+            yield f"event: {kind}\ndata: {text}\n\n"
+    except REFUSED as exc:  # the lab is stopping, or the run failed: say so and end
+        yield sse.event("error", {"parameter": getattr(exc, "param", None), "message": str(exc)})
+
+
+async def stream(name: str, request: Request) -> Any:
+    """``GET /api/experiments/NAME/stream``: frames of the run, then its answer."""
+    try:
+        _, params = _query_params(name, request)
+    except REFUSED as exc:
+        return _refusal(exc)
+    app = request.app
+    if app.state.widget_streams >= MAX_STREAMS:
+        return sse.busy(f"{MAX_STREAMS} widgets are training already: wait for one to finish")
+    app.state.widget_streams += 1
+
+    def release() -> None:
+        app.state.widget_streams -= 1
+
+    return sse.EventStream(_events(app.state.runner, name, params_dict(params)), release)
+
+
+def _route(app: FastAPI, e: Experiment) -> None:
+    async def endpoint(request: Request) -> Any:
+        return await stream(e.name, request)
+
+    app.add_api_route(
+        f"/api/experiments/{e.name}/stream",
+        endpoint,
+        methods=["GET"],
+        tags=["experiments"],
+        summary=f"{e.title}, live (Server-Sent Events)",
+        description="A text/event-stream of the run for these parameters (query values as the "
+        "CLI takes them): `frame` events (`done`, `total` steps and the `figures` of the "
+        "result so far) while it trains, then one `result` event, the JSON that POST "
+        f"/api/experiments/{e.name} answers, and the stream ends; an `error` event instead "
+        f"when the run was stopped. At most {MAX_STREAMS} streams at once.",
+        name=f"stream_{e.name}",
+        responses={
+            **sse.STREAM_RESPONSE,
+            422: {"description": "a parameter outside what it allows"},
+            503: {"description": f"{MAX_STREAMS} streams are open already"},
+        },
+        response_class=StreamingResponse,
+        openapi_extra={"parameters": [_query_schema(p) for p in e.parameters]},
+    )
+
+
+def install(app: FastAPI) -> None:
+    """Add ``GET /api/experiments/NAME/stream`` for every experiment that streams."""
+    app.state.widget_streams = 0
+    for e in list_experiments():
+        if e.streams:
+            _route(app, e)
