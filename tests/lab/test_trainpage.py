@@ -17,6 +17,7 @@ import json
 import re
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import warnings
 from collections.abc import Iterator
@@ -31,8 +32,9 @@ with warnings.catch_warnings():  # starlette warns about its httpx-based client 
 from fastapi import FastAPI
 
 from normlab import trainview
+from normlab.experiments import ParameterError
 from normlab.lab import app as lab_app
-from normlab.lab import trainlesson, trainruns
+from normlab.lab import pages, trainlesson, trainruns
 from normlab.lab.app import create_app
 from normlab.lab.lessons.markup import num
 
@@ -167,6 +169,39 @@ def test_the_page_states_numbers_from_live_runs(client: TestClient) -> None:
     hosts = re.findall(r"""https?://([^/\s"'<>)]+)""", page)
     assert {h.split(":")[0] for h in hosts} <= {"127.0.0.1"}  # nothing fetched from outside
     assert '<a href="/train">' in client.get("/").text  # the lessons' index links to it
+
+
+def test_the_view_alone_for_a_lesson_s_frame(client: TestClient) -> None:
+    r = client.get("/train/embed?init=zeros&compare=1&b.init=he")
+    assert r.status_code == 200
+    page = r.text
+    assert 'class="nl-train wide"' in page and 'data-page="/train"' in page
+    assert 'class="site' not in page  # no header, no footer: the lesson around it is the page
+    assert "/static/train.js" in page and "nl-train-spec" in page
+
+
+def test_a_lesson_presets_the_view_and_refuses_bad_settings() -> None:
+    ctx = pages.PageContext(lambda name, params: {})
+    markup = str(ctx.train_view("Zeros", init="zeros", compare={"init": "he"}, hide=["compare"]))
+    src = html.unescape(re.search(r'<iframe[^>]* src="([^"]+)"', markup).group(1))  # type: ignore[union-attr]
+    assert src == "/train/embed?init=zeros&compare=1&b.init=he&hide=compare"
+    assert 'href="/train?init=zeros&amp;compare=1&amp;b.init=he&amp;hide=compare"' in markup
+    assert "bias=false" in str(ctx.train_view("x", bias=False))  # a switch as the address has it
+    with pytest.raises(ParameterError, match="'depth'"):
+        ctx.train_view("x", depth=0)
+    with pytest.raises(ParameterError, match="'activation'"):
+        ctx.train_view("x", compare={"activation": "nope"})
+    with pytest.raises(ParameterError, match="'nope'"):
+        ctx.train_view("x", nope=1)
+
+
+@pytest.mark.parametrize("slug", ["initialization", "bn-from-scratch"])
+def test_lessons_embed_the_view(client: TestClient, slug: str) -> None:
+    page = client.get(f"/lessons/{slug}").text
+    (src,) = re.findall(r'<iframe class="nl-train-frame" src="([^"]+)"', page)
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(html.unescape(src)).query)
+    assert query["compare"] == ["1"] and query["hide"] == ["compare"]
+    assert client.get(html.unescape(src)).status_code == 200
 
 
 # -- a real server -------------------------------------------------------------------------------

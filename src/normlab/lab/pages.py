@@ -45,6 +45,7 @@ from normlab.experiments.base import params_dict
 from normlab.lab import lessons
 from normlab.lab.lessons.markup import MathExtension, code, num, sci, tex
 from normlab.lab.runner import RunCancelled
+from normlab.trainview import make_setup
 
 HERE = Path(__file__).parent
 TEMPLATES = HERE / "templates"
@@ -150,6 +151,40 @@ class PageContext:
             f"</figure>"
         )
 
+    def train_view(
+        self,
+        caption: str,
+        compare: dict[str, Any] | None = None,
+        hide: Sequence[str] = (),
+        lock: Sequence[str] = (),
+        **setup: Any,
+    ) -> Markup:
+        """The live training view (``/train/embed``) in a frame, its settings preset: ``setup``
+        (the run's, :data:`normlab.trainview.PARAMETERS`), ``compare`` (the second run's, in
+        compare mode), and the classroom flags ``hide`` and ``lock``. Bad settings raise here,
+        when the lesson renders."""
+        make_setup(setup)
+        query = {k: _cli(v) for k, v in setup.items()}
+        if compare is not None:
+            make_setup({**setup, **compare})
+            query |= {"compare": "1"} | {f"b.{k}": _cli(v) for k, v in compare.items()}
+        query |= {k: ",".join(v) for k, v in (("hide", hide), ("lock", lock)) if v}
+        text = urllib.parse.urlencode(query)
+        esc = html.escape
+        return Markup(
+            f'<figure class="nl-train-embed wide">'
+            f'<iframe class="nl-train-frame" src="/train/embed?{esc(text)}" loading="lazy" '
+            f'title="{esc(caption)}"></iframe>'
+            f"<figcaption>{esc(caption)} "
+            f'<a href="/train?{esc(text)}">Open it in the training view</a></figcaption>'
+            f"</figure>"
+        )
+
+
+def _cli(value: object) -> str:
+    """A setting as the address writes it (``true``/``false`` for a switch)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
 
 @dataclass(frozen=True)
 class Site:
@@ -176,6 +211,7 @@ class Site:
             next=after,
             result=ctx.result,
             widget=ctx.widget,
+            train_view=ctx.train_view,
         )
 
 

@@ -4,7 +4,8 @@
 :class:`~normlab.lab.trainruns.Runs`):
 
 - ``GET /train``: the lesson and its view; its numbers come from sessions run here
-  (:mod:`normlab.lab.trainlesson`);
+  (:mod:`normlab.lab.trainlesson`); ``GET /train/embed``: the view alone, which a lesson shows
+  in a frame with its settings preset (``Context.train_view`` in :mod:`normlab.lab.pages`);
 - ``GET /api/train``: the setup's parameters (:data:`normlab.trainview.PARAMETERS`), the
   stream's (:data:`~normlab.lab.trainruns.PLAY`), the actions, and how many runs are going;
 - ``GET /api/train/stream?<setup>&<play>``: one run as Server-Sent Events (see
@@ -253,6 +254,13 @@ async def train_page(request: Request) -> HTMLResponse:
     return page
 
 
+async def train_embed(request: Request) -> HTMLResponse:
+    """``GET /train/embed``: the view alone, for a lesson's frame (the same address state)."""
+    site = request.app.state.site
+    page: HTMLResponse = site.render("train_embed.html", spec=_script_json(spec()))
+    return page
+
+
 def _warming(app: FastAPI, lessons: Callable[[], None]) -> Callable[[], None]:
     """The lessons' warm-up, then this page's numbers (unless the lab is stopping)."""
 
@@ -275,6 +283,7 @@ def install(app: FastAPI) -> None:
     app.state.train_runs = Runs()
     app.state.warm_lessons = _warming(app, app.state.warm_lessons)
     app.add_api_route("/train", train_page, methods=["GET"], include_in_schema=False)
+    app.add_api_route("/train/embed", train_embed, methods=["GET"], include_in_schema=False)
     app.add_api_route(
         "/playground/train", train_playground, methods=["GET"], include_in_schema=False
     )

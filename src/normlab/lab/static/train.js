@@ -243,7 +243,8 @@
     }
 
     update() {
-      this.output.value = `${location.origin}${location.pathname}${this.page.query({ hide: this.hide, lock: this.lock })}`;
+      const path = this.page.root.dataset.page ?? location.pathname; // the full page, also from a lesson's frame
+      this.output.value = `${location.origin}${path}${this.page.query({ hide: this.hide, lock: this.lock })}`;
     }
 
     async copy() {
