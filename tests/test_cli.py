@@ -200,7 +200,10 @@ def test_run_png_plot(tmp_path: Path) -> None:
             ("run", "variance", "--gains", "1,x"),
             "parameter 'gains': '1,x' is not a list of numbers",
         ),
-        (("run", "init-compare", "--hist-layer", "30"), "parameter 'hist_layer': 30 is deeper"),
+        (
+            ("run", "init-compare", "--hist-layer", "30"),
+            "parameter 'hist_layer': 30 must be at most depth (20)",
+        ),
         (("run", "drift", "--plot", "out.pdf"), "--plot 'out.pdf': suffix '.pdf' not supported"),
         (("run", "drift", "--plot", "/no/such/dir/x.png"), "folder '/no/such/dir' does not exist"),
         (("run",), "the following arguments are required: name (one of: linear-scale, drift,"),

@@ -15,7 +15,7 @@ from normlab.experiments import (
     list_experiments,
     run_experiment,
 )
-from normlab.experiments.base import DEVICES, Parameter
+from normlab.experiments.base import DEVICES, Parameter, param
 
 NAMES = [
     "linear-scale",
@@ -144,6 +144,9 @@ def test_bad_params_name_the_parameter_and_the_allowed_set(params, exc, pattern)
         ("bn-lr", {"lr": float("inf")}, ParameterError, "lr"),
         ("bn-lr", {"batch_norm": "yes"}, ParameterTypeError, "batch_norm"),
         ("init-compare", {"hist_layer": 30, "depth": 20}, ParameterError, "hist_layer"),
+        ("bn-lr-sweep", {"lr_min": 2.0, "lr_max": 1.0}, ParameterError, "lr_max"),
+        ("bn-lr-sweep", {"lr_min": 2.0, "lr_max": 2.0}, ParameterError, "lr_max"),
+        ("bn-lr-sweep", {"tail": 20, "steps": 20}, ParameterError, "tail"),
     ],
 )
 def test_list_bool_float_and_cross_field_checks(name, params, exc, param) -> None:
@@ -151,6 +154,30 @@ def test_list_bool_float_and_cross_field_checks(name, params, exc, param) -> Non
         run_experiment(name, **params)
     assert info.value.param == param
     assert repr(param) in str(info.value)
+
+
+def test_dependent_bounds_are_declared_and_named_with_their_partner() -> None:
+    declared = {
+        (e.name, p.name): p.schema()["follows"]
+        for e in list_experiments()
+        for p in e.parameters
+        if p.follows is not None
+    }
+    assert declared == {
+        ("init-compare", "hist_layer"): {"relation": "<=", "partner": "depth"},
+        ("bn-lr-sweep", "lr_max"): {"relation": ">", "partner": "lr_min"},
+        ("bn-lr-sweep", "tail"): {"relation": "<", "partner": "steps"},
+    }
+    with pytest.raises(ParameterError, match=r"'hist_layer': 8 must be at most depth \(5\)"):
+        run_experiment("init-compare", depth=5, hist_layer=8)
+    with pytest.raises(ParameterError, match=r"'lr_max': 1 must be larger than lr_min \(2\)"):
+        get_experiment("bn-lr-sweep").make_params({"lr_min": 2.0, "lr_max": 1.0})
+    # every declared range leaves room for the partner: the widget's moves stay in bounds
+    sweep = {p.name: p for p in get_experiment("bn-lr-sweep").parameters}
+    assert sweep["lr_min"].max + sweep["lr_max"].step <= sweep["lr_max"].max
+    assert sweep["steps"].min - 1 >= sweep["tail"].min
+    with pytest.raises(ValueError, match="relation '>=' not supported"):
+        param(1, "x", follows=(">=", "y"))
 
 
 def test_cuda_is_refused_clearly_where_there_is_none() -> None:
@@ -274,3 +301,13 @@ def test_runs_in_threads_take_turns_and_match_runs_one_after_another() -> None:
     for t in threads:
         t.join()
     assert together == alone  # the global generator each run seeds is never shared mid-run
+
+
+def test_small_running_statistics_keep_their_significant_digits() -> None:
+    # a variance of 0.0064 printed to 2 decimals would read 0.01 (or 0.0): 3 digits below 0.1
+    r = run_experiment("bn-running-stats", scale=0.08, cumulative=True, passes=50)
+    last = r.tables()[0].rows[-1]
+    shown = [float(v) for v in last[2].strip("[]").split(", ")]
+    exact = r.running_vars[-1]
+    assert all(0.001 < v < 0.05 for v in exact)  # small, near 0.08**2 = 0.0064
+    assert shown == pytest.approx(exact, rel=5e-3)  # 3 significant digits, not 0.01

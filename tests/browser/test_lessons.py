@@ -197,3 +197,23 @@ def test_list_parameters_grow_and_shrink(page: Any, server: str) -> None:
     snap = settle(page, "bn-columns")
     assert len(snap["params"]["scales"]) == n
     check_plot(server, snap)
+
+
+def test_a_parameter_follows_its_partner_in_the_widget(page: Any, server: str) -> None:
+    """``hist_layer`` is at most ``depth``: an address that disagrees is brought in line, and
+    moving the depth below it takes it along, so the widget never asks for a refused pair."""
+    open_lesson(page, server, "initialization", "?init-compare.depth=6&init-compare.hist_layer=9")
+    snap = settle(page, "init-compare")
+    assert (snap["params"]["depth"], snap["params"]["hist_layer"]) == (6, 6)
+    assert snap["lastParams"]["hist_layer"] == 6 and not snap["error"]
+    check_plot(server, snap)
+    depth = _locate(page, "init-compare", "depth", None)
+    depth.focus()
+    page.keyboard.press("ArrowLeft")
+    snap = settle(page, "init-compare")
+    assert (snap["lastParams"]["depth"], snap["lastParams"]["hist_layer"]) == (5, 5)
+    hist = page.locator(
+        '.nl-widget[data-widget="init-compare"] .nl-control[data-param="hist_layer"] output'
+    )
+    assert hist.inner_text() == "5"
+    assert "init-compare.hist_layer=5" in page.url

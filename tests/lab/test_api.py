@@ -128,7 +128,7 @@ def test_params_change_the_run(client: TestClient) -> None:
         ("/api/experiments/bn-lr", {"lr": -1}, "lr", "use a number in [0.01, 5]"),
         ("/api/experiments/variance", {"gains": []}, "gains", "1 to 5 values"),
         ("/api/experiments/variance", {"gains": [1, "x"]}, "gains", "is not a list of numbers"),
-        ("/api/experiments/init-compare", {"hist_layer": 40}, "hist_layer", "deeper than"),
+        ("/api/experiments/init-compare", {"hist_layer": 40}, "hist_layer", "at most depth (20)"),
         ("/api/experiments/drift", [1, 2], None, "must be a JSON object"),
     ],
 )

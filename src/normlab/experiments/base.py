@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import inspect
 import math
+import operator
 import threading
 import types
 import typing
@@ -65,6 +66,15 @@ class Spec:
     choices: tuple[str, ...] | None = None
     step: float | None = None
     max_len: int | None = None
+    follows: tuple[str, str] | None = None
+
+
+RELATIONS: dict[str, tuple[str, Callable[[Any, Any], bool]]] = {
+    "<=": ("at most", operator.le),
+    "<": ("smaller than", operator.lt),
+    ">": ("larger than", operator.gt),
+}
+"""How a parameter can depend on another one: ``follows=(relation, partner)``."""
 
 
 def param(
@@ -76,8 +86,17 @@ def param(
     choices: Sequence[str] | None = None,
     step: float | None = None,
     max_len: int | None = None,
+    follows: tuple[str, str] | None = None,
 ) -> Any:
-    """Declare one experiment parameter as a dataclass field (default, bounds or choices, help)."""
+    """Declare one experiment parameter as a dataclass field (default, bounds or choices, help).
+
+    ``follows=(relation, partner)`` bounds it by another parameter's value (``("<=",
+    "depth")``: at most the depth; relations in :data:`RELATIONS`): the validation names it
+    when the pair disagrees, and a widget moves it when its partner moves past it.
+    """
+    if follows is not None and follows[0] not in RELATIONS:
+        valid = list(RELATIONS)
+        raise ValueError(f"follows relation {follows[0]!r} not supported, use one of {valid}")
     spec = Spec(
         help=help,
         min=min,
@@ -85,6 +104,7 @@ def param(
         choices=tuple(choices) if choices is not None else None,
         step=step,
         max_len=max_len,
+        follows=follows,
     )
     return field(default=default, metadata={"normlab": spec})
 
@@ -120,6 +140,7 @@ class Parameter:
     choices: tuple[str, ...] | None = None
     step: float | None = None
     max_len: int | None = None
+    follows: tuple[str, str] | None = None  # (relation, partner): see param()
 
     @property
     def flag(self) -> str:
@@ -198,6 +219,8 @@ class Parameter:
                 out[key] = getattr(self, key)
         if self.choices is not None:
             out["choices"] = list(self.choices)
+        if self.follows is not None:
+            out["follows"] = {"relation": self.follows[0], "partner": self.follows[1]}
         return out
 
     def _check_float(self, value: object, shown: object) -> float:
@@ -279,6 +302,7 @@ def parameters_of(params_type: type) -> tuple[Parameter, ...]:
                 choices=spec.choices,
                 step=spec.step,
                 max_len=spec.max_len,
+                follows=spec.follows,
             )
         )
     return tuple(out)
@@ -434,7 +458,19 @@ def make_params(params_type: type, values: Mapping[str, object], owner: str) -> 
                 name, f"unknown parameter {name!r} for {owner!r}, use one of: {valid}"
             )
     checked = {name: declared[name].validate(v) for name, v in values.items()}
-    return params_type(**checked)
+    made = params_type(**checked)
+    for p in declared.values():
+        if p.follows is not None:
+            relation, partner = p.follows
+            words, holds = RELATIONS[relation]
+            value, bound = getattr(made, p.name), getattr(made, partner)
+            if not holds(value, bound):
+                raise ParameterError(
+                    p.name,
+                    f"parameter {p.name!r}: {_fmt(value)} must be {words} {partner} "
+                    f"({_fmt(bound)})",
+                )
+    return made
 
 
 def params_dict(params: Any) -> dict[str, Any]:

@@ -21,7 +21,6 @@ from normlab import figures as fig
 from normlab.data import two_moons
 from normlab.experiments.base import (
     Experiment,
-    ParameterError,
     Result,
     Table,
     device_param,
@@ -38,11 +37,15 @@ LR_TICKS = (0.01, 0.02, 0.03, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 3.0, 5.0)
 
 @dataclass(frozen=True)
 class Params:
-    lr_min: float = param(0.1, "smallest learning rate", min=0.01, max=5.0, step=0.01)
-    lr_max: float = param(3.0, "largest learning rate", min=0.01, max=5.0, step=0.01)
+    lr_min: float = param(0.1, "smallest learning rate", min=0.01, max=4.99, step=0.01)
+    lr_max: float = param(
+        3.0, "largest learning rate", min=0.02, max=5.0, step=0.01, follows=(">", "lr_min")
+    )
     points: int = param(12, "learning rates tried (log-spaced)", min=2, max=24, step=1)
     steps: int = param(150, "training steps per run", min=10, max=500, step=1)
-    tail: int = param(10, "steps averaged for the final loss", min=1, max=50, step=1)
+    tail: int = param(
+        10, "steps averaged for the final loss", min=1, max=50, step=1, follows=("<", "steps")
+    )
     stable_loss: float = param(
         0.3, "final loss below which a run counts as trained", min=0.01, max=1.0, step=0.01
     )
@@ -50,17 +53,6 @@ class Params:
     width: int = param(64, "units per hidden block", min=2, max=128, step=1)
     seed: int = seed_param()
     device: str = device_param()
-
-    def __post_init__(self) -> None:
-        if self.lr_max <= self.lr_min:
-            raise ParameterError(
-                "lr_max",
-                f"parameter 'lr_max': {self.lr_max:g} must be larger than lr_min ({self.lr_min:g})",
-            )
-        if self.tail >= self.steps:
-            raise ParameterError(
-                "tail", f"parameter 'tail': {self.tail} must be smaller than steps ({self.steps})"
-            )
 
 
 # -- the code (plain PyTorch: what `normlab run bn-lr-sweep --code` prints) ---------------------

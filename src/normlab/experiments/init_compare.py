@@ -21,7 +21,6 @@ from normlab import figures as fig
 from normlab.experiments.base import (
     Experiment,
     Histogram,
-    ParameterError,
     Result,
     Table,
     device_param,
@@ -44,19 +43,16 @@ class Params:
     width: int = param(128, "width of every layer", min=2, max=512, step=1)
     batch: int = param(256, "rows in the batch", min=2, max=1024, step=1)
     hist_layer: int = param(
-        10, "layer whose activations are histogrammed (at most depth)", min=1, max=60, step=1
+        10,
+        "layer whose activations are histogrammed (at most depth)",
+        min=1,
+        max=60,
+        step=1,
+        follows=("<=", "depth"),
     )
     bins: int = param(60, "histogram bins", min=5, max=200, step=1)
     seed: int = seed_param()
     device: str = device_param()
-
-    def __post_init__(self) -> None:
-        if self.hist_layer > self.depth:
-            raise ParameterError(
-                "hist_layer",
-                f"parameter 'hist_layer': {self.hist_layer} is deeper than the stack, "
-                f"use a layer in [1, {self.depth}] (depth)",
-            )
 
 
 # -- the code (plain PyTorch: what `normlab run init-compare --code` prints) --------------------

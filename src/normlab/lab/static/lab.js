@@ -145,6 +145,7 @@
       this.status = node.querySelector(".nl-status");
       this.controls = window.NLControls.build(node.querySelector(".nl-controls"), this.params, this.state,
         JSON.parse(node.dataset.show || "null"), this.id, (name, v, typing) => this.change(name, v, typing));
+      this.follow(); // an address whose pair disagrees (an old link) is brought in line
       this.code = new CodePanel(this);
       this.buildStatus();
       Object.defineProperty(node, "nlParams", { get: () => structuredClone(this.state), configurable: true });
@@ -174,9 +175,29 @@
 
     change(name, value, typing) {
       this.state[name] = value;
+      this.follow();
       writeAddress();
       this.code.links(this.state);
       this.schedule(typing ? TYPING_MS : DEBOUNCE_MS);
+    }
+
+    /** Parameters declared to follow a partner (`follows`: at most the depth, larger than
+     * lr_min, ...) moved back in line with it, as the server would otherwise refuse. */
+    follow() {
+      for (const p of this.params) {
+        if (!p.follows) continue;
+        const { relation, partner } = p.follows;
+        const bound = this.state[partner];
+        const step = p.step ?? (p.kind === "int" ? 1 : 0.01);
+        const near = (x) => Number(x.toFixed(String(step).split(".")[1]?.length ?? 0));
+        let v = this.state[p.name];
+        if (relation === "<=" && !(v <= bound)) v = bound;
+        else if (relation === "<" && !(v < bound)) v = Math.max(p.min, near(bound - step));
+        else if (relation === ">" && !(v > bound)) v = Math.min(p.max, near(bound + step));
+        if (v === this.state[p.name]) continue;
+        this.state[p.name] = v;
+        this.controls.get(p.name)?.set(v);
+      }
     }
 
     reset() {
