@@ -22,7 +22,6 @@ from normlab.experiments.base import (
     Result,
     Table,
     device_param,
-    fmt_list,
     param,
     seed_param,
 )
@@ -81,14 +80,20 @@ def running_stats(
     }
 
 
+def rounded(values: list[float]) -> list[float]:
+    """Each value to 2 decimals, or to 3 significant digits below 0.1 (so that a variance of
+    0.0064 is not printed as 0.0)."""
+    return [round(v, 2) if abs(v) >= 0.1 else float(f"{v:.3g}") for v in values]
+
+
 def show(result: dict[str, Any]) -> None:
     """Print the running estimates after every pass."""
     for i, (mean, var) in enumerate(
         zip(result["running_means"], result["running_vars"], strict=True)
     ):
         print(f"pass {i + 1}:")
-        print("  Running mean:", [round(v, 2) for v in mean])
-        print("  Running var:", [round(v, 2) for v in var])
+        print("  Running mean:", rounded(mean))
+        print("  Running var:", rounded(var))
 
 
 # -- the result ---------------------------------------------------------------------------------
@@ -105,7 +110,7 @@ class RunningStatsResult(Result):
 
     def tables(self) -> list[Table]:
         rows = [
-            (str(i + 1), fmt_list(self.running_means[i], 2), fmt_list(self.running_vars[i], 2))
+            (str(i + 1), str(rounded(self.running_means[i])), str(rounded(self.running_vars[i])))
             for i in range(len(self.running_means))
         ]
         if len(rows) > 12:
@@ -195,5 +200,5 @@ EXPERIMENT = Experiment(
     result_type=RunningStatsResult,
     entry=running_stats,
     show=show,
-    code=(running_stats, show),
+    code=(running_stats, rounded, show),
 )
