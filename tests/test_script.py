@@ -3,8 +3,8 @@
 For every registered experiment, at its defaults and at two other settings, the rendered script
 runs in a fresh process of its own where ``import normlab`` fails, and what it prints is exactly
 what the experiment's ``show`` prints for the result normlab computed in this process; every
-number of the result's tables appears in that output. The notebook of every experiment runs
-under nbclient and prints the same.
+number of the result's tables appears in that output. The notebook of every experiment is that
+script cell by cell; three of them run under nbclient and print the same.
 
 Those processes are forked from one that has imported what the scripts import (torch and
 scikit-learn, seconds per interpreter) and never normlab, so 36 scripts pay that import once;
@@ -230,17 +230,36 @@ def test_a_script_runs_as_a_learner_runs_it(
     assert done.stdout == script.output(experiment, cached_run("bn-lr"))
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", PLAIN)
-def test_the_notebook_runs_in_jupyter_and_prints_the_same(
-    name: str, tmp_path: Path, cached_run: Callable[..., Result]
-) -> None:
+def _notebook(name: str, cached_run: Callable[..., Result]) -> tuple[Any, str]:
+    """The notebook of ``name`` at its first setting here, and the output it ships with."""
     experiment = get_experiment(name)
     params = experiment.make_params(SETTINGS[name][0])
     result = cached_run(name, **SETTINGS[name][0])
     nb = notebook.notebook(experiment, params, script.output(experiment, result))
     nbformat.validate(nb)
-    shipped = nb.cells[-1].outputs[0]["text"]
+    return nb, nb.cells[-1].outputs[0]["text"]
+
+
+@pytest.mark.parametrize("name", PLAIN)
+def test_the_notebook_is_the_script_cell_by_cell(
+    name: str, cached_run: Callable[..., Result]
+) -> None:
+    """Its code cells are the script's blocks, in order and nothing else: the script runs and
+    prints what normlab reports (above), so the notebook does, wherever a kernel runs it as a
+    script is run (three of them are run in Jupyter below)."""
+    nb, _ = _notebook(name, cached_run)
+    text = script.render(get_experiment(name), SETTINGS[name][0])
+    blocks = text.rstrip("\n").split("\n\n\n")[1:]  # the docstring aside
+    assert [c.source for c in nb.cells if c.cell_type == "code"] == blocks
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["bn-lr", "init-compare", "variance"])
+def test_the_notebook_runs_in_jupyter_and_prints_the_same(
+    name: str, tmp_path: Path, cached_run: Callable[..., Result]
+) -> None:
+    """In a real kernel: a training run, one with histograms, one with a list parameter."""
+    nb, shipped = _notebook(name, cached_run)
     fresh = nbformat.reads(notebook.dumps(nb), as_version=4)
     for cell in fresh.cells:
         if cell.cell_type == "code":
