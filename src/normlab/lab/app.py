@@ -3,8 +3,9 @@
 ``GET /api/experiments`` lists every experiment with its parameter schemas; ``POST
 /api/experiments/{name}`` validates a JSON object of parameters against the registry and answers
 the Result's ``to_dict()``. Bad input answers 422 with ``{"detail": {"parameter", "message"}}``.
-The OpenAPI document at ``/docs`` carries each experiment's parameter schema, generated from the
-same declarations. Pages and static files come from :mod:`normlab.lab.pages`.
+The OpenAPI document (read at ``/docs`` and ``/redoc``, whose scripts the lab serves itself)
+carries each experiment's parameter schema, generated from the same declarations. Pages and
+static files come from :mod:`normlab.lab.pages`.
 """
 
 from __future__ import annotations
@@ -17,11 +18,19 @@ import sys
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
+import fastapi_offline
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.openapi.docs import (
+    get_redoc_html,
+    get_swagger_ui_html,
+    get_swagger_ui_oauth2_redirect_html,
+)
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
 
 from normlab import __version__, notebook
 from normlab.experiments import (
@@ -102,6 +111,63 @@ async def _read_params(request: Request) -> dict[str, Any] | JSONResponse:
     return body
 
 
+DOCS_ASSETS = "/static/docs"
+"""Where the scripts and styles of ``/docs`` and ``/redoc`` are served from: the lab itself."""
+
+_DOCS_FILES = Path(fastapi_offline.__file__).parent / "static"  # Swagger UI 5, ReDoc 2
+_REDOC_LOGO = b'"https://cdn.redoc.ly/redoc/logo-mini.svg"'
+
+
+def _install_docs(app: FastAPI) -> None:
+    """``/docs`` (Swagger UI) and ``/redoc`` (ReDoc) of the OpenAPI document, served offline.
+
+    FastAPI's own pages load Swagger UI, ReDoc and Google fonts from CDNs and come up blank
+    without a network; the ``fastapi-offline`` wheel ships those scripts, served here under
+    :data:`DOCS_ASSETS`, and ReDoc is asked for no fonts. ReDoc 2 still fetches the logo of its
+    "API docs by Redocly" link from its CDN whatever its options (Redocly/redoc#2108): the lab
+    serves its script with that address emptied, and the image, failing, hides itself.
+    """
+    spec, oauth = str(app.openapi_url), str(app.swagger_ui_oauth2_redirect_url)
+    icon = "/static/favicon.svg"
+
+    def swagger() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=spec,
+            title=f"{app.title} - Swagger UI",
+            swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+            swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+            swagger_favicon_url=icon,
+            oauth2_redirect_url=oauth,
+        )
+
+    def redoc() -> HTMLResponse:
+        return get_redoc_html(
+            openapi_url=spec,
+            title=f"{app.title} - ReDoc",
+            redoc_js_url=f"{DOCS_ASSETS}/redoc.standalone.js",
+            redoc_favicon_url=icon,
+            with_google_fonts=False,
+        )
+
+    def redoc_script() -> Response:
+        return Response(_redoc_script(), media_type="text/javascript; charset=utf-8")
+
+    for path, endpoint in (
+        ("/docs", swagger),
+        (oauth, get_swagger_ui_oauth2_redirect_html),
+        ("/redoc", redoc),
+        (f"{DOCS_ASSETS}/redoc.standalone.js", redoc_script),  # before the mount, to win
+    ):
+        app.add_api_route(path, endpoint, methods=["GET"], include_in_schema=False)
+    app.mount(DOCS_ASSETS, StaticFiles(directory=_DOCS_FILES), name="docs-assets")
+
+
+@functools.cache
+def _redoc_script() -> bytes:
+    """ReDoc's script with its one address outside the lab (its logo's) emptied."""
+    return (_DOCS_FILES / "redoc.standalone.js").read_bytes().replace(_REDOC_LOGO, b'""')
+
+
 WARM_STOP_TIMEOUT_S = 60.0
 """How long shutdown waits for the warm-up to end (its run in progress stops at its next step)."""
 
@@ -136,7 +202,10 @@ def create_app(
         version=__version__,
         description="Experiments on signal propagation in deep networks, run live.",
         lifespan=functools.partial(_lifespan, warm=warm),
+        docs_url=None,  # FastAPI's own load their scripts from CDNs: see _install_docs
+        redoc_url=None,
     )
+    _install_docs(app)
     app.state.runner = runner or Runner()
     app.state.sandbox = sandbox if sandbox is not None else Sandbox()
     app.state.watch = None if watch_log is None else WatchLog(watch_log)
