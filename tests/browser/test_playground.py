@@ -156,3 +156,42 @@ def test_edits_are_kept_and_reset_restores(page: Any, server: str) -> None:
     page.reload()
     page.wait_for_function(READY)
     assert listing(page, 0).locator("textarea").input_value() == original
+
+
+FLOOD = "for i in range(200000):\n    print(i)\n"
+"""1,288,890 bytes of output: more than the sandbox keeps of a stream (1 MiB)."""
+
+
+def test_a_flood_of_output_keeps_the_page_short_and_shows_its_end(page: Any, server: str) -> None:
+    page.goto(f"{server}/playground")
+    page.wait_for_function(READY)
+    before = page.evaluate("() => document.documentElement.scrollHeight")
+    done = run_listing(page, 0, FLOOD)
+    assert done["status"] == "ok", done
+    shown = done["stdout"].splitlines()
+    assert shown[:3] == ["0", "1", "2"] and shown[-2:] == ["199998", "199999"]
+    notes = [line for line in shown if line.startswith("[normlab sandbox: stdout truncated: ")]
+    assert len(notes) == 1 and "lines) left out here" in notes[0], notes
+    height = page.evaluate("() => document.documentElement.scrollHeight")
+    assert height < 3000, f"the page is {height} px tall after the flood ({before} px before)"
+    # the output scrolls in its own box, which opens at its end: the last line is in view
+    box = listing(page, 0).locator(".nl-run-stdout")
+    scroll = box.evaluate("(p) => [p.scrollTop, p.clientHeight, p.scrollHeight]")
+    top, visible, total = scroll
+    assert total > 10 * visible and top + visible >= total - 1, scroll
+    last = box.evaluate(
+        """(p) => {
+          const range = document.createRange();
+          const text = p.firstChild;
+          const at = text.length - '199999\\n'.length;
+          range.setStart(text, at);
+          range.setEnd(text, at + 6);
+          const r = range.getBoundingClientRect(), b = p.getBoundingClientRect();
+          return [range.toString(), r.top >= b.top && r.bottom <= b.bottom];
+        }"""
+    )
+    assert last == ["199999", True]
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    listing(page, 0).screenshot(path=str(SCREENSHOTS / "playground-flood.png"))
+    with page.expect_response(lambda r: "/api/listings/" in r.url and r.request.method == "PUT"):
+        listing(page, 0).locator("button.nl-reset-btn").click()  # leave the starter saved

@@ -170,9 +170,40 @@ def test_output_is_truncated_with_a_note(sandbox: Sandbox, monkeypatch: pytest.M
     monkeypatch.setattr(sandbox, "limits", Limits(output_bytes=1000))
     r = sandbox.run("import sys\nprint('x' * 5000)\nsys.stderr.write('e' * 3000)\n")
     assert r.status == "ok"
-    assert r.stdout.startswith("x" * 1000 + "\n[normlab sandbox: stdout truncated")
-    assert "showing the first 1,000 of 5,001 bytes" in r.stdout
-    assert r.stderr.startswith("e" * 1000) and "first 1,000 of 3,000 bytes" in r.stderr
+    # one long line: cut inside it, half the bound before the note and half after
+    head, note, tail = r.stdout.split("\n", 2)
+    assert (head, tail) == ("x" * 500, "x" * 499 + "\n")
+    assert note == (
+        "[normlab sandbox: stdout truncated: 4,001 bytes (0 lines) left out here, "
+        "between the first 500 and the last 500 of 5,001 bytes]"
+    )
+    assert r.stderr.startswith("e" * 500 + "\n[normlab sandbox: stderr truncated")
+    assert r.stderr.endswith("of 3,000 bytes]\n" + "e" * 500)
+
+
+def test_a_long_output_keeps_its_head_and_its_tail(sandbox: Sandbox) -> None:
+    bound = DEFAULT_LIMITS.output_bytes
+    r = sandbox.run("for i in range(200000):\n    print(i)\n")
+    assert r.status == "ok", r.stderr
+    printed = "".join(f"{i}\n" for i in range(200000))
+    assert len(printed) == 1_288_890 > bound
+    notes = [line for line in lines(r) if line.startswith("[normlab sandbox:")]
+    assert len(notes) == 1
+    head, tail = r.stdout.split(notes[0] + "\n")
+    # whole lines on both sides, the first and the last among them, within the bound
+    assert head.startswith("0\n1\n2\n") and tail.endswith("\n199998\n199999\n")
+    assert printed.startswith(head) and printed.endswith(tail)
+    assert head.endswith("\n") and tail[: tail.index("\n")].isdigit()
+    assert printed[len(head) - 1] == "\n" and printed[-len(tail) - 1] == "\n"
+    assert bound // 2 - 7 <= len(head) <= bound // 2  # at most one line of a half lost
+    assert bound // 2 - 7 <= len(tail) <= bound // 2
+    left_out = printed[len(head) : -len(tail)]
+    assert notes[0] == (
+        f"[normlab sandbox: stdout truncated: {len(left_out):,} bytes "
+        f"({left_out.count(chr(10)):,} lines) left out here, between the first "
+        f"{len(head):,} and the last {len(tail):,} of 1,288,890 bytes]"
+    )
+    assert len(r.stdout.encode()) <= bound + len(notes[0]) + 1
 
 
 # -- figures, files, imports -------------------------------------------------------------------

@@ -176,27 +176,70 @@ def _build_root(view: dict[str, Any]) -> None:
 
 
 class _Capture:
-    """The first ``limit`` bytes of a stream, and how many bytes it carried in all."""
+    """The head and the tail of a stream within ``limit`` bytes, and what it carried in all.
+
+    A flood of output is cut in the middle, not at the end: the last lines (a result, a
+    traceback, an exercise's report) are usually the ones that matter. The first half of the
+    bound keeps the head as it comes; the second half is a window over the latest bytes.
+    """
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.data = bytearray()
+        self.head = bytearray()
+        self.tail = bytearray()  # the latest bytes after the head, one more than it keeps
         self.total = 0
+        self.newlines = 0
 
     def feed(self, chunk: bytes) -> None:
         self.total += len(chunk)
-        room = self.limit - len(self.data)
+        self.newlines += chunk.count(b"\n")
+        room = self.limit // 2 - len(self.head)
         if room > 0:
-            self.data += chunk[:room]
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        self.tail += chunk
+        keep = self.limit - len(self.head) + 1  # the extra byte: does the window start a line?
+        if len(self.tail) > keep:
+            del self.tail[: len(self.tail) - keep]  # cheap: bytearray drops its front in place
+
+    @property
+    def cut(self) -> bool:
+        """Whether bytes were left out (the stream carried more than ``limit``)."""
+        return self.total > self.limit
+
+    @property
+    def data(self) -> bytes:
+        """Every byte of the stream while it is not :attr:`cut`; else its head and tail."""
+        if not self.cut:
+            return bytes(self.head + self.tail)
+        head, tail = self._whole_lines()
+        return head + tail
+
+    def _whole_lines(self) -> tuple[bytes, bytes]:
+        """The kept head and tail, cut at line breaks unless that would lose half of either."""
+        head, tail = bytes(self.head), bytes(self.tail)
+        end = head.rfind(b"\n") + 1
+        if end >= len(head) // 2:
+            head = head[:end]
+        start = tail.find(b"\n") + 1  # 1 when the window starts a line: only the extra byte
+        if 0 < start <= len(tail) // 2:
+            return head, tail[start:]
+        return head, tail[1:]
 
     def text(self, name: str) -> str:
-        text = self.data.decode("utf-8", "replace")
-        if self.total > len(self.data):
-            text += (
-                f"\n[normlab sandbox: {name} truncated: showing the first {len(self.data):,} "
-                f"of {self.total:,} bytes]\n"
-            )
-        return text
+        """The stream as text; a cut one has a line in the middle saying what was left out."""
+        if not self.cut:
+            return self.data.decode("utf-8", "replace")
+        head, tail = self._whole_lines()
+        left_out = self.total - len(head) - len(tail)
+        lines = self.newlines - head.count(b"\n") - tail.count(b"\n")
+        sep = "" if head.endswith(b"\n") or not head else "\n"
+        note = (
+            f"{sep}[normlab sandbox: {name} truncated: {left_out:,} bytes ({lines:,} lines) "
+            f"left out here, between the first {len(head):,} and the last {len(tail):,} "
+            f"of {self.total:,} bytes]\n"
+        )
+        return head.decode("utf-8", "replace") + note + tail.decode("utf-8", "replace")
 
 
 def _supervise(fd: int) -> None:

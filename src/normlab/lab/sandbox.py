@@ -33,8 +33,9 @@ Design, from the outside in:
   bomb or 10 000 threads would otherwise go unbounded), and one run cannot reach another's files.
   No cgroups are needed.
 - **Limits** (:class:`Limits`): wall clock (supervisor), ``RLIMIT_CPU``, ``RLIMIT_AS``,
-  ``RLIMIT_NOFILE``, ``RLIMIT_NPROC``, tmpfs size, and output truncated with a visible note. The
-  learner has no descriptors but stdin (``/dev/null``), stdout, stderr and its report channel.
+  ``RLIMIT_NOFILE``, ``RLIMIT_NPROC``, tmpfs size, and output cut in the middle (its head and
+  tail kept) with a visible note. The learner has no descriptors but stdin (``/dev/null``),
+  stdout, stderr and its report channel.
   Without cgroups memory is bounded per process (``RLIMIT_AS``), so a run's total is at most
   ``processes * memory_bytes``; every run process has ``oom_score_adj`` 1000, so if the machine
   runs short the kernel's OOM killer takes a run, never the lab first.
@@ -126,7 +127,9 @@ class Limits:
         memory_bytes: address space per process (``RLIMIT_AS``). 4 GiB, generous because
             address space runs far ahead of resident memory with torch: its libraries map about
             0.7 GiB at import, and every thread reserves a stack and a malloc arena (64 MiB).
-        output_bytes: stdout and stderr each; the rest is dropped with a note saying how much.
+        output_bytes: stdout and stderr each. Beyond it the stream keeps its first and last
+            halves of this (at line breaks) and a line between them says how many bytes and
+            lines were left out: a long run's last lines are usually the ones that matter.
         open_files: descriptors per process (``RLIMIT_NOFILE``).
         processes: processes and threads of the run together (``RLIMIT_NPROC`` of its uid).
         disk_bytes: size of the run's private ``/tmp`` (and ``/dev/shm``), memory-backed.

@@ -44,8 +44,10 @@
       ` · ${STATUS_TEXT[r.status] || ""} · ${Number(r.duration_s).toFixed(2)} s`,
     );
     box.append(head);
-    if (r.stdout) box.append(el("pre", { class: "nl-run-stdout", "aria-label": "standard output", text: r.stdout }));
-    if (r.stderr) box.append(el("pre", { class: "nl-run-stderr", "aria-label": "standard error", text: r.stderr }));
+    const streams = [];
+    if (r.stdout) streams.push(outputBox("nl-run-stdout", "standard output", r.stdout));
+    if (r.stderr) streams.push(outputBox("nl-run-stderr", "standard error", r.stderr));
+    box.append(...streams);
     if (!r.stdout && !r.stderr && !(r.figures || []).length) {
       box.append(el("p", { class: "nl-note", text: "The code printed nothing." }));
     }
@@ -55,6 +57,15 @@
         alt: `figure ${i + 1} made by the code`,
       }));
     });
+    // A long output opens at its end, as a terminal's does: the last lines (the result, the
+    // traceback) are usually the ones that matter. The box scrolls up to the head.
+    streams.forEach((pre) => { pre.scrollTop = pre.scrollHeight; });
+  }
+
+  // One stream of a run, in a box of bounded height with its own scroll (lab.css), so that a
+  // flood of prints cannot stretch the page; focusable, so the keyboard can scroll it too.
+  function outputBox(cls, label, text) {
+    return el("pre", { class: cls, "aria-label": label, tabindex: "0", text });
   }
 
   function makePlayground(listing, id) {
