@@ -107,9 +107,8 @@ def main() -> None:
     )
     for name, params, (p, f, s, count) in rows:
         label = name + " " + ",".join(f"{k}={v}" for k, v in params.items())
-        print(
-            f"{label:<44} {p:>9.0f} {f:>9.0f} {s:>10.0f} {count:>7.0f} {p / f:>10.1f}x {s / p:>11.2f}x"
-        )
+        times = f"{p:>9.0f} {f:>9.0f} {s:>10.0f} {count:>7.0f}"
+        print(f"{label:<44} {times} {p / f:>10.1f}x {s / p:>11.2f}x")
 
 
 if __name__ == "__main__":

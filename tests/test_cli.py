@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from collections.abc import Callable
 from pathlib import Path
 
@@ -306,3 +307,27 @@ def test_ctrl_c_exits_130_with_one_line() -> None:
     args = ["run", "bn-lr", "--steps", "2000", "--hidden-layers", "12", "--width", "256"]
     status, out, err = _ctrl_c([sys.executable, "-m", "normlab", *args], wait)
     assert (status, err, out) == (130, "normlab: interrupted\n", "")
+
+
+def test_lab_warns_that_a_token_flag_is_visible_to_others(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from normlab.lab import app as lab_app
+
+    made: list[dict[str, object]] = []
+
+    def create_app(**kw: object) -> object:  # no lab: the flag is the point
+        made.append(kw)
+        return types.SimpleNamespace(state=types.SimpleNamespace(watch=None))
+
+    monkeypatch.setattr(lab_app, "create_app", create_app)
+    monkeypatch.setattr(lab_app, "serve", lambda app, host, port: None)
+    token = "a-token-of-twenty-chars"
+    status, _, err = in_process(
+        capsys, "lab", "--host", "0.0.0.0", "--token", token, "--db", str(tmp_path / "p.db")
+    )
+    assert status == 0 and made[0]["token"] == token
+    assert "--token is visible to other users" in err and "$NORMLAB_TOKEN" in err
+    monkeypatch.setenv("NORMLAB_TOKEN", token)
+    status, _, err = in_process(capsys, "lab", "--host", "0.0.0.0", "--db", str(tmp_path / "q"))
+    assert status == 0 and "warning" not in err

@@ -164,8 +164,9 @@ def _build_parser() -> _Parser:
         "--token",
         type=_token,
         default=None,
-        help="require this token on every request (default: none on loopback, a fresh random "
-        "one on any other host; also read from $NORMLAB_TOKEN)",
+        help="require this token on every request (default: none on a loopback address, "
+        "127.0.0.0/8, ::1 or localhost; a fresh random one on any other host). Other users "
+        "of this machine can read a flag in the process list: prefer $NORMLAB_TOKEN",
     )
     p_lab.add_argument(
         "--db",
@@ -349,6 +350,13 @@ def _cmd_lab(args: argparse.Namespace) -> None:
     from normlab.lab.watchlog import WatchLogError
 
     token: str | None = args.token
+    if token is not None:
+        print(
+            "normlab lab: warning: --token is visible to other users in the process list; "
+            "pass it as $NORMLAB_TOKEN instead",
+            file=sys.stderr,
+            flush=True,
+        )
     if token is None and os.environ.get("NORMLAB_TOKEN"):
         try:
             token = _token(os.environ["NORMLAB_TOKEN"])

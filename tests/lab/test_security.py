@@ -126,7 +126,7 @@ def test_token_in_url_sets_cookie(guarded: TestClient) -> None:
     guarded.cookies.clear()
     r = guarded.get("/", params={"token": TOKEN})
     assert r.status_code == 200
-    assert f"{COOKIE}={TOKEN}" in r.headers["set-cookie"]
+    assert f"{COOKIE}_8000={TOKEN}" in r.headers["set-cookie"]  # named after the lab's port
     assert "HttpOnly" in r.headers["set-cookie"] and "SameSite=Strict" in r.headers["set-cookie"]
     # the page's own requests now carry the cookie
     assert guarded.get("/api/experiments").status_code == 200
@@ -143,6 +143,63 @@ def test_token_header_and_origin(guarded: TestClient) -> None:
     assert guarded.post("/api/experiments/linear-scale", headers=own, json={}).status_code == 200
     evil = {**auth, "Origin": "http://evil.example"}
     _refused(guarded.post("/api/experiments/linear-scale", headers=evil, json={}), "origin")
+
+
+def test_another_lab_s_cookie_is_not_this_lab_s_token(guarded: TestClient) -> None:
+    guarded.cookies.clear()
+    _refused(guarded.get("/", headers={"Cookie": f"{COOKIE}_8001={TOKEN}"}), "token")
+    assert guarded.get("/", headers={"Cookie": f"{COOKIE}_8000={TOKEN}"}).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "token", ["t\u00f6ken-not-ascii-0123456789", "\u2603" * 20, TOKEN + "\u00e9"]
+)
+def test_a_non_ascii_token_is_refused_not_a_crash(guarded: TestClient, token: str) -> None:
+    _refused(guarded.get("/api/experiments", params={"token": token}), "token")
+    header = {"Authorization": f"token {token}".encode()}  # raw UTF-8 bytes on the wire
+    _refused(guarded.get("/api/experiments", headers=header), "token")
+
+
+@pytest.mark.parametrize(
+    "origin",
+    [
+        "http://127.0.0.1:99999",
+        "http://127.0.0.1:abc",
+        "http://[::1",
+        "http://127.0.0.1:8741.evil.example",
+    ],
+)
+def test_a_malformed_origin_is_refused_not_a_crash(local: TestClient, origin: str) -> None:
+    r = local.post("/api/experiments/linear-scale", headers={"Origin": origin}, json={})
+    _refused(r, "origin")
+    assert local.get("/api/experiments").status_code == 200  # and the lab goes on
+
+
+@pytest.mark.parametrize(
+    "content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data", ""]
+)
+def test_a_body_that_is_not_json_is_refused_before_it_is_read(
+    local: TestClient, content_type: str
+) -> None:
+    # a page elsewhere can send these without a preflight, and no Origin from older browsers
+    headers = {"Content-Type": content_type} if content_type else {}
+    r = local.post("/api/run", content=b'{"code": "print(6 * 7)"}', headers=headers)
+    assert r.status_code == 415, r.text
+    assert r.json()["detail"]["parameter"] == "content-type"
+    ok = local.post(
+        "/api/experiments/linear-scale",
+        content=b"{}",
+        headers={"Content-Type": "Application/JSON; charset=utf-8"},
+    )
+    assert ok.status_code == 200
+    assert local.post("/api/experiments/linear-scale").status_code == 200  # no body: defaults
+
+
+def test_every_answer_says_who_may_frame_it_and_sends_no_referrer(local: TestClient) -> None:
+    for r in (local.get("/"), local.get("/api/experiments"), local.get("/", headers={"Host": "x"})):
+        assert r.headers["content-security-policy"] == "frame-ancestors 'self'"
+        assert r.headers["referrer-policy"] == "no-referrer"
+        assert r.headers["x-content-type-options"] == "nosniff"
 
 
 def test_malformed_cookie_is_no_token(guarded: TestClient) -> None:

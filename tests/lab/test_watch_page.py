@@ -335,7 +335,7 @@ def test_the_stream_passes_the_guard_with_its_token(lines: list[str], tmp_path: 
             Stream(port, headers={"Authorization": f"token {TOKEN}"}),
             Stream(port, query=f"?token={TOKEN}"),
             Stream(
-                port, headers={"Cookie": f"normlab_token={TOKEN}", **cross}
+                port, headers={"Cookie": f"normlab_token_{port}={TOKEN}", **cross}
             ),  # GET: no Origin rule
         ]
         try:

@@ -16,7 +16,16 @@ Three rules keep strangers out, the first two as Jupyter has them:
   page open in the learner's browser cannot make it run code, even with the cookie. Clients
   that send no ``Origin`` (curl, scripts) are not browsers acting for a page and may proceed.
 
-Refusals answer 403 with ``{"detail": {"parameter", "message"}}`` like the lab's other errors.
+A state-changing request that carries a body must say ``Content-Type: application/json``
+(415 otherwise): a form or ``text/plain`` POST, which a page elsewhere can send without a CORS
+preflight, is never read as JSON. The token's cookie is named after the lab's port, so two labs
+on one machine keep their own. Every answer says ``Content-Security-Policy: frame-ancestors
+'self'`` (only the lab's own pages may frame it: its lessons frame ``/train/embed``),
+``Referrer-Policy: no-referrer`` (a token in the address never leaves in a Referer) and
+``X-Content-Type-Options: nosniff``.
+
+Refusals answer 403 (415 for the content type) with ``{"detail": {"parameter", "message"}}``
+like the lab's other errors; a malformed ``Origin`` or ``Host`` is refused, never a crash.
 """
 
 from __future__ import annotations
@@ -36,6 +45,13 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 COOKIE = "normlab_token"
+"""The token cookie's name is this and the lab's port: ``normlab_token_8000``."""
+HEADERS = [
+    (b"content-security-policy", b"frame-ancestors 'self'"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-content-type-options", b"nosniff"),
+]
+"""What every answer of the lab says, refusals included."""
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
@@ -93,19 +109,17 @@ class LabGuard:
         if refusal is not None:
             await _refuse(send, refusal)
             return
-        if not set_cookie:
-            await self.app(scope, receive, send)
-            return
+        cookie = f"{cookie_name(scope)}={self.token}; Path=/; HttpOnly; SameSite=Strict"
 
-        async def send_with_cookie(message: Message) -> None:
+        async def guarded_send(message: Message) -> None:
             if message["type"] == "http.response.start":
-                cookie = f"{COOKIE}={self.token}; Path=/; HttpOnly; SameSite=Strict"
-                message["headers"] = [*message.get("headers", []), (b"set-cookie", cookie.encode())]
+                extra = [(b"set-cookie", cookie.encode())] if set_cookie else []
+                message["headers"] = [*message.get("headers", []), *HEADERS, *extra]
             await send(message)
 
-        await self.app(scope, receive, send_with_cookie)
+        await self.app(scope, receive, guarded_send)
 
-    def _check(self, scope: Scope, headers: dict[str, str]) -> tuple[tuple[str, str] | None, bool]:
+    def _check(self, scope: Scope, headers: dict[str, str]) -> tuple[Refusal | None, bool]:
         """``(refusal or None, whether to set the token cookie)``."""
         host_header = headers.get("host", "")
         if self.token is None and not is_loopback(_split_host(host_header)[0]):
@@ -117,7 +131,7 @@ class LabGuard:
         set_cookie = False
         if self.token is not None:
             given = self._token_of(scope, headers)
-            if given is None or not secrets.compare_digest(given[0], self.token):
+            if given is None or not _same_token(given[0], self.token):
                 return (
                     "token",
                     "this lab needs its token: open the URL it printed at start "
@@ -128,6 +142,13 @@ class LabGuard:
             refusal = _cross_origin(headers, host_header)
             if refusal is not None:
                 return ("origin", refusal), False
+            if _has_body(headers) and _media_type(headers) != "application/json":
+                return (
+                    "content-type",
+                    f"Content-Type {headers.get('content-type', '')!r} is not accepted: "
+                    "send the body as application/json",
+                    415,
+                ), False
         return None, set_cookie
 
     @staticmethod
@@ -145,9 +166,35 @@ class LabGuard:
             cookie.load(headers.get("cookie", ""))
         except Exception:  # a malformed Cookie header is no token, not a crash
             return None
-        if COOKIE in cookie:
-            return cookie[COOKIE].value, "cookie"
+        name = cookie_name(scope)
+        if name in cookie:
+            return cookie[name].value, "cookie"
         return None
+
+
+Refusal = tuple[str, str] | tuple[str, str, int]
+"""``(parameter, message)`` answered with 403, or ``(parameter, message, status)``."""
+
+
+def cookie_name(scope: Scope) -> str:
+    """The token cookie's name for the lab serving ``scope``: :data:`COOKIE` and its port."""
+    server = scope.get("server") or ("", 80)
+    return f"{COOKIE}_{server[1]}"
+
+
+def _same_token(given: str, token: str) -> bool:
+    """Constant-time comparison as bytes (any text, non-ASCII included, compares)."""
+    return secrets.compare_digest(given.encode("utf-8", "replace"), token.encode("utf-8"))
+
+
+def _has_body(headers: dict[str, str]) -> bool:
+    length = headers.get("content-length", "0").strip()
+    return "transfer-encoding" in headers or not length.isdigit() or int(length) > 0
+
+
+def _media_type(headers: dict[str, str]) -> str:
+    """``application/json`` of ``Application/JSON; charset=utf-8``."""
+    return headers.get("content-type", "").partition(";")[0].strip().lower()
 
 
 def _cross_origin(headers: dict[str, str], host_header: str) -> str | None:
@@ -157,11 +204,15 @@ def _cross_origin(headers: dict[str, str], host_header: str) -> str | None:
     origin = headers.get("origin")
     if origin is None:
         return None
-    parts = urlsplit(origin)
+    try:  # urlsplit and .port raise on "http://[::1", a port of 99999 or "8741.evil.example"
+        parts = urlsplit(origin)
+        port = parts.port
+    except ValueError:
+        return f"Origin {origin!r} is not a valid origin: it may not change state in the lab"
     if origin == "null" or parts.hostname is None:
         return f"Origin {origin!r} may not change state or run code in the lab"
     scheme_port = {"http": "80", "https": "443"}.get(parts.scheme, "")
-    origin_host = (parts.hostname, str(parts.port) if parts.port else scheme_port)
+    origin_host = (parts.hostname, str(port) if port else scheme_port)
     own_host, own_port = _split_host(host_header)
     if origin_host != (own_host, own_port or "80"):
         return (
@@ -171,16 +222,17 @@ def _cross_origin(headers: dict[str, str], host_header: str) -> str | None:
     return None
 
 
-async def _refuse(send: Send, refusal: tuple[str, str]) -> None:
-    parameter, message = refusal
+async def _refuse(send: Send, refusal: Refusal) -> None:
+    parameter, message, *status = refusal
     body = json.dumps({"detail": {"parameter": parameter, "message": message}}).encode()
     await send(
         {
             "type": "http.response.start",
-            "status": 403,
+            "status": status[0] if status else 403,
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
+                *HEADERS,
             ],
         }
     )
