@@ -497,8 +497,16 @@ class Histogram:
 
 
 def histogram(a: torch.Tensor, bins: int) -> Histogram:
-    """Counts of ``a`` in ``bins`` equal bins spanning its range (a unit-wide bin if constant)."""
-    lo, hi = a.min().item(), a.max().item()
+    """Counts of ``a``'s finite values in ``bins`` equal bins spanning their range (a unit-wide
+    bin if constant; around 0 if none is finite: an overflowed stack counts nothing).
+
+    >>> histogram(torch.tensor([1.0, 2.0, float("inf"), float("nan")]), 2).counts
+    [1.0, 1.0]
+    >>> histogram(torch.tensor([float("inf")]), 2).counts
+    [0.0, 0.0]
+    """
+    a = a[torch.isfinite(a)]
+    lo, hi = (a.min().item(), a.max().item()) if a.numel() else (0.0, 0.0)
     if hi <= lo:  # every activation equal (collapsed): one narrow bin around it
         lo, hi = lo - 0.5, hi + 0.5
     counts = torch.histc(a, bins=bins, min=lo, max=hi)
