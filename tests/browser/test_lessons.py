@@ -217,3 +217,22 @@ def test_a_parameter_follows_its_partner_in_the_widget(page: Any, server: str) -
     )
     assert hist.inner_text() == "5"
     assert "init-compare.hist_layer=5" in page.url
+
+
+NARROW = ["/", "/train", "/playground", "/watch", "/docs"] + [f"/lessons/{x.slug}" for x in LESSONS]
+
+
+def test_no_page_scrolls_sideways_on_a_phone(browser: Any, server: str) -> None:
+    """At 390 px (a phone held upright) every page fits its width: wide code, tables and plots
+    scroll inside their own box, the page itself never sideways."""
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    page = context.new_page()
+    page.set_default_timeout(120_000)
+    try:
+        for path in NARROW:
+            page.goto(f"{server}{path}", wait_until="load")
+            page.wait_for_function(ALL_SETTLED)  # every widget drawn (none on most pages)
+            width = page.evaluate("() => document.documentElement.scrollWidth")
+            assert width <= 390, f"{path} is {width} px wide at 390 px"
+    finally:
+        context.close()
