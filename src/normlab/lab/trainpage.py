@@ -42,14 +42,8 @@ from normlab.lab.errors import bad_input
 from normlab.lab.lessons.markup import highlight
 from normlab.lab.pages import _script_json
 from normlab.lab.trainruns import ACTIONS, MAX_RUNS, PLAY, Play, Run, Runs
-from normlab.trainview import PARAMETERS, STEPS, Setup, make_setup, script
+from normlab.trainview import GROUPS, PARAMETERS, STEPS, Setup, make_setup, script
 
-GROUPS = {
-    "data": ("dataset", "noise", "points", "test_frac", "seed"),
-    "network": ("depth", "width", "activation", "init", "norm", "bias"),
-    "training": ("optimizer", "lr", "batch_size"),
-}
-"""The setup's parameters as the page groups them; a compared run shares the ``data`` ones."""
 CONTRAST = ("norm", ("none", "batch"))
 """What compare mode changes first: the second run takes the other of these two values."""
 SETUP = {p.name: p for p in PARAMETERS}

@@ -52,6 +52,7 @@ from normlab.trainview.session import (
 from normlab.trainview.setup import (
     ACTIVATIONS,
     DATASETS,
+    GROUPS,
     INITS,
     NORMS,
     OPTIMIZERS,
@@ -66,6 +67,7 @@ __all__ = [
     "CODE",
     "DATASETS",
     "GRID",
+    "GROUPS",
     "HIST_BINS",
     "HIST_RANGE",
     "INITS",

@@ -62,6 +62,14 @@ class Setup:
 
 PARAMETERS: tuple[Parameter, ...] = parameters_of(Setup)
 """The declared parameters: what every face generates its flags, schema and widgets from."""
+GROUPS: dict[str, tuple[str, ...]] = {
+    "data": ("dataset", "noise", "points", "test_frac", "seed"),
+    "network": ("depth", "width", "activation", "init", "norm", "bias"),
+    "training": ("optimizer", "lr", "batch_size"),
+}
+"""The parameters by what they set, in :data:`PARAMETERS`' order; two runs compared side by
+side share the ``data`` ones (the same points)."""
+assert [n for g in GROUPS.values() for n in g] == [p.name for p in PARAMETERS]
 
 
 def make_setup(values: Mapping[str, object]) -> Setup:
