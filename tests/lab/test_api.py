@@ -149,6 +149,23 @@ def test_broken_json_is_422(client: TestClient) -> None:
     still_serving(client)
 
 
+def test_a_huge_body_is_refused_unread_and_the_lab_goes_on(client: TestClient) -> None:
+    json_type = {"Content-Type": "application/json"}
+    declared = client.post(
+        "/api/experiments/drift", content=b" " * (64 << 20), headers=json_type
+    )  # 64 MiB, its length declared
+    assert declared.status_code == 413
+    assert "the limit is 65,536" in declared.json()["detail"]["message"]
+
+    def chunks() -> Iterator[bytes]:  # no length: the lab stops reading past its limit
+        for _ in range(1024):
+            yield b" " * 1024
+
+    sent = client.post("/api/experiments/drift", content=chunks(), headers=json_type)
+    assert sent.status_code == 413 and "longer than 65,536" in sent.json()["detail"]["message"]
+    still_serving(client)
+
+
 def test_openapi_documents_each_experiments_parameters(client: TestClient) -> None:
     spec = client.get("/openapi.json").json()
     op = spec["paths"]["/api/experiments/variance"]["post"]

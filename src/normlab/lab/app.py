@@ -44,7 +44,7 @@ from normlab.experiments import (
     script,
 )
 from normlab.experiments.base import params_dict
-from normlab.lab.errors import bad_input
+from normlab.lab.errors import bad_input, read_body
 from normlab.lab.lessons.markup import highlight
 from normlab.lab.progress import ProgressStore, default_db_path
 from normlab.lab.runner import RunAbandoned, RunCancelled, Runner
@@ -96,8 +96,15 @@ def describe(e: Experiment) -> dict[str, Any]:
     }
 
 
+MAX_PARAMS_BYTES = 64 << 10
+"""The largest body ``POST /api/experiments/NAME`` reads (the longest allowed one is a few
+hundred bytes)."""
+
+
 async def _read_params(request: Request) -> dict[str, Any] | JSONResponse:
-    raw = await request.body()
+    raw = await read_body(request, MAX_PARAMS_BYTES, None)
+    if isinstance(raw, JSONResponse):
+        return raw
     if not raw.strip():
         return {}
     try:

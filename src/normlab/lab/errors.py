@@ -6,6 +6,7 @@ as a whole is wrong) and what is allowed, so the pages and scripts read every re
 
 from __future__ import annotations
 
+from fastapi import Request
 from fastapi.responses import JSONResponse
 
 
@@ -30,3 +31,19 @@ def checked_code(code: object, limit: int) -> str:
     if len(code) > limit:
         raise ValueError(f"code is {len(code):,} characters long, the limit is {limit:,}")
     return code
+
+
+async def read_body(request: Request, limit: int, parameter: str | None) -> bytes | JSONResponse:
+    """The request's body, read up to ``limit`` bytes: past that (declared or sent) a 413 naming
+    ``parameter``, and nothing more is read, so a huge body costs no memory."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return bad_input(
+            parameter, f"the body is {int(declared):,} bytes, the limit is {limit:,}", status=413
+        )
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > limit:
+            return bad_input(parameter, f"the body is longer than {limit:,} bytes", status=413)
+    return bytes(raw)

@@ -18,7 +18,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from normlab.lab.errors import bad_input, checked_code
+from normlab.lab.errors import bad_input, checked_code, read_body
 from normlab.lab.sandbox import SandboxError
 
 MAX_CODE_CHARS = 100_000
@@ -42,14 +42,9 @@ _BODY_SCHEMA = {
 
 async def _read_code(request: Request) -> str | JSONResponse:
     """The ``code`` of the request's body, or the 422 that says what is wrong with it."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > _MAX_BODY_BYTES:
-        return bad_input("code", f"the body is {int(declared):,} bytes, more than any allowed code")
-    raw = bytearray()
-    async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > _MAX_BODY_BYTES:
-            return bad_input("code", f"the body is longer than {_MAX_BODY_BYTES:,} bytes")
+    raw = await read_body(request, _MAX_BODY_BYTES, "code")
+    if isinstance(raw, JSONResponse):
+        return raw
     try:
         body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
