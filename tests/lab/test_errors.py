@@ -1,8 +1,13 @@
-"""The lab's shared input checks (normlab.lab.errors)."""
+"""The lab's shared input checks and its answer to every error (normlab.lab.errors)."""
+
+import sqlite3
 
 import pytest
+from fastapi.testclient import TestClient
 
+from normlab.lab.app import create_app
 from normlab.lab.errors import checked_code
+from normlab.lab.runner import Runner
 
 
 def test_checked_code_passes_a_string_up_to_the_limit() -> None:
@@ -19,3 +24,36 @@ def test_checked_code_refuses_anything_but_a_string(value: object) -> None:
 def test_checked_code_refuses_one_character_too_many() -> None:
     with pytest.raises(ValueError, match="code is 1,001 characters long, the limit is 1,000"):
         checked_code("x" * 1001, 1000)
+
+
+def _failing(exc: Exception) -> TestClient:
+    app = create_app(Runner())
+
+    async def boom() -> None:
+        raise exc
+
+    app.add_api_route("/api/boom", boom, methods=["GET"])
+    return TestClient(app, base_url="http://127.0.0.1", raise_server_exceptions=False)
+
+
+@pytest.mark.parametrize(
+    "exc", [sqlite3.OperationalError("database is locked"), sqlite3.DatabaseError("disk full")]
+)
+def test_a_database_that_fails_is_a_503_in_the_lab_s_shape(exc: Exception) -> None:
+    with _failing(exc) as c:
+        r = c.get("/api/boom")
+        assert r.status_code == 503
+        assert str(exc) in r.json()["detail"]["message"]
+        assert r.headers["referrer-policy"] == "no-referrer"  # through the guard as any answer
+        assert c.get("/api/experiments").status_code == 200  # and the lab goes on
+
+
+def test_an_unexpected_error_is_a_500_in_the_lab_s_shape_never_plain_text() -> None:
+    with _failing(RuntimeError("something broke")) as c:
+        r = c.get("/api/boom")
+        assert r.status_code == 500 and r.headers["content-type"] == "application/json"
+        assert r.json()["detail"] == {
+            "parameter": None,
+            "message": "the lab failed on this request: RuntimeError: something broke",
+        }
+        assert c.get("/api/experiments").status_code == 200

@@ -44,6 +44,7 @@ from normlab.experiments import (
     script,
 )
 from normlab.experiments.base import params_dict
+from normlab.lab import errors
 from normlab.lab.errors import bad_input, read_body
 from normlab.lab.lessons.markup import highlight
 from normlab.lab.progress import ProgressStore, default_db_path
@@ -218,6 +219,7 @@ def create_app(
     app.state.watch = None if watch_log is None else WatchLog(watch_log)
     app.state.progress = ProgressStore(db_path if db_path is not None else default_db_path())
     app.add_middleware(LabGuard, token=token)
+    errors.install(app)
     app.add_api_route(
         "/api/experiments",
         experiments,

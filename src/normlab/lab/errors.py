@@ -6,7 +6,9 @@ as a whole is wrong) and what is allowed, so the pages and scripts read every re
 
 from __future__ import annotations
 
-from fastapi import Request
+import sqlite3
+
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 
@@ -47,3 +49,21 @@ async def read_body(request: Request, limit: int, parameter: str | None) -> byte
         if len(raw) > limit:
             return bad_input(parameter, f"the body is longer than {limit:,} bytes", status=413)
     return bytes(raw)
+
+
+async def _database_failed(request: Request, exc: Exception) -> JSONResponse:
+    return bad_input(
+        None, f"the progress database could not answer ({exc}); try again shortly", status=503
+    )
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    return bad_input(None, f"the lab failed on this request: {type(exc).__name__}: {exc}", 500)
+
+
+def install(app: FastAPI) -> None:
+    """Answer every error no route turned into a refusal in the lab's shape: a database that
+    failed (locked past its timeout, a full disk) with 503 and the reason, anything else with
+    500 (the lab goes on serving either way)."""
+    app.add_exception_handler(sqlite3.Error, _database_failed)
+    app.add_exception_handler(Exception, _unexpected)
