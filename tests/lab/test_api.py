@@ -186,6 +186,24 @@ def test_openapi_documents_each_experiments_parameters(client: TestClient) -> No
     assert client.get("/docs").status_code == 200
 
 
+def test_the_cache_is_bounded_in_bytes_the_oldest_answers_going_first() -> None:
+    one = len(json.dumps(Runner().run("drift", {"seed": 0}), separators=(",", ":")))
+    runner = Runner(max_bytes=int(2.5 * one))  # room for two answers of this size
+    with TestClient(create_app(runner), base_url=LAB) as c:
+        for seed in range(5):
+            assert c.post("/api/experiments/drift", json={"seed": seed}).status_code == 200
+            assert runner.bytes <= runner.max_bytes
+        assert len(runner._cache) == 2 and runner.bytes > one  # the two newest, counted
+        misses = runner.misses
+        c.post("/api/experiments/drift", json={"seed": 4})  # the newest: still there
+        assert runner.misses == misses
+        c.post("/api/experiments/drift", json={"seed": 0})  # the oldest: gone, computed again
+        assert runner.misses == misses + 1
+    lone = Runner(max_bytes=1)  # an answer larger than the bound is still kept, alone
+    lone.run("drift", {})
+    assert len(lone._cache) == 1
+
+
 def test_results_are_cached_by_their_full_parameter_set() -> None:
     runner = Runner()
     with TestClient(create_app(runner), base_url=LAB) as c:

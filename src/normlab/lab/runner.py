@@ -82,13 +82,23 @@ class Waiter:
                 runner.abandoned += 1
 
 
-class Runner:
-    """A thread-safe LRU cache in front of :func:`normlab.experiments.run_experiment`."""
+MAX_BYTES = 256 << 20
+"""What the answers a Runner keeps may add up to, counted as their JSON (the parsed values
+beside it take a few times more); the least recently used go first."""
 
-    def __init__(self, max_entries: int = 512) -> None:
+
+class Runner:
+    """A thread-safe LRU cache in front of :func:`normlab.experiments.run_experiment`, bounded
+    in entries and in bytes."""
+
+    def __init__(self, max_entries: int = 512, max_bytes: int = MAX_BYTES) -> None:
         if max_entries < 1:
             raise ValueError(f"max_entries must be at least 1, got {max_entries}")
+        if max_bytes < 1:
+            raise ValueError(f"max_bytes must be at least 1, got {max_bytes}")
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.bytes = 0  # the JSON of the answers held
         self._cache: OrderedDict[str, _Entry] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0  # answered from this key's entry
@@ -152,7 +162,8 @@ class Runner:
                 self._cache[key] = entry
                 owner = True
                 while len(self._cache) > self.max_entries:
-                    self._cache.popitem(last=False)
+                    _, old = self._cache.popitem(last=False)
+                    self.bytes -= len(old.body or b"")
             # Counted before the lock is let go, so the run cannot be abandoned under a caller
             # still waiting: RunAbandoned reaches only callers whose waiter has left.
             if waiter is None:
@@ -208,7 +219,7 @@ class Runner:
                 self.hits += 1
                 if key in self._cache:
                     self._cache.move_to_end(key)
-            return _body(entry)
+            return self._body(entry)
         if gone is None:
             return await anyio.to_thread.run_sync(self._run_json, name, params, None)
         waiter = Waiter(self)
@@ -232,7 +243,34 @@ class Runner:
         return result
 
     def _run_json(self, name: str, params: dict[str, Any], waiter: Waiter | None) -> bytes:
-        return _body(self._run(name, params, waiter))  # rendered here, off the event loop
+        return self._body(self._run(name, params, waiter))  # rendered here, off the event loop
+
+    def _body(self, entry: _Entry) -> bytes:
+        """``entry``'s value as JSON, rendered on first use (two threads at once render the
+        same), then counted against :attr:`max_bytes`: the oldest finished answers go until
+        the rest fit (the newest one always stays)."""
+        body = entry.body
+        if body is not None:
+            return body
+        # as Starlette's JSONResponse renders; to_dict() values are plain JSON types, NaN and
+        # infinities already None, so FastAPI's jsonable_encoder walk is not needed
+        text = json.dumps(
+            entry.future.result(), ensure_ascii=False, allow_nan=False, separators=(",", ":")
+        )
+        body = text.encode()
+        with self._lock:
+            if entry.body is not None:  # another thread rendered it meanwhile
+                return entry.body
+            entry.body = body
+            if any(e is entry for e in self._cache.values()):
+                self.bytes += len(body)
+            for key, old in list(self._cache.items()):
+                if self.bytes <= self.max_bytes:
+                    break
+                if old is not entry and old.future.done():
+                    del self._cache[key]
+                    self.bytes -= len(old.body or b"")
+        return body
 
     async def astream(
         self, name: str, params: dict[str, Any]
@@ -249,7 +287,7 @@ class Runner:
         with self._lock:
             entry = self._cache.get(key)
         if entry is not None and entry.future.done() and entry.future.exception() is None:
-            yield "result", _body(entry)
+            yield "result", self._body(entry)
             return
         waiter = Waiter(self)
         run = asyncio.ensure_future(anyio.to_thread.run_sync(self._run_json, name, params, waiter))
@@ -315,19 +353,6 @@ def answer(experiment: Experiment, result: Result) -> dict[str, Any]:
         "tables": [t.to_dict() for t in result.tables()],
         "output": script.output(experiment, result),
     }
-
-
-def _body(entry: _Entry) -> bytes:
-    """``entry``'s value as JSON, rendered on first use (two threads at once render the same)."""
-    body = entry.body
-    if body is None:
-        # as Starlette's JSONResponse renders; to_dict() values are plain JSON types, NaN and
-        # infinities already None, so FastAPI's jsonable_encoder walk is not needed
-        text = json.dumps(
-            entry.future.result(), ensure_ascii=False, allow_nan=False, separators=(",", ":")
-        )
-        body = entry.body = text.encode()
-    return body
 
 
 def _key(name: str, full: object) -> str:
