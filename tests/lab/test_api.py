@@ -200,8 +200,9 @@ def test_the_cache_is_bounded_in_bytes_the_oldest_answers_going_first() -> None:
         c.post("/api/experiments/drift", json={"seed": 0})  # the oldest: gone, computed again
         assert runner.misses == misses + 1
     lone = Runner(max_bytes=1)  # an answer larger than the bound is still kept, alone
-    lone.run("drift", {})
-    assert len(lone._cache) == 1
+    lone._run_json("drift", {}, None)
+    lone._run_json("drift", {"seed": 1}, None)
+    assert len(lone._cache) == 1 and lone.bytes > lone.max_bytes
 
 
 def test_results_are_cached_by_their_full_parameter_set() -> None:
