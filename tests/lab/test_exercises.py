@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 from fastapi.testclient import TestClient
+from hypothesis import given
+from hypothesis import strategies as st
 
 from normlab import nn as nlnn
 from normlab.experiments import run_experiment
@@ -37,7 +39,9 @@ from normlab.lab.exercises.bn_from_scratch import (
     reference_curves,
 )
 from normlab.lab.exercises.initialization import HE_STARTER
+from normlab.lab.exercises.numbers import parse_number
 from normlab.lab.lessons import LESSONS
+from normlab.lab.progress import ProgressStore
 from normlab.lab.sandbox import Sandbox, SandboxError
 
 LAB = "http://127.0.0.1"  # the lab answers loopback Host names only
@@ -255,12 +259,186 @@ def test_number_right_within_tolerance_wrong_outside_traps_named(exercise_id: st
 
 @pytest.mark.parametrize(
     ("answer", "fragment"),
-    [("2.2", "(str) is not a number"), (True, "(bool) is not a number"), (None, "(NoneType)")],
+    [
+        ("2.2x", "'2.2x' is not a number: use digits"),
+        ("Infinity", "'Infinity' is not allowed: the answer must be a finite number"),
+        ("", "the answer is empty"),
+        (True, "(bool) is not a number"),
+        (None, "(NoneType) is not a number"),
+        (math.inf, "inf is not allowed"),
+        (math.nan, "nan is not allowed"),
+        (10**400, "must be a finite number"),
+    ],
 )
 def test_number_refuses_what_is_not_a_number(answer: object, fragment: str) -> None:
     with pytest.raises(BadSubmission) as info:
         exercises.get("bn-running-mean-update").check(answer)  # type: ignore[attr-defined]
     assert info.value.parameter == "answer" and fragment in str(info.value)
+
+
+# -- number answers as typed -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("10,355", 10355.0),
+        ("10 355", 10355.0),
+        ("10\u202f355", 10355.0),  # the narrow no-break space of typeset numbers
+        ("1,234,567.5", 1234567.5),
+        ("1e-3", 0.001),
+        ("-0.5", -0.5),
+        ("\u22120.5", -0.5),  # the minus sign copied from a formula
+        ("  +2.5E+2 ", 250.0),
+        (".5", 0.5),
+        ("3.", 3.0),
+        ("10355", 10355.0),
+    ],
+)
+def test_numbers_read_as_people_type_them(text: str, value: float) -> None:
+    assert parse_number(text) == value
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("Infinity", "'Infinity' is not allowed: the answer must be a finite number, like 10355"),
+        ("-inf", "'-inf' is not allowed"),
+        ("nan", "'nan' is not allowed"),
+        ("∞", "'∞' is not allowed"),
+        ("1e999", "'1e999' is too large"),
+        ("", "the answer is empty: type a number, like 10355, 10,355, -0.5 or 1e-3"),
+        ("   ", "the answer is empty"),
+        ("0,5", "'0,5' is not a number here: a comma separates thousands (10,355), decimals take "),
+        ("10,35", "decimals take a point (10.35)"),
+        ("0,125", "decimals take a point (0.125)"),  # never read as 125
+        ("-0,125", "decimals take a point"),
+        ("1,0000", "is not a number"),  # not groups of three
+        ("10, 355", "is not a number: use digits"),
+        ("10,355 000", "is not a number"),  # two kinds of separator
+        ("abc", "'abc' is not a number: use digits with an optional sign, decimal point and "),
+        ("0x10", "is not a number"),
+        ("1_000", "is not a number"),
+        ("1/3", "is not a number"),
+        (".", "is not a number"),
+        ("e5", "is not a number"),
+        ("٣", "is not a number"),  # other scripts' digits: only 0-9
+        ("1" * 65, "65 characters, a number at most 64"),
+    ],
+)
+def test_numbers_refused_say_what_is_allowed(text: str, fragment: str) -> None:
+    with pytest.raises(ValueError) as info:
+        parse_number(text)
+    assert fragment in str(info.value)
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_every_finite_float_reads_back_exactly(x: float) -> None:
+    assert parse_number(repr(x)) == x
+    assert parse_number(f"{x:e}") == float(f"{x:e}")
+    assert parse_number(f"  {x!r}\n") == x
+
+
+@given(st.integers(-(2**53), 2**53), st.sampled_from([",", " ", "\u00a0", "\u2009", "\u202f"]))
+def test_grouped_integers_read_as_the_integer(n: int, sep: str) -> None:
+    assert parse_number(f"{n:,}".replace(",", sep)) == n
+    assert parse_number(f"{n:,}.25".replace(",", sep)) == n + math.copysign(0.25, n or 1)
+
+
+@given(st.text(alphabet="0123456789.eE+-", max_size=12))
+def test_plain_numbers_agree_with_float(text: str) -> None:
+    try:
+        expected = float(text)
+    except ValueError:
+        with pytest.raises(ValueError):
+            parse_number(text)
+        return
+    if math.isfinite(expected):
+        assert parse_number(text) == expected
+    else:
+        with pytest.raises(ValueError, match="too large"):
+            parse_number(text)
+
+
+@given(st.text(max_size=30))
+def test_any_text_is_a_finite_number_or_a_value_error(text: str) -> None:
+    try:
+        value = parse_number(text)
+    except ValueError as exc:
+        assert "number" in str(exc) or "empty" in str(exc)
+    else:
+        assert math.isfinite(value)
+
+
+def test_a_number_exercise_takes_the_text_as_typed() -> None:
+    ex = NumberExercise(id="t", lesson="drift", prompt="?", expected=lambda: 10355.0, abs_tol=0.5)
+    assert ex.check("10,355").passed and ex.check("10 355").passed and ex.check(10355).passed
+    assert not ex.check("10,356").passed and "too large" in ex.check("10,356").feedback
+    small = NumberExercise(id="s", lesson="drift", prompt="?", expected=lambda: 1e-3, rel_tol=1e-9)
+    assert small.check("1e-3").passed and small.check("0.001").passed
+    with pytest.raises(BadSubmission, match="'Infinity' is not allowed") as info:
+        ex.check("Infinity")
+    assert info.value.parameter == "answer"
+
+
+# -- choices: shuffled per learner, length gives nothing away ----------------------------------
+
+
+def order(exercise_id: str, learner: str) -> list[str]:
+    shown: list[str] = choice(exercise_id).for_learner(learner).public()["choices"]
+    return shown
+
+
+def test_choices_are_shuffled_per_learner_and_stable_for_one() -> None:
+    for exercise_id in CHOICES:
+        ex = choice(exercise_id)
+        mine = order(exercise_id, "learner-a")
+        assert mine == order(exercise_id, "learner-a")  # the same on every call
+        assert sorted(mine) == sorted(c.text for c in ex.choices)  # the same statements
+        mixed = ex.for_learner("learner-a")
+        for i, text in enumerate(mine):  # an index counts in the learner's order
+            assert mixed.check(i) == ex.check(text)
+    assert any(order(e, "learner-a") != order(e, "learner-b") for e in CHOICES)
+    assert all(exercises.get(e).for_learner("x") is exercises.get(e) for e in ("he-factor",))
+
+
+def test_the_right_choice_lands_in_every_place_as_often() -> None:
+    learners = [f"learner-{i}" for i in range(400)]
+    for exercise_id in CHOICES:
+        right = right_text(exercise_id)
+        places = [order(exercise_id, who).index(right) for who in learners]
+        n = len(choice(exercise_id).choices)
+        counts = [places.count(k) for k in range(n)]
+        # 400 draws, 1/4 each: expected 100, sd 8.7; 60..140 is more than 4.5 sd either side
+        assert all(60 <= c <= 140 for c in counts), (exercise_id, counts)
+
+
+def test_option_lengths_do_not_give_the_right_one_away() -> None:
+    longest = shortest = 0
+    for exercise_id in CHOICES:
+        ex = choice(exercise_id)
+        right = len(right_text(exercise_id))
+        others = [len(c.text) for c in ex.choices if not c.correct]
+        longest += right >= max(others)  # a tie counts as longest
+        shortest += right <= min(others)
+    assert longest <= len(CHOICES) / 2, f"the right option is the longest in {longest}"
+    assert shortest <= len(CHOICES) / 2, f"the right option is the shortest in {shortest}"
+
+
+def test_two_databases_are_two_learners_with_their_own_order(tmp_path: Path) -> None:
+    def orders(db: Path) -> dict[str, list[str]]:
+        with TestClient(create_app(db_path=db), base_url=LAB) as c:
+            body = c.get("/api/exercises").json()
+        return {e["id"]: e["choices"] for e in body if e["kind"] == "choice"}
+
+    first = orders(tmp_path / "a.sqlite3")
+    assert orders(tmp_path / "a.sqlite3") == first  # the same learner after a restart
+    other = orders(tmp_path / "b.sqlite3")
+    assert set(other) == set(first) == set(CHOICES)
+    assert other != first  # 8 questions of 4 choices: the same by chance once in 24**8
+    learner = ProgressStore(tmp_path / "a.sqlite3")
+    assert first == {e: order(e, learner.learner_id) for e in CHOICES}
+    learner.close()
 
 
 # -- code exercises, judged from fake runs (no sandbox) ----------------------------------------
@@ -605,15 +783,30 @@ def test_get_exercises_lists_every_exercise_without_answers(client: TestClient) 
     assert bn_mean["tolerance"] == {"relative": 0.0, "absolute": 0.001}
 
 
+def shown_choices(client: TestClient, exercise_id: str) -> list[str]:
+    body = client.get("/api/exercises").json()
+    shown: list[str] = next(e["choices"] for e in body if e["id"] == exercise_id)
+    return shown
+
+
 def test_submit_choice_and_number_through_http(client: TestClient) -> None:
-    wrong = client.post("/api/exercises/bn-eval-statistics/submit", json={"answer": 0})
+    training = next(
+        c.text for c in choice("bn-eval-statistics").choices if "as in training" in c.text
+    )
+    index = shown_choices(client, "bn-eval-statistics").index(training)  # the learner's order
+    wrong = client.post("/api/exercises/bn-eval-statistics/submit", json={"answer": index})
     assert wrong.status_code == 200
     assert wrong.json()["passed"] is False and "training mode" in wrong.json()["feedback"]
     right = client.post(
         "/api/exercises/bn-eval-statistics/submit",
         json={"answer": right_text("bn-eval-statistics")},
     )
-    assert right.json() == {"passed": True, "feedback": right.json()["feedback"]}
+    assert right.json() == {
+        "passed": True,
+        "feedback": right.json()["feedback"],
+        "attempts": 2,
+        "solved": True,
+    }
     n = client.post("/api/exercises/init-xavier-bound/submit", json={"answer": 0.125})
     assert n.json()["passed"] is True
     progress = client.get("/api/progress").json()["lessons"]
@@ -635,6 +828,36 @@ def test_submit_code_through_http(client: TestClient) -> None:
     assert lesson["exercises"]["he-factor"]["attempts"] >= 1
 
 
+def test_the_attempt_count_answered_is_the_databases(client: TestClient) -> None:
+    store = client.app.state.progress  # type: ignore[attr-defined]
+    url = "/api/exercises/init-variance-after-depth/submit"
+    start = store.standing("init-variance-after-depth")["attempts"]
+    answers = ["3", "45.26", "1e3", "Infinity", "10,000", "45.259", "x"]  # two are refused
+    counted = 0
+    for answer in answers:
+        r = client.post(url, json={"answer": answer})
+        if r.status_code == 422:  # refused: not an attempt
+            assert r.json()["detail"]["parameter"] == "answer"
+            continue
+        counted += 1
+        body = r.json()
+        db = store.standing("init-variance-after-depth")
+        assert body["attempts"] == db["attempts"] == start + counted
+        assert body["solved"] == db["solved"]
+    assert counted == 5
+    lesson = client.get("/api/progress").json()["lessons"]["initialization"]
+    assert lesson["exercises"]["init-variance-after-depth"]["attempts"] == start + 5
+    assert len(store.attempts("init-variance-after-depth")) == start + 5
+
+
+def test_a_checked_code_is_kept_for_the_next_visit(client: TestClient) -> None:
+    source = HE_RIGHT + "# checked, kept\n"
+    r = client.post("/api/exercises/he-factor/submit", json={"code": source})
+    assert r.status_code == 200 and r.json()["passed"] is True, r.json()
+    assert client.get("/api/progress").json()["exercise_code"]["he-factor"] == source
+    assert client.get("/api/exercises/he-factor/code").json()["code"] == source
+
+
 @pytest.mark.parametrize(
     ("path", "body", "parameter", "fragment"),
     [
@@ -643,8 +866,13 @@ def test_submit_code_through_http(client: TestClient) -> None:
         ("/api/exercises/bn-eval-statistics/submit", {"answer": 1, "x": 2}, "x", "unknown field"),
         ("/api/exercises/bn-eval-statistics/submit", {"code": "1"}, "code", "send only 'answer'"),
         ("/api/exercises/bn-eval-statistics/submit", {"answer": 9}, "answer", "not in [0, 3]"),
-        ("/api/exercises/init-xavier-bound/submit", {"answer": "0.1"}, "answer", "not a number"),
+        ("/api/exercises/init-xavier-bound/submit", {"answer": "0.1x"}, "answer", "not a number"),
         ("/api/exercises/init-xavier-bound/submit", {"answer": None}, "answer", "not a number"),
+        ("/api/exercises/init-xavier-bound/submit", {"answer": "Infinity"}, "answer", "finite"),
+        ("/api/exercises/init-xavier-bound/submit", {"answer": "nan"}, "answer", "finite"),
+        ("/api/exercises/init-xavier-bound/submit", {"answer": " "}, "answer", "is empty"),
+        ("/api/exercises/init-xavier-bound/submit", {"answer": "0,125"}, "answer", "a point"),
+        ("/api/exercises/init-xavier-bound/submit", {"answer": 10**400}, "answer", "finite"),
         ("/api/exercises/he-factor/submit", {"answer": 2}, "answer", "send only 'code'"),
         ("/api/exercises/he-factor/submit", {"code": 5}, "code", "code must be a string"),
         ("/api/exercises/he-factor/submit", {"code": "#" * 20_001}, "code", "the limit is"),

@@ -22,6 +22,7 @@ from fastapi.testclient import TestClient
 
 from normlab.lab import exercises
 from normlab.lab.app import create_app
+from normlab.lab.exercises import ChoiceExercise
 from normlab.lab.lessons import LESSONS
 from normlab.lab.progress import ProgressStore, ProgressStoreError, default_db_path
 
@@ -106,6 +107,70 @@ def test_reopen_keeps_everything(tmp_path: Path) -> None:
     with ProgressStore(path) as again:
         assert again.progress() == {"x": {"attempts": 1, "solved": True}}
         assert again.listing("l") == "code"
+
+
+def test_exercise_code_is_kept_per_exercise_and_survives_reopening(tmp_path: Path) -> None:
+    path = tmp_path / "p.sqlite3"
+    with ProgressStore(path) as s:
+        assert s.code("he-factor") is None and s.codes() == {}
+        s.save_code("he-factor", "def he_std(n):\n    return 1.0\n")
+        s.save_code("he-factor", "def he_std(n):\n    return (2 / n) ** 0.5\n")  # the last wins
+        s.save_code("bn-backward", "")
+        s.save_listing("he-factor", "print('a listing, not the exercise')")  # another table
+        assert s.progress() == {}  # keeping code is no attempt
+    with ProgressStore(path) as again:
+        assert again.codes() == {
+            "bn-backward": "",
+            "he-factor": "def he_std(n):\n    return (2 / n) ** 0.5\n",
+        }
+        assert again.code("he-factor") == again.codes()["he-factor"]
+    with pytest.raises(ValueError, match="exercise_id 'He' is not allowed"):
+        again.save_code("He", "x")
+    with ProgressStore(path) as s, pytest.raises(TypeError, match="code must be a str, got int"):
+        s.save_code("he-factor", 3)  # type: ignore[arg-type]
+
+
+def test_standing_counts_what_the_file_holds(store: ProgressStore) -> None:
+    assert store.standing("he-factor") == {"attempts": 0, "solved": False}
+    for k in range(5):
+        store.record_attempt("he-factor", k, k == 2, "f")
+        assert store.standing("he-factor") == {"attempts": k + 1, "solved": k >= 2}
+    assert store.standing("he-factor") == store.progress()["he-factor"]
+
+
+def test_one_database_is_one_learner(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.sqlite3", tmp_path / "b.sqlite3"
+    with ProgressStore(a) as first, ProgressStore(a) as beside, ProgressStore(b) as other:
+        assert len(first.learner_id) == 32 and int(first.learner_id, 16) >= 0
+        assert beside.learner_id == first.learner_id  # a second process on the same file
+        assert other.learner_id != first.learner_id
+        kept = first.learner_id
+    with ProgressStore(a) as again:
+        assert again.learner_id == kept
+
+
+def test_a_version_1_database_gains_the_new_tables_and_keeps_its_data(tmp_path: Path) -> None:
+    path = tmp_path / "v1.sqlite3"
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        """CREATE TABLE attempts (id INTEGER PRIMARY KEY AUTOINCREMENT, exercise_id TEXT NOT
+        NULL, submission TEXT NOT NULL, passed INTEGER NOT NULL, feedback TEXT NOT NULL,
+        created REAL NOT NULL);
+        CREATE TABLE solved (exercise_id TEXT PRIMARY KEY, first_solved REAL NOT NULL);
+        CREATE TABLE listings (listing_id TEXT PRIMARY KEY, code TEXT NOT NULL,
+        updated REAL NOT NULL);
+        INSERT INTO attempts (exercise_id, submission, passed, feedback, created)
+        VALUES ('x', '1', 0, 'f', 0);
+        PRAGMA user_version = 1;"""
+    )
+    conn.close()
+    with ProgressStore(path) as s:
+        assert s.progress() == {"x": {"attempts": 1, "solved": False}}
+        s.save_code("he-factor", "pass")
+        assert s.codes() == {"he-factor": "pass"} and len(s.learner_id) == 32
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    conn.close()
 
 
 def test_concurrent_writes_from_threads_and_a_second_connection(tmp_path: Path) -> None:
@@ -227,6 +292,48 @@ def test_bad_listing_requests_are_422_naming_the_parameter(
     assert client.get("/api/progress").status_code == 200  # still serving
 
 
+def test_exercise_code_routes_keep_code_without_counting_an_attempt(client: TestClient) -> None:
+    assert client.get("/api/exercises/bn-backward/code").status_code == 404
+    before = client.get("/api/progress").json()["lessons"]
+    r = client.put("/api/exercises/bn-backward/code", json={"code": "def f():\n    pass\n"})
+    assert r.status_code == 200 and r.json() == {"id": "bn-backward", "saved": True}
+    r = client.put("/api/exercises/bn-backward/code", json={"code": "print('second')"})
+    assert client.get("/api/exercises/bn-backward/code").json() == {
+        "id": "bn-backward",
+        "code": "print('second')",
+    }
+    body = client.get("/api/progress").json()
+    assert body["exercise_code"]["bn-backward"] == "print('second')"
+    assert body["lessons"] == before  # no attempt counted, nothing solved
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "parameter", "fragment"),
+    [
+        ("put", "/api/exercises/nope/code", {"code": "x"}, "id", "exercise 'nope' not found"),
+        ("get", "/api/exercises/nope/code", None, "id", "exercise 'nope' not found"),
+        ("put", "/api/exercises/bn-batch-of-one/code", {"code": "x"}, "id", "not a code one"),
+        ("put", "/api/exercises/he-factor/code", {}, "code", "missing 'code'"),
+        ("put", "/api/exercises/he-factor/code", {"code": "x", "y": 1}, "y", "unknown field"),
+        ("put", "/api/exercises/he-factor/code", {"code": 3}, "code", "must be a string"),
+        ("put", "/api/exercises/he-factor/code", {"code": "#" * 20_001}, "code", "20,000"),
+    ],
+)
+def test_bad_exercise_code_requests_are_422_naming_the_parameter(
+    client: TestClient,
+    method: str,
+    path: str,
+    body: Any,
+    parameter: str | None,
+    fragment: str,
+) -> None:
+    r = client.request(method.upper(), path, json=body)
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"]["parameter"] == parameter
+    assert fragment in r.json()["detail"]["message"]
+    assert "he-factor" not in client.get("/api/progress").json()["exercise_code"]
+
+
 def test_progress_has_every_lesson_and_exercise(client: TestClient) -> None:
     body = client.get("/api/progress").json()
     lessons = body["lessons"]
@@ -234,8 +341,11 @@ def test_progress_has_every_lesson_and_exercise(client: TestClient) -> None:
     for slug, lesson in lessons.items():
         ids = [e.id for e in exercises.by_lesson(slug)]
         assert list(lesson["exercises"]) == ids and lesson["total"] == len(ids)
-    client.post("/api/exercises/bn-batch-of-one/submit", json={"answer": 1})  # wrong
-    client.post("/api/exercises/bn-batch-of-one/submit", json={"answer": 0})  # right
+    ex = exercises.get("bn-batch-of-one")
+    assert isinstance(ex, ChoiceExercise)
+    wrong, right = (next(c.text for c in ex.choices if c.correct is k) for k in (False, True))
+    client.post("/api/exercises/bn-batch-of-one/submit", json={"answer": wrong})
+    client.post("/api/exercises/bn-batch-of-one/submit", json={"answer": right})
     bn = client.get("/api/progress").json()["lessons"]["batch-norm"]
     assert bn["solved"] == 1 and bn["exercises"]["bn-batch-of-one"] == {
         "kind": "choice",
@@ -286,9 +396,16 @@ def test_acknowledged_progress_survives_sigkill(tmp_path: Path) -> None:
             base, "POST", "/api/exercises/init-xavier-bound/submit", {"answer": 0.125}
         )
         assert status == 200 and verdict["passed"] is True
-        status, _ = _call(base, "POST", "/api/exercises/bn-eval-statistics/submit", {"answer": 0})
+        ex = exercises.get("bn-eval-statistics")
+        assert isinstance(ex, ChoiceExercise)
+        wrong = next(c.text for c in ex.choices if not c.correct)
+        status, _ = _call(
+            base, "POST", "/api/exercises/bn-eval-statistics/submit", {"answer": wrong}
+        )
         assert status == 200
         status, _ = _call(base, "PUT", "/api/listings/drift-stack", {"code": "print('kept')"})
+        assert status == 200
+        status, _ = _call(base, "PUT", "/api/exercises/he-factor/code", {"code": "# mine"})
         assert status == 200
     finally:
         proc.send_signal(signal.SIGKILL)  # no shutdown, no checkpoint: only what was committed
@@ -307,6 +424,7 @@ def test_acknowledged_progress_survives_sigkill(tmp_path: Path) -> None:
             200,
             {"id": "drift-stack", "code": "print('kept')"},
         )
+        assert progress["exercise_code"] == {"he-factor": "# mine"}
     finally:
         proc.terminate()
         proc.wait(timeout=30)

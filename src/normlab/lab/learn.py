@@ -3,13 +3,18 @@
 :func:`install` adds to the app (which holds a :class:`~normlab.lab.progress.ProgressStore` in
 ``app.state.progress`` and a :class:`~normlab.lab.sandbox.Sandbox` in ``app.state.sandbox``):
 
-- ``GET /api/exercises``: every exercise, as the learner sees it (no answers);
+- ``GET /api/exercises``: every exercise, as the learner sees it (no answers; the choices in
+  this learner's order, see :meth:`~normlab.lab.exercises.ChoiceExercise.for_learner`);
 - ``POST /api/exercises/{id}/submit`` with ``{"answer": ...}`` (choice: the choice's text or
-  index; number: a number) or ``{"code": "..."}`` (code exercises, run in the sandbox): answers
-  ``{"passed", "feedback"}`` (code also ``"output"``, what the code printed) and stores the
-  attempt;
+  its index in the learner's order; number: a JSON number or the text as typed, ``"10,355"``)
+  or ``{"code": "..."}`` (code exercises, run in the sandbox): stores the attempt and answers
+  ``{"passed", "feedback", "attempts", "solved"}``, the last two as the store counts them after
+  this attempt (code also ``"output"``, what the code printed; its code is kept as by PUT);
+- ``PUT /api/exercises/{id}/code`` with ``{"code": "..."}`` keeps the code in a code exercise's
+  editor (trying it with Run, ``POST /api/run``, is no attempt); ``GET`` answers ``{"id",
+  "code"}`` (404 if none);
 - ``GET /api/progress``: per lesson the number of exercises, how many are solved, and per
-  exercise solved/attempts; plus the saved listings;
+  exercise solved/attempts; plus the saved listings and the kept exercise code;
 - ``PUT /api/listings/{listing_id}`` with ``{"code": "..."}`` keeps the learner's last code of a
   listing, and ``GET /api/listings/{listing_id}`` answers ``{"id", "code"}`` (404 if none).
 
@@ -39,6 +44,7 @@ from normlab.lab.exercises import (
     UnknownExercise,
     Verdict,
 )
+from normlab.lab.exercises.base import MAX_CODE_CHARS
 from normlab.lab.lessons import LESSONS
 from normlab.lab.progress import ProgressStore, check_listing_id
 from normlab.lab.sandbox import SandboxError
@@ -102,15 +108,24 @@ def progress_report(store: ProgressStore) -> dict[str, Any]:
             "solved": sum(1 for p in per.values() if p["solved"]),
             "exercises": per,
         }
-    return {"lessons": lessons, "listings": store.listings()}
+    return {"lessons": lessons, "listings": store.listings(), "exercise_code": store.codes()}
 
 
 # The route handlers have no docstrings: FastAPI would put a handler's docstring into its
 # route's OpenAPI description.
 
 
-def list_exercises() -> list[dict[str, Any]]:
-    return [e.public() for e in exercises.EXERCISES]
+def list_exercises(request: Request) -> list[dict[str, Any]]:
+    learner = _store(request).learner_id
+    return [e.for_learner(learner).public() for e in exercises.EXERCISES]
+
+
+def _exercise(exercise_id: str, request: Request) -> Exercise | JSONResponse:
+    """The exercise as this learner sees it, or the 422 naming the valid ids."""
+    try:
+        return exercises.get(exercise_id).for_learner(_store(request).learner_id)
+    except UnknownExercise as exc:
+        return bad_input("id", str(exc))
 
 
 async def _check(request: Request, exercise: Exercise, submission: Any) -> Verdict:
@@ -126,10 +141,9 @@ async def _check(request: Request, exercise: Exercise, submission: Any) -> Verdi
 
 
 async def submit(exercise_id: str, request: Request) -> Any:
-    try:
-        exercise = exercises.get(exercise_id)
-    except UnknownExercise as exc:
-        return bad_input("id", str(exc))
+    exercise = _exercise(exercise_id, request)
+    if isinstance(exercise, JSONResponse):
+        return exercise
     body = await _json_object(request)
     if isinstance(body, JSONResponse):
         return body
@@ -144,16 +158,16 @@ async def submit(exercise_id: str, request: Request) -> Any:
         return bad_input(exc.parameter, str(exc))
     except SandboxError as exc:  # the lab's fault, not the learner's: nothing recorded
         return bad_input(None, f"the code could not be run: {exc}", status=503)
+    store = _store(request)
     await anyio.to_thread.run_sync(
-        _store(request).record_attempt,
-        exercise.id,
-        submission,
-        verdict.passed,
-        verdict.feedback,
+        store.record_attempt, exercise.id, submission, verdict.passed, verdict.feedback
     )
     answer = verdict.to_dict()
     if isinstance(exercise, CodeExercise):
+        await anyio.to_thread.run_sync(store.save_code, exercise.id, submission)
         answer["output"] = verdict.output
+    # counted after this attempt was committed: what the page shows is what the file holds
+    answer.update(await anyio.to_thread.run_sync(store.standing, exercise.id))
     return answer
 
 
@@ -190,6 +204,45 @@ def get_listing(listing_id: str, request: Request) -> Any:
     return {"id": listing_id, "code": code}
 
 
+def _code_exercise(exercise_id: str) -> CodeExercise | JSONResponse:
+    try:
+        exercise = exercises.get(exercise_id)
+    except UnknownExercise as exc:
+        return bad_input("id", str(exc))
+    if not isinstance(exercise, CodeExercise):
+        message = f"exercise {exercise_id!r} is a {exercise.kind} exercise, not a code one"
+        return bad_input("id", message)
+    return exercise
+
+
+async def save_code(exercise_id: str, request: Request) -> Any:
+    exercise = _code_exercise(exercise_id)
+    if isinstance(exercise, JSONResponse):
+        return exercise
+    body = await _json_object(request)
+    if isinstance(body, JSONResponse):
+        return body
+    refused = _only(body, "code", f"the code of exercise {exercise.id!r}")
+    if refused is not None:
+        return refused
+    try:
+        code = checked_code(body["code"], MAX_CODE_CHARS)
+    except (TypeError, ValueError) as exc:
+        return bad_input("code", str(exc))
+    await anyio.to_thread.run_sync(_store(request).save_code, exercise.id, code)
+    return {"id": exercise.id, "saved": True}
+
+
+def get_code(exercise_id: str, request: Request) -> Any:
+    exercise = _code_exercise(exercise_id)
+    if isinstance(exercise, JSONResponse):
+        return exercise
+    code = _store(request).code(exercise.id)
+    if code is None:
+        return bad_input("id", f"no code kept for exercise {exercise.id!r}", status=404)
+    return {"id": exercise.id, "code": code}
+
+
 def install(app: FastAPI) -> None:
     """Add the exercise, progress and listing routes to ``app``."""
     app.get("/api/exercises", tags=["exercises"], summary="Every exercise (without answers)")(
@@ -201,9 +254,23 @@ def install(app: FastAPI) -> None:
         summary="Check an answer (or code) and record the attempt",
         responses={422: {"description": "unknown exercise or a malformed submission"}},
     )(submit)
-    app.get("/api/progress", tags=["exercises"], summary="Solved exercises and saved listings")(
-        progress
-    )
+    app.put(
+        "/api/exercises/{exercise_id}/code",
+        tags=["exercises"],
+        summary="Keep the learner's code of a code exercise (not an attempt)",
+        responses={422: {"description": "not a code exercise, or a bad body"}},
+    )(save_code)
+    app.get(
+        "/api/exercises/{exercise_id}/code",
+        tags=["exercises"],
+        summary="The learner's kept code of a code exercise",
+        responses={404: {"description": "nothing kept"}, 422: {"description": "a bad id"}},
+    )(get_code)
+    app.get(
+        "/api/progress",
+        tags=["exercises"],
+        summary="Solved exercises, saved listings and kept exercise code",
+    )(progress)
     app.put(
         "/api/listings/{listing_id}",
         tags=["listings"],

@@ -1,11 +1,15 @@
 """The learner's progress: exercise attempts, solved exercises and saved code, in SQLite.
 
-One file holds three tables:
+One file holds five tables:
 
 - ``attempts``: every submission to an exercise (its id, the answer or code as JSON, whether
   it passed, the feedback the lab gave, the time);
 - ``solved``: each exercise solved at least once, with the time of the first pass;
-- ``listings``: the learner's last code for each editable listing of a lesson (id -> code).
+- ``listings``: the learner's last code for each editable listing of a lesson (id -> code);
+- ``exercise_code``: the learner's last code in each code exercise's editor (id -> code), kept
+  whether or not it was checked;
+- ``learner``: one row, the learner's id: random, made when the file is created, so one
+  database is one learner (it seeds the order of the choices each learner sees).
 
 Durability. The database runs in WAL mode with ``synchronous=FULL`` and every write is one
 transaction (``BEGIN IMMEDIATE ... COMMIT``), committed before the method returns. A commit
@@ -41,6 +45,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import sqlite3
 import threading
 import time
@@ -63,7 +68,7 @@ __all__ = [
 LISTING_ID = re.compile(r"[a-z0-9-]{1,64}")
 """What a listing id may be: lowercase letters, digits and dashes, 1 to 64 of them."""
 
-_SCHEMA_VERSION = 1
+_SCHEMA_VERSION = 2  # 2 added exercise_code and learner (a version-1 file gains them on open)
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS attempts (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -82,6 +87,16 @@ _SCHEMA = (
         listing_id TEXT PRIMARY KEY,
         code TEXT NOT NULL,
         updated REAL NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS exercise_code (
+        exercise_id TEXT PRIMARY KEY,
+        code TEXT NOT NULL,
+        updated REAL NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS learner (
+        only_row INTEGER PRIMARY KEY CHECK (only_row = 1),
+        learner_id TEXT NOT NULL,
+        created REAL NOT NULL
     )""",
 )
 
@@ -114,16 +129,19 @@ def default_db_path() -> Path:
     return root / "normlab" / "progress.sqlite3"
 
 
+def _check_id(value: object, name: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    if LISTING_ID.fullmatch(value) is None:
+        raise ValueError(
+            f"{name} {value!r} is not allowed, use 1 to 64 lowercase letters, digits or dashes"
+        )
+    return value
+
+
 def check_listing_id(listing_id: object) -> str:
     """Return ``listing_id`` if it is a valid listing id, else raise naming what is allowed."""
-    if not isinstance(listing_id, str):
-        raise TypeError(f"listing_id must be a str, got {type(listing_id).__name__}")
-    if LISTING_ID.fullmatch(listing_id) is None:
-        raise ValueError(
-            f"listing_id {listing_id!r} is not allowed, use 1 to 64 lowercase letters, digits "
-            "or dashes"
-        )
-    return listing_id
+    return _check_id(listing_id, "listing_id")
 
 
 class ProgressStore:
@@ -142,6 +160,8 @@ class ProgressStore:
         self.path = str(path) if str(path) == ":memory:" else Path(path)
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = self._open()
+        self.learner_id: str = self._read("SELECT learner_id FROM learner")[0][0]
+        """This database's learner: 32 hex digits, the same on every open of the file."""
 
     def _open(self) -> sqlite3.Connection:
         if isinstance(self.path, Path):
@@ -177,6 +197,11 @@ class ProgressStore:
             conn.execute("BEGIN IMMEDIATE")
             for statement in _SCHEMA:
                 conn.execute(statement)
+            # the first process to open the file names its learner; later opens keep that name
+            conn.execute(
+                "INSERT OR IGNORE INTO learner (only_row, learner_id, created) VALUES (1, ?, ?)",
+                (secrets.token_hex(16), time.time()),
+            )
             conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
@@ -247,7 +272,41 @@ class ProgressStore:
                 (listing_id, code, time.time()),
             )
 
+    def save_code(self, exercise_id: str, code: str) -> None:
+        """Keep ``code`` as the learner's last code in the editor of exercise ``exercise_id``."""
+        _check_id(exercise_id, "exercise_id")
+        if not isinstance(code, str):
+            raise TypeError(f"code must be a str, got {type(code).__name__}")
+        with self._transaction() as conn:
+            conn.execute(
+                "INSERT INTO exercise_code (exercise_id, code, updated) VALUES (?, ?, ?) "
+                "ON CONFLICT (exercise_id) DO UPDATE SET code = excluded.code, "
+                "updated = excluded.updated",
+                (exercise_id, code, time.time()),
+            )
+
     # -- reads -------------------------------------------------------------------------------
+
+    def code(self, exercise_id: str) -> str | None:
+        """The learner's last code in one exercise, or ``None`` if none was kept."""
+        _check_id(exercise_id, "exercise_id")
+        rows = self._read("SELECT code FROM exercise_code WHERE exercise_id = ?", (exercise_id,))
+        return rows[0][0] if rows else None
+
+    def codes(self) -> dict[str, str]:
+        """Every exercise's kept code: ``{exercise_id: code}``, sorted by id."""
+        rows = self._read("SELECT exercise_id, code FROM exercise_code ORDER BY exercise_id")
+        return {exercise_id: code for exercise_id, code in rows}
+
+    def standing(self, exercise_id: str) -> dict[str, Any]:
+        """One exercise's ``{"attempts": n, "solved": bool}``, as :meth:`progress` counts them."""
+        rows = self._read(
+            "SELECT (SELECT COUNT(*) FROM attempts WHERE exercise_id = ?), "
+            "EXISTS (SELECT 1 FROM solved WHERE exercise_id = ?)",
+            (exercise_id, exercise_id),
+        )
+        attempts, solved = rows[0]
+        return {"attempts": attempts, "solved": bool(solved)}
 
     def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         with self._lock:

@@ -38,6 +38,7 @@ from normlab.lab.exercises.child import (
     PROBES,
     SUBMISSION_FILE,
 )
+from normlab.lab.exercises.numbers import EXAMPLES, parse_number
 
 MAX_CODE_CHARS = 20_000
 """The longest code a learner may submit to a code exercise (characters)."""
@@ -92,6 +93,10 @@ class Exercise:
         """What a learner may see before answering (no answer in it)."""
         return {"id": self.id, "lesson": self.lesson, "kind": self.kind, "prompt": self.prompt}
 
+    def for_learner(self, learner: str) -> Exercise:
+        """The exercise as ``learner`` sees it (the same for every kind but choice)."""
+        return self
+
 
 # -- choice ------------------------------------------------------------------------------------
 
@@ -109,7 +114,9 @@ class Choice:
 class ChoiceExercise(Exercise):
     """Pick the one right statement among ``choices``.
 
-    The answer is the text of a choice (as the page sends it) or its 0-based index.
+    The answer is the text of a choice (as the page sends it) or its 0-based index in
+    ``choices``. Each learner sees the choices in an order of their own
+    (:meth:`for_learner`), so where the right one sits says nothing.
     """
 
     choices: tuple[Choice, ...]
@@ -125,6 +132,24 @@ class ChoiceExercise(Exercise):
 
     def public(self) -> dict[str, Any]:
         return {**super().public(), "choices": [c.text for c in self.choices]}
+
+    def for_learner(self, learner: str) -> ChoiceExercise:
+        """This exercise with its choices shuffled for ``learner``.
+
+        The order is drawn from a generator seeded by the learner's id and the exercise's id:
+        the same learner gets the same order on every visit and after a restart, another
+        learner (another progress database) an order of their own. Indices sent with an answer
+        count in this order.
+
+        Example::
+
+            >>> ex = ChoiceExercise("q", "drift", "?", (Choice("a", "..", True), Choice("b", "..")))
+            >>> ex.for_learner("x").choices == ex.for_learner("x").choices
+            True
+        """
+        order = list(self.choices)
+        random.Random(f"{learner}/{self.id}").shuffle(order)  # str seeds hash with SHA-512
+        return dataclasses.replace(self, choices=tuple(order))
 
     def pick(self, answer: object) -> Choice:
         """The choice ``answer`` names; :class:`BadSubmission` if it names none."""
@@ -199,13 +224,8 @@ class NumberExercise(Exercise):
         return math.isclose(a, b, rel_tol=self.rel_tol, abs_tol=self.abs_tol)
 
     def check(self, answer: object) -> Verdict:
-        if isinstance(answer, bool) or not isinstance(answer, int | float):
-            raise BadSubmission(
-                "answer", f"{_short(answer)} ({type(answer).__name__}) is not a number"
-            )
-        value = float(answer)
-        if not math.isfinite(value):
-            raise BadSubmission("answer", f"{answer!r} is not a finite number")
+        """Judge ``answer``: a JSON number, or the text as typed (read by :func:`parse_number`)."""
+        value = _number(answer)
         expected = self.expected()
         shown = f"{expected:.{self.digits}g}"
         if self._close(value, expected):
@@ -215,6 +235,30 @@ class NumberExercise(Exercise):
                 return Verdict(False, trap.feedback)
         side = "too large" if value > expected else "too small"
         return Verdict(False, f"{value:g} is {side}. " + self.hint.format(expected=shown))
+
+
+def _number(answer: object) -> float:
+    """``answer`` as a finite float; :class:`BadSubmission` naming what is allowed."""
+    if isinstance(answer, str):
+        try:
+            return parse_number(answer)
+        except ValueError as exc:
+            raise BadSubmission("answer", str(exc)) from None
+    if isinstance(answer, bool) or not isinstance(answer, int | float):
+        raise BadSubmission(
+            "answer",
+            f"answer {_short(answer)} ({type(answer).__name__}) is not a number: send a JSON "
+            f"number or the text as typed, {EXAMPLES}",
+        )
+    try:
+        value = float(answer)
+    except OverflowError:  # an int past float's range
+        value = math.inf
+    if not math.isfinite(value):
+        raise BadSubmission(
+            "answer", f"answer {_short(answer)} is not allowed: it must be a finite number"
+        )
+    return value
 
 
 def _short(value: object, limit: int = 60) -> str:

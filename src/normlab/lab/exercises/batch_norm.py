@@ -142,7 +142,7 @@ EXERCISES: tuple[Exercise, ...] = (
                 correct=True,
             ),
             Choice(
-                "It silently uses the running statistics instead.",
+                "It silently falls back on its running statistics, as it would in eval mode.",
                 "Only eval mode uses the running statistics; training mode needs a real batch.",
             ),
             Choice(
@@ -151,7 +151,7 @@ EXERCISES: tuple[Exercise, ...] = (
                 "two values per feature and says so.",
             ),
             Choice(
-                "It returns all zeros (times gamma, plus beta).",
+                "It returns all zeros (times gamma, plus beta): each value equals its batch mean.",
                 "That is what the arithmetic would give, and exactly why the layer refuses: "
                 "the output would carry no information about the input.",
             ),

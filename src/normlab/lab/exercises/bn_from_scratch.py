@@ -353,7 +353,7 @@ EXERCISES: tuple[Exercise, ...] = (
         ),
         choices=(
             Choice(
-                "The unbiased variance (divide by N - 1) for both.",
+                "The unbiased variance (divide by N - 1) for both, normalizing and running_var.",
                 "The normalization divides by N: that is the variance the output's std of 1 is "
                 "measured with. Only the running estimate uses N - 1.",
             ),
@@ -369,7 +369,8 @@ EXERCISES: tuple[Exercise, ...] = (
                 correct=True,
             ),
             Choice(
-                "Unbiased to normalize, biased for running_var.",
+                "Unbiased (divide by N - 1) to normalize, and biased (divide by N) for "
+                "running_var.",
                 "The other way round: N to normalize, N - 1 for the running estimate.",
             ),
         ),
@@ -383,14 +384,14 @@ EXERCISES: tuple[Exercise, ...] = (
         ),
         choices=(
             Choice(
-                "Nothing: the batch mean subtracts any constant added to a column, and beta "
-                "does the bias's job after the normalization.",
-                "Right. That is why such a Linear is often built with bias=False; its gradient "
-                "is exactly zero anyway.",
+                "Nothing: subtracting the batch mean removes any constant added to a column.",
+                "Right. beta does the bias's job after the normalization, which is why such a "
+                "Linear is often built with bias=False; its gradient is exactly zero anyway.",
                 correct=True,
             ),
             Choice(
-                "It shifts every output by the bias, like in any Linear layer.",
+                "It shifts every output by the bias, as in any Linear layer, and so moves "
+                "where the ReLU cuts.",
                 "It would, without the BatchNorm. The batch mean includes the bias, so "
                 "subtracting the mean removes it again.",
             ),
@@ -400,7 +401,8 @@ EXERCISES: tuple[Exercise, ...] = (
                 "subtraction removes.",
             ),
             Choice(
-                "It decides which units the ReLU lets through.",
+                "It decides which units the ReLU lets through: a negative bias keeps a unit "
+                "below zero.",
                 "It would without the BatchNorm; here the mean subtraction cancels it before "
                 "the ReLU sees anything.",
             ),

@@ -58,18 +58,20 @@ EXERCISES: tuple[Exercise, ...] = (
         ),
         choices=(
             Choice(
-                "Lower the learning rate, so training does not push the biases further down.",
+                "Lower the learning rate, so that training does not push the biases even "
+                "further below zero.",
                 "A lower learning rate changes how fast the weights move, but a unit that is 0 "
                 "on every input passes no gradient back to its weights or bias: it stays dead.",
             ),
             Choice(
-                "Add a BatchNorm1d after the ReLU.",
+                "Add a BatchNorm1d after the ReLU, so the layer's outputs get back to unit "
+                "variance.",
                 "After the ReLU it is too late: the dead units output 0 for the whole batch, "
                 "and normalizing a constant column gives zeros again.",
             ),
             Choice(
-                "Re-initialize the Linear with zero biases and He-scaled weights (or put a "
-                "normalization layer between the Linear and the ReLU).",
+                "Re-initialize the Linear: zero biases, He-scaled weights (or a norm before "
+                "the ReLU).",
                 "Right. With zero-mean pre-activations about half the inputs make each unit "
                 "fire again; a norm before the ReLU recentres the pre-activations the same way.",
                 correct=True,

@@ -25,18 +25,19 @@ EXERCISES: tuple[Exercise, ...] = (
         ),
         choices=(
             Choice(
-                "It stays near the input's std of about 1 at every layer.",
+                "It stays near the input's std of about 1 at every layer, since the default "
+                "initialization scales each layer's weights to its fan-in.",
                 "Look at the table again: the first layer already cuts the std to about a "
                 "third, and nothing in the stack restores it.",
             ),
             Choice(
-                "It grows layer by layer, because every layer adds its bias.",
+                "It grows layer by layer, because every layer adds its bias on top of what "
+                "the layer before it passed on.",
                 "The biases are small (drawn from the same narrow range as the weights); the "
                 "table shows the std falling, not growing.",
             ),
             Choice(
-                "It shrinks: by layer 3 it is about a tenth of the input's, and later layers "
-                "never bring it back.",
+                "It shrinks: about a tenth of the input's by layer 3, and it stays that small.",
                 "Right. Each layer multiplies the scale by a factor below 1, and the factors "
                 "compound, so the deep layers work with tiny values.",
                 correct=True,
@@ -71,19 +72,20 @@ EXERCISES: tuple[Exercise, ...] = (
         ),
         choices=(
             Choice(
-                "It does not change: a layer's output scale is set by its weights alone.",
+                "It does not change: a layer's output scale is set by its weights alone, "
+                "whatever the input.",
                 "The output is a weighted sum of the inputs, so scaling the inputs scales it "
                 "too. Compare the two std values in the lesson's first example.",
             ),
             Choice(
-                "It grows about tenfold; exactly tenfold without the bias, which does not "
-                "scale with the input.",
+                "It grows about tenfold (exactly tenfold without the bias).",
                 "Right. W(10x) = 10(Wx); only the bias b stays put, which is why the lesson's "
                 "example shows a ratio a little under 10.",
                 correct=True,
             ),
             Choice(
-                "It grows about a hundredfold, because variance scales with the square.",
+                "It grows about a hundredfold, because a variance scales with the square of "
+                "the input.",
                 "The variance grows a hundredfold; the std is its square root and grows tenfold.",
             ),
             Choice(

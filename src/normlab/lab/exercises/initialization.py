@@ -213,13 +213,13 @@ EXERCISES: tuple[Exercise, ...] = (
         ),
         choices=(
             Choice(
-                "They have drifted apart, since the data differ from row to row.",
+                "They have drifted apart: the rows of data differ, so the gradients pull the "
+                "two units in different directions.",
                 "Every row reaches both units through identical weights, so the units see the "
                 "same sums, and gradient descent never gets a reason to tell them apart.",
             ),
             Choice(
-                "They are still identical: same outputs, same gradients, same updates at every "
-                "step.",
+                "They are still identical: same outputs, gradients and updates.",
                 "Right. Symmetric units get symmetric gradients, so the symmetry is never "
                 "broken, and the layer acts like a single unit. Random init breaks it.",
                 correct=True,
