@@ -27,7 +27,7 @@ from normlab.experiments import ParameterError, list_experiments
 from normlab.lab.app import create_app
 from normlab.lab.runner import RunAbandoned, RunCancelled, Runner, Waiter
 
-from .real_server import free_port, wait_until_serving
+from .real_server import free_port, serving, wait_until_serving
 
 # the lab answers loopback Host names only (DNS-rebinding guard); TestClient says "testserver"
 LAB = "http://127.0.0.1"
@@ -440,6 +440,57 @@ def _post(url: str, body: dict) -> dict:
     )
     with urllib.request.urlopen(req, timeout=300) as resp:
         return json.loads(resp.read())
+
+
+def _status(url: str, body: dict | None = None) -> tuple[int, Any]:
+    """(status, headers: read case-insensitively) of a GET, or of a POST of ``body``."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, resp.headers
+    except urllib.error.HTTPError as err:
+        with err:
+            return err.code, err.headers
+
+
+def test_pages_answer_at_once_while_many_runs_queue_and_a_full_queue_is_refused() -> None:
+    """Requests waiting for runs take the Runner's own threads, never the ones page routes are
+    answered in; beyond the queue's bound, 503 with Retry-After."""
+    runner = Runner()
+    runner.max_queued = 40
+
+    def slow(name: str, params: dict, waiter: Waiter | None) -> bytes:
+        time.sleep(0.5)  # a run that holds its thread (the engine is taken in turns)
+        return b"{}"
+
+    runner._run_json = slow  # type: ignore[method-assign]
+    with serving(create_app(runner)) as port, ThreadPoolExecutor(50) as pool:
+        base = f"http://127.0.0.1:{port}"
+        posts = [
+            pool.submit(_status, f"{base}/api/experiments/drift", {"seed": seed})
+            for seed in range(50)
+        ]
+        _wait(lambda: runner.queued == 40, "the queue to fill")
+        timings = []
+        for path in ["/api/experiments", "/"] * 10:
+            started = time.perf_counter()
+            assert _status(base + path)[0] == 200
+            timings.append(time.perf_counter() - started)
+        assert runner.queued > 0, "the runs ended before the pages were timed"
+        statuses = [f.result() for f in posts]
+    p95 = sorted(timings)[int(0.95 * len(timings)) - 1]
+    assert p95 < 0.25, f"pages took {p95 * 1e3:.0f} ms (p95) while runs queued"
+    refused = [h for code, h in statuses if code == 503]
+    assert len(refused) == 10 and all(h.get("Retry-After") for h in refused)
+    assert sum(code == 200 for code, _ in statuses) == 40
+
+
+def _wait(condition: Callable[[], bool], what: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
 
 
 @pytest.mark.slow

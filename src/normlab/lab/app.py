@@ -44,11 +44,11 @@ from normlab.experiments import (
     script,
 )
 from normlab.experiments.base import params_dict
-from normlab.lab import errors
+from normlab.lab import errors, sse
 from normlab.lab.errors import bad_input, read_body
 from normlab.lab.lessons.markup import highlight
 from normlab.lab.progress import ProgressStore, default_db_path
-from normlab.lab.runner import RunAbandoned, RunCancelled, Runner
+from normlab.lab.runner import RunAbandoned, RunBusy, RunCancelled, Runner
 from normlab.lab.sandbox import Sandbox, SandboxError
 from normlab.lab.security import LabGuard
 from normlab.lab.watchlog import WatchLog
@@ -316,12 +316,21 @@ def _add_experiment_routes(app: FastAPI, e: Experiment) -> None:
     )
 
 
-REFUSED = (RunCancelled, RunAbandoned, UnknownExperiment, ParameterError, ParameterTypeError)
+REFUSED = (
+    RunCancelled,
+    RunAbandoned,
+    RunBusy,
+    UnknownExperiment,
+    ParameterError,
+    ParameterTypeError,
+)
 """What an experiment's routes answer with the lab's error shape instead of a result."""
 
 
 def _refusal(exc: Exception) -> JSONResponse:
     """422 naming the parameter (or the experiment's name); 503 for a run that was stopped."""
+    if isinstance(exc, RunBusy):
+        return sse.busy(str(exc))  # 503 with Retry-After
     if isinstance(exc, RunCancelled | RunAbandoned):  # (abandoned: nobody is there to read it)
         return bad_input(None, str(exc), status=503)
     if isinstance(exc, UnknownExperiment):

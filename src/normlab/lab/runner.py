@@ -17,11 +17,12 @@ import json
 import math
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio.to_thread
 
@@ -35,6 +36,8 @@ from normlab.experiments import (
     script,
 )
 
+T = TypeVar("T")
+
 
 class RunCancelled(Exception):
     """The lab is shutting down: the run stopped at its next step, or did not start."""
@@ -42,6 +45,10 @@ class RunCancelled(Exception):
 
 class RunAbandoned(Exception):
     """Every request waiting for the run has gone (its client disconnected): it stopped."""
+
+
+class RunBusy(Exception):
+    """:attr:`Runner.max_queued` requests wait for runs already: this one is refused."""
 
 
 @dataclass(eq=False)
@@ -82,6 +89,11 @@ class Waiter:
                 runner.abandoned += 1
 
 
+THREADS = 4
+"""Worker threads a Runner's requests use, its own (the runs take turns on the engine anyway):
+requests waiting for runs never hold the threads that page routes are answered in."""
+MAX_QUEUED = 64
+"""Requests that may wait for (or be in) a run at once; one more is refused (:class:`RunBusy`)."""
 MAX_BYTES = 256 << 20
 """What the answers a Runner keeps may add up to, counted as their JSON (the parsed values
 beside it take a few times more); the least recently used go first."""
@@ -98,6 +110,11 @@ class Runner:
             raise ValueError(f"max_bytes must be at least 1, got {max_bytes}")
         self.max_entries = max_entries
         self.max_bytes = max_bytes
+        self.max_queued = MAX_QUEUED
+        self.queued = 0  # requests waiting for a run or in one, now
+        self._limiters: weakref.WeakKeyDictionary[Any, anyio.CapacityLimiter] = (
+            weakref.WeakKeyDictionary()
+        )  # one per event loop: a limiter belongs to the loop it was made in
         self.bytes = 0  # the JSON of the answers held
         self._cache: OrderedDict[str, _Entry] = OrderedDict()
         self._lock = threading.Lock()
@@ -221,7 +238,7 @@ class Runner:
                     self._cache.move_to_end(key)
             return self._body(entry)
         if gone is None:
-            return await anyio.to_thread.run_sync(self._run_json, name, params, None)
+            return await self._off_loop(self._run_json, name, params, None)
         waiter = Waiter(self)
         result: bytes | None = None
         error: Exception | None = None
@@ -233,7 +250,7 @@ class Runner:
         async with anyio.create_task_group() as group:
             group.start_soon(watch)
             try:
-                result = await anyio.to_thread.run_sync(self._run_json, name, params, waiter)
+                result = await self._off_loop(self._run_json, name, params, waiter)
             except Exception as exc:  # raised below, not wrapped in the group's ExceptionGroup
                 error = exc
             group.cancel_scope.cancel()
@@ -241,6 +258,23 @@ class Runner:
             raise error
         assert result is not None
         return result
+
+    async def _off_loop(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in one of this Runner's own :data:`THREADS`; beyond
+        :attr:`max_queued` requests at once, :class:`RunBusy`."""
+        with self._lock:
+            if self.queued >= self.max_queued:
+                raise RunBusy(f"{self.queued} requests wait for runs already: try again shortly")
+            self.queued += 1
+        try:
+            loop = asyncio.get_running_loop()
+            limiter = self._limiters.get(loop)
+            if limiter is None:
+                limiter = self._limiters[loop] = anyio.CapacityLimiter(THREADS)
+            return await anyio.to_thread.run_sync(fn, *args, limiter=limiter)
+        finally:
+            with self._lock:
+                self.queued -= 1
 
     def _run_json(self, name: str, params: dict[str, Any], waiter: Waiter | None) -> bytes:
         return self._body(self._run(name, params, waiter))  # rendered here, off the event loop
@@ -290,7 +324,7 @@ class Runner:
             yield "result", self._body(entry)
             return
         waiter = Waiter(self)
-        run = asyncio.ensure_future(anyio.to_thread.run_sync(self._run_json, name, params, waiter))
+        run = asyncio.ensure_future(self._off_loop(self._run_json, name, params, waiter))
         run.add_done_callback(_retrieved)
         shown = 0
         try:
