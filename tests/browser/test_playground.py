@@ -127,6 +127,13 @@ def test_editor_keys(page: Any, server: str) -> None:
     page.wait_for_function(RAN, arg=2)
     stdout = listing(page, 2).locator(".nl-run-stdout").inner_text()
     assert stdout.split() == ["0", "1", "4"]
+    # Esc leaves the editor for the control after it (its Run button): no keyboard trap
+    area.focus()
+    page.keyboard.press("Escape")
+    assert not area.evaluate("(a) => a === document.activeElement")
+    focused = page.evaluate("() => document.activeElement.textContent.trim()")
+    assert focused == listing(page, 2).locator("button").first.inner_text().strip()
+    assert area.input_value() == "for k in range(3):\n    print(k * k)"  # nothing typed
 
 
 def _saved(server: str) -> dict[str, Any]:

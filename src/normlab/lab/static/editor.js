@@ -6,7 +6,9 @@
 // monospace metrics (lab.css) and scroll together.
 //
 // Keys: Tab / Shift+Tab indent and dedent the selected lines by 4 spaces, Enter keeps the
-// indentation (one level more after a colon), Ctrl+Enter or Cmd+Enter runs (options.onRun).
+// indentation (one level more after a colon), Ctrl+Enter or Cmd+Enter runs (options.onRun),
+// Esc leaves the editor (the focus goes to the next control after it, Run in a listing), so Tab
+// indenting is no keyboard trap.
 "use strict";
 
 (function () {
@@ -56,6 +58,17 @@
 
   function lineStart(text, pos) { return text.lastIndexOf("\n", pos - 1) + 1; }
 
+  const FOCUSABLE = "a[href], button:not([disabled]), input:not([disabled]), select:not([disabled]), " +
+    "textarea:not([disabled]), summary, [tabindex]:not([tabindex='-1'])";
+
+  /** Focus on the first control after `wrap` (outside it), or nowhere when there is none. */
+  function leave(wrap) {
+    const after = [...document.querySelectorAll(FOCUSABLE)].find((node) => !wrap.contains(node) &&
+      (wrap.compareDocumentPosition(node) & Node.DOCUMENT_POSITION_FOLLOWING) && node.offsetParent !== null);
+    if (after) after.focus();
+    else document.activeElement?.blur();
+  }
+
   function create(host, text, options = {}) {
     const wrap = document.createElement("div");
     wrap.className = "nl-editor";
@@ -75,6 +88,7 @@
     input.setAttribute("autocapitalize", "off");
     input.setAttribute("autocomplete", "off");
     input.setAttribute("aria-label", options.label || "Python code, editable");
+    input.setAttribute("aria-description", "Tab indents; Escape leaves the editor");
     input.wrap = "off";
     input.value = text;
     area.append(shown, input);
@@ -132,6 +146,11 @@
     });
     input.addEventListener("scroll", syncScroll);
     input.addEventListener("keydown", (ev) => {
+      if (ev.key === "Escape") {
+        ev.preventDefault();
+        leave(wrap);
+        return;
+      }
       if (ev.key === "Enter" && (ev.ctrlKey || ev.metaKey)) {
         ev.preventDefault();
         if (options.onRun) options.onRun();

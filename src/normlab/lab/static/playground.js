@@ -96,7 +96,7 @@
     const runBtn = el("button", { type: "button", class: "nl-run-btn", text: "Run" });
     const resetBtn = el("button", { type: "button", class: "nl-reset-btn", text: "Reset" });
     const bar = el("div", { class: "nl-run-bar" }, runBtn, resetBtn,
-      el("span", { class: "nl-hint", text: "Ctrl+Enter runs" }), note);
+      el("span", { class: "nl-hint", text: "Ctrl+Enter runs · Esc leaves the editor" }), note);
     const result = el("div", { class: "nl-run-result", "aria-live": "polite" });
     result.hidden = true;
     host.after(bar);
