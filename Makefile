@@ -30,6 +30,9 @@ chromium:
 	@command -v bwrap >/dev/null 2>&1 || { \
 	  echo "installing bubblewrap for the playground's sandbox"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; }
+	@test -f /usr/share/fonts/truetype/dejavu/DejaVuMathTeXGyre.ttf || { \
+	  echo "installing a math font for the lessons' formulas"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-dejavu-extra; }
 
 lint: install
 	$(PY) -m ruff check src tests benchmarks

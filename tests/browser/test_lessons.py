@@ -236,3 +236,23 @@ def test_no_page_scrolls_sideways_on_a_phone(browser: Any, server: str) -> None:
             assert width <= 390, f"{path} is {width} px wide at 390 px"
     finally:
         context.close()
+
+
+def test_formulas_are_set_in_the_lab_s_math_font(page: Any, server: str) -> None:
+    """MathML laid out by an OpenType math font (served by the lab): a display fraction of
+    the Xavier and He formulas stands 2.3 font sizes tall, as the font's fraction shifts make
+    it; in the browser's default text font the same fractions measured 1.7 and 1.85."""
+    open_lesson(page, server, "initialization")
+    page.evaluate("() => document.fonts.ready")
+    assert page.evaluate("() => document.fonts.check('20px \"normlab math\"')")
+    sizes = page.evaluate(
+        """() => [...document.querySelectorAll('math[display="block"]')]
+          .filter((m) => m.querySelector('mfrac'))
+          .map((m) => {
+            const frac = m.querySelector('mfrac').getBoundingClientRect().height;
+            return frac / parseFloat(getComputedStyle(m).fontSize);
+          })"""
+    )
+    assert sizes and min(sizes) >= 2.1, sizes
+    family = page.evaluate("() => getComputedStyle(document.querySelector('math')).fontFamily")
+    assert family.startswith('"normlab math"')

@@ -287,3 +287,13 @@ def test_widget_rejects_duplicate_ids_and_unknown_controls() -> None:
         ctx.widget("drift", id="other", show=["nope"])
     markup: Any = ctx.widget("drift", id="deep", depth=30)
     assert 'data-widget="deep"' in markup and "&quot;depth&quot;: 30" in markup
+
+
+def test_the_math_font_is_served_by_the_lab(client: TestClient) -> None:
+    path = pages.math_font()
+    assert path is not None, "make installs fonts-dejavu-extra: no math font found"
+    r = client.get("/static/vendor/math-font")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("font/")
+    assert r.content == path.read_bytes()
+    css = client.get("/static/lab.css").text
+    assert 'src: url("/static/vendor/math-font")' in css and '"normlab math"' in css

@@ -43,6 +43,7 @@ from normlab import __version__, doctor
 from normlab.experiments import ParameterError, get_experiment, script
 from normlab.experiments.base import params_dict
 from normlab.lab import lessons
+from normlab.lab.errors import bad_input
 from normlab.lab.lessons.markup import MathExtension, code, num, sci, tex
 from normlab.lab.runner import RunCancelled
 from normlab.trainview import make_setup
@@ -69,6 +70,21 @@ def plotly_js() -> Path:
     if not path.is_file():
         raise FileNotFoundError(f"plotly.min.js not found at {str(path)!r}")
     return path
+
+
+MATH_FONTS = (
+    Path("/usr/share/fonts/truetype/dejavu/DejaVuMathTeXGyre.ttf"),  # Debian's fonts-dejavu-extra
+    Path("/usr/share/fonts/opentype/stix/STIXTwoMath-Regular.otf"),  # fonts-stix
+    Path("/usr/share/texmf/fonts/opentype/public/lm-math/latinmodern-math.otf"),  # fonts-lmodern
+)
+"""OpenType math fonts (with the MATH table that lays out fractions, roots and accents), the
+first found served as ``/static/vendor/math-font``: the formulas' MathML is drawn with it in
+any browser, whatever fonts its own machine has."""
+
+
+def math_font() -> Path | None:
+    """The first of :data:`MATH_FONTS` this machine has (``make`` installs the first)."""
+    return next((p for p in MATH_FONTS if p.is_file()), None)
 
 
 def environment() -> Environment:
@@ -295,6 +311,15 @@ def vendor_plotly(request: Request) -> FileResponse:
     )
 
 
+def vendor_math_font(request: Request) -> Any:
+    path = request.app.state.math_font
+    if path is None:
+        names = ", ".join(str(p) for p in MATH_FONTS)
+        return bad_input(None, f"no math font on this machine (looked for {names})", 404)
+    kind = "font/otf" if path.suffix == ".otf" else "font/ttf"
+    return FileResponse(path, media_type=kind, headers={"Cache-Control": "public, max-age=86400"})
+
+
 def favicon() -> FileResponse:
     return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
 
@@ -317,6 +342,10 @@ def install(app: FastAPI) -> None:
         methods=["GET"],
         include_in_schema=False,
         name="plotly",
+    )
+    app.state.math_font = math_font()
+    app.add_api_route(
+        "/static/vendor/math-font", vendor_math_font, methods=["GET"], include_in_schema=False
     )
     app.add_api_route(
         "/playground", playground, methods=["GET"], include_in_schema=False, name="playground"
