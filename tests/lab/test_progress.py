@@ -222,6 +222,21 @@ def test_bad_paths_raise_a_store_error(tmp_path: Path) -> None:
         ProgressStore(newer)
 
 
+def test_a_damaged_database_is_refused_when_it_opens(tmp_path: Path) -> None:
+    path = tmp_path / "p.sqlite3"
+    store = ProgressStore(path)
+    for i in range(400):  # a few pages of rows and index entries
+        store.save_listing(f"drift-{i}", "print(1)\n" * 20)
+    store.close()
+    data = bytearray(path.read_bytes())
+    page = 4096
+    assert len(data) > 4 * page
+    data[2 * page : 4 * page] = b"\xa5" * (2 * page)  # a valid header, bad pages after it
+    path.write_bytes(bytes(data))
+    with pytest.raises(ProgressStoreError, match=r"is damaged .*move it aside"):
+        ProgressStore(path)
+
+
 def test_default_db_path_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     assert default_db_path() == tmp_path / "xdg" / "normlab" / "progress.sqlite3"

@@ -187,6 +187,12 @@ class ProgressStore:
                 raise ProgressStoreError(f"{str(self.path)!r}: SQLite refused WAL mode ({mode})")
             conn.execute("PRAGMA synchronous = FULL")
             conn.execute("PRAGMA foreign_keys = ON")
+            problems = [row[0] for row in conn.execute("PRAGMA quick_check(3)").fetchall()]
+            if problems != ["ok"]:
+                raise ProgressStoreError(
+                    f"{str(self.path)!r} is damaged ({'; '.join(problems)}): move it aside "
+                    "(the lab starts a new one) or give another --db"
+                )
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             if version > _SCHEMA_VERSION:
                 raise ProgressStoreError(
@@ -206,6 +212,11 @@ class ProgressStore:
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             conn.close()
+            if "malformed" in str(exc):
+                raise ProgressStoreError(
+                    f"{str(self.path)!r} is damaged ({exc}): move it aside (the lab starts a "
+                    "new one) or give another --db"
+                ) from None
             raise ProgressStoreError(
                 f"{str(self.path)!r} is not a normlab progress database: {exc}"
             ) from None
