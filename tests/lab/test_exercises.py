@@ -659,7 +659,7 @@ def test_init_vs_bn_right_answer_passes(sandbox: Sandbox) -> None:
 @pytest.mark.parametrize(
     ("source", "fragment"),
     [
-        (COMPARE_STARTER, "check 2 of 5 (he_losses is the He-initialized run"),
+        (COMPARE_STARTER, "check 3 of 5 (bn_losses is the run with BatchNorm"),  # He half: right
         (
             COMPARE_RIGHT.replace("bn_still_helps = ", "bn_still_helps = not "),
             "bn_still_helps = False does not follow from that",

@@ -332,7 +332,7 @@ from normlab.experiments import run_experiment
 # The initialization lesson trains with the experiment "init-train" (no BatchNorm, a choice
 # of initializer); this lesson's learning-rate widget is "bn-lr". `normlab list` shows the
 # parameters of both.
-he = run_experiment("init-train", method="he", hidden_layers={HIDDEN}, width={WIDTH}, lr=0.2,
+he = run_experiment("init-train", method="he", hidden_layers={HIDDEN}, width={WIDTH}, lr={LR:g},
                     steps={STEPS})
 he_losses = he.losses
 print("He, no BatchNorm: first loss", he_losses[0], "last", he_losses[-1])
