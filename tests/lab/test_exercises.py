@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sqlite3
 import statistics
 from collections.abc import Iterator
 from pathlib import Path
@@ -806,6 +807,7 @@ def test_submit_choice_and_number_through_http(client: TestClient) -> None:
         "feedback": right.json()["feedback"],
         "attempts": 2,
         "solved": True,
+        "saved": True,
     }
     n = client.post("/api/exercises/init-xavier-bound/submit", json={"answer": 0.125})
     assert n.json()["passed"] is True
@@ -816,6 +818,25 @@ def test_submit_choice_and_number_through_http(client: TestClient) -> None:
         "attempts": 2,
     }
     assert progress["initialization"]["solved"] >= 1
+
+
+def test_a_verdict_the_database_could_not_keep_is_still_given_marked_unsaved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with TestClient(create_app(db_path=tmp_path / "p.sqlite3"), base_url=LAB) as c:
+        store = c.app.state.progress  # type: ignore[attr-defined]
+
+        def locked(*args: object) -> int:
+            raise sqlite3.OperationalError("database is locked")
+
+        monkeypatch.setattr(store, "record_attempt", locked)
+        r = c.post("/api/exercises/init-xavier-bound/submit", json={"answer": 0.125})
+        assert r.status_code == 200
+        body = r.json()
+        assert body["passed"] is True and body["saved"] is False
+        assert "could not be saved (database is locked)" in body["unsaved"]
+        monkeypatch.undo()
+        assert c.get("/api/progress").status_code == 200  # and the lab goes on
 
 
 def test_submit_code_through_http(client: TestClient) -> None:

@@ -27,6 +27,7 @@ worker thread so the event loop keeps serving.
 from __future__ import annotations
 
 import json
+import sqlite3
 from typing import Any
 
 import anyio.to_thread
@@ -158,17 +159,27 @@ async def submit(exercise_id: str, request: Request) -> Any:
         return bad_input(exc.parameter, str(exc))
     except SandboxError as exc:  # the lab's fault, not the learner's: nothing recorded
         return bad_input(None, f"the code could not be run: {exc}", status=503)
-    store = _store(request)
+    answer = verdict.to_dict()
+    if isinstance(exercise, CodeExercise):
+        answer["output"] = verdict.output
+    try:
+        answer.update(await _record(_store(request), exercise, submission, verdict))
+    except sqlite3.Error as exc:  # the verdict stands; only keeping it failed: say so
+        answer.update(saved=False, unsaved=f"this attempt could not be saved ({exc})")
+    return answer
+
+
+async def _record(
+    store: ProgressStore, exercise: Any, submission: Any, verdict: Any
+) -> dict[str, Any]:
+    """Keep the attempt (and a code exercise's code); the standing as the file holds it then."""
     await anyio.to_thread.run_sync(
         store.record_attempt, exercise.id, submission, verdict.passed, verdict.feedback
     )
-    answer = verdict.to_dict()
     if isinstance(exercise, CodeExercise):
         await anyio.to_thread.run_sync(store.save_code, exercise.id, submission)
-        answer["output"] = verdict.output
-    # counted after this attempt was committed: what the page shows is what the file holds
-    answer.update(await anyio.to_thread.run_sync(store.standing, exercise.id))
-    return answer
+    standing: dict[str, Any] = await anyio.to_thread.run_sync(store.standing, exercise.id)
+    return {**standing, "saved": True}
 
 
 def progress(request: Request) -> dict[str, Any]:

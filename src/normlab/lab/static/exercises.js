@@ -211,8 +211,12 @@
         if (input.save) await input.save();
         const r = await sendJson("POST", exerciseUrl(ex.id, "submit"), ex.kind === "code" ? { code: value } : { answer: value });
         showVerdict(feedback, r);
-        attempts.textContent = attemptsText(r.attempts);  // the store's count after this one
-        attempts.dataset.attempts = String(r.attempts);
+        if (r.saved === false) {  // checked, but the progress database could not keep it
+          feedback.append(el("p", { class: "nl-unsaved", role: "alert", text: r.unsaved }));
+        } else {
+          attempts.textContent = attemptsText(r.attempts);  // the store's count after this one
+          attempts.dataset.attempts = String(r.attempts);
+        }
         if (r.solved) {
           card.dataset.solved = "true";
           badge.textContent = "solved";
