@@ -11,6 +11,7 @@ normal snippet, and that no process of the run's uids is left on the machine.
 from __future__ import annotations
 
 import os
+import platform
 import secrets
 import sqlite3
 import subprocess
@@ -70,8 +71,9 @@ class Lab:
     database: Path
     secret: str
 
-    def run(self, code: str) -> dict[str, Any]:
-        r = self.client.post("/api/run", json={"code": PRELUDE + textwrap.dedent(code)})
+    def run(self, code: str, helpers: str = "") -> dict[str, Any]:
+        """Run ``code`` (dedented) after the prelude and ``helpers``; the API's answer."""
+        r = self.client.post("/api/run", json={"code": PRELUDE + helpers + textwrap.dedent(code)})
         assert r.status_code == 200, r.text
         body: dict[str, Any] = r.json()
         return body
@@ -407,6 +409,140 @@ def _(lab: Lab) -> None:
     """)
     assert body["status"] == "ok", body
     assert body["stdout"] == "[0, 1, 2, 3] True\n"  # no socket of the fork server or the lab
+
+
+# Learner-side helper: a raw system call (x86_64 numbers) that raises OSError as os.* calls do.
+SYSCALL = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+def syscall(number, *args):
+    result = libc.syscall(number, *args)
+    if result == -1:
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno))
+    return result
+"""
+
+
+def x86_64_only() -> None:
+    if platform.machine() != "x86_64":
+        pytest.skip("the attack uses x86_64 system-call numbers")
+
+
+@case("new-user-namespace-and-io-uring")
+def _(lab: Lab) -> None:
+    x86_64_only()
+    code = """
+        CLONE_NEWUSER = 0x10000000
+        attempt("unshare-user", lambda: syscall(272, CLONE_NEWUSER))
+        attempt("clone-user", lambda: syscall(56, CLONE_NEWUSER | signal.SIGCHLD, 0, 0, 0, 0))
+        attempt("io-uring-setup", lambda: syscall(425, 1, ctypes.create_string_buffer(120)))
+        attempt("io-uring-enter", lambda: syscall(426, 0, 1, 0, 0, 0, 0))
+        attempt("bpf", lambda: syscall(321, 5, ctypes.create_string_buffer(128), 128))
+        attempt("perf-event-open", lambda: syscall(298, ctypes.create_string_buffer(128),
+                                                   0, -1, -1, 0))
+        attempt("ptrace-traceme", lambda: syscall(101, 0, 0, 0, 0))
+        attempt("mount", lambda: syscall(165, b"none", b"/tmp", b"tmpfs", 0, 0))
+        # ... and what runs need still works: threads, fork, exec, torch's kernels
+        import subprocess, threading, torch
+        x = torch.randn(128, 128)
+        t = threading.Thread(target=lambda: torch.mm(x, x))
+        t.start(); t.join()
+        child = os.fork()
+        if child == 0:
+            os._exit(7)
+        exe = subprocess.run([sys.executable, "-c", "print(6 * 7)"], capture_output=True)
+        print("normal", os.WEXITSTATUS(os.waitpid(child, 0)[1]), exe.stdout.decode().strip(),
+              round(float((x @ x.T).trace() / (x * x).sum()), 4))
+    """
+    body = lab.run(code, SYSCALL)
+    assert body["status"] == "ok", body
+    tried = all_refused(body, 8)
+    assert set(tried.values()) == {"refused PermissionError"}, tried  # EPERM, from the filter
+    assert "normal 7 42 1.0\n" in body["stdout"], body
+
+
+@case("keyring-carried-over")
+def _(lab: Lab) -> None:
+    x86_64_only()
+    secret = f"key-{secrets.token_hex(8)}"
+    add = lab.run(
+        f"""
+        payload = {secret!r}.encode()
+        for label, keyring in (("add-user", -4), ("add-session", -3), ("add-user-session", -5)):
+            attempt(label, lambda: syscall(248, b"user", b"normlab-carried", payload,
+                                           len(payload), keyring))
+    """,
+        SYSCALL,
+    )
+    assert add["status"] == "ok", add
+    all_refused(add, 3)
+    for _ in range(8):  # a slot per run at most: every slot, the first run's among them
+        find = lab.run(
+            """
+            attempt("search", lambda: syscall(250, 10, -4, b"user", b"normlab-carried", 0))
+            attempt("request", lambda: syscall(249, b"user", b"normlab-carried", 0, 0))
+            attempt("session", lambda: syscall(250, 0, -3, 0))  # KEYCTL_GET_KEYRING_ID
+        """,
+            SYSCALL,
+        )
+        assert find["status"] == "ok", find
+        all_refused(find, 3)
+        assert secret not in find["stdout"] + find["stderr"]
+
+
+@case("lower-oom-score-adj")
+def _(lab: Lab) -> None:
+    adj = "os.open('/proc/self/oom_score_adj', os.O_WRONLY)"
+    lower = f"attempt(LABEL, lambda: os.write({adj}, b'0'))"
+    score = "print('score', open('/proc/self/oom_score_adj').read().strip())"
+    child = PRELUDE + lower.replace("LABEL", "'exec'") + "\n" + score + "\n"
+    body = lab.run(f"""
+        import subprocess
+        {lower.replace("LABEL", "'self'")}
+        child = subprocess.run([sys.executable, "-c", {child!r}], capture_output=True, text=True)
+        print(child.stdout, child.stderr)
+        {score}
+    """)
+    assert body["status"] == "ok", body
+    tried = attempts(body["stdout"])
+    assert tried.keys() == {"self", "exec"}, body
+    assert all(v.startswith("refused") for v in tried.values()), body
+    assert body["stdout"].count("score 1000") == 2, body  # the exec'd child's and the learner's
+
+
+@case("forged-report-nested-json")
+def _(lab: Lab) -> None:
+    body = lab.run("""
+        depth = 100_000
+        os.write(3, b'{"figures": ' + b"[" * depth + b"]" * depth + b"}")
+        print("forged", flush=True)
+        os._exit(0)  # before the learner writes its own report
+    """)
+    assert body["status"] == "ok" and body["stdout"] == "forged\n", body
+    assert "before reporting (it was unreadable: RecursionError" in body["stderr"], body
+    assert body["figures"] == []
+
+
+FORGE = """
+    import json
+    report = {{"status": "ok", "figures": {figures}, "notes": ["forged note"] * 10_000}}
+    with open(3, "wb", closefd=False) as channel:
+        channel.write(json.dumps(report).encode())
+    os._exit(0)  # before the learner writes its own report
+"""
+
+
+@case("forged-report-63-figures")
+def _(lab: Lab) -> None:
+    body = lab.run(FORGE.format(figures='["A" * (1 << 20)] * 63'))
+    assert body["status"] == "ok", body["stderr"][:2000]
+    assert len(body["figures"]) == 20 and {len(f) for f in body["figures"]} == {1 << 20}
+    assert "only the first 20 figures are shown" in body["stderr"]
+    assert body["stderr"].count("forged note") <= 20  # notes go to stderr: few of them
+    body = lab.run(FORGE.format(figures='["A" * (9 << 20), "B" * 100]'))
+    assert body["status"] == "ok" and body["figures"] == ["B" * 100], body["stderr"][:2000]
+    assert f"a figure of {9 << 20:,} bytes was left out" in body["stderr"]
 
 
 @pytest.mark.parametrize("name", list(CASES))

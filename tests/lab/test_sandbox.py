@@ -25,6 +25,8 @@ import matplotlib.image
 import pytest
 from fastapi.testclient import TestClient
 
+import normlab.lab.sandbox as sandbox_module
+from normlab.lab import cgroups, seccomp
 from normlab.lab.app import create_app
 from normlab.lab.playground import MAX_CODE_CHARS
 from normlab.lab.sandbox import (
@@ -34,6 +36,7 @@ from normlab.lab.sandbox import (
     RunResult,
     Sandbox,
     SandboxError,
+    SandboxWarning,
 )
 
 LAB = "http://127.0.0.1"  # the lab answers loopback Host names only
@@ -396,6 +399,10 @@ def test_the_unshare_backend_gives_the_same_view() -> None:
         "try:\n    open('/usr/pwned', 'w')\nexcept OSError as e:\n    print(type(e).__name__)\n"
         "try:\n    socket.create_connection(('127.0.0.1', 22), timeout=2)\n"
         "except OSError as e:\n    print(e.errno)\n"
+        "import ctypes\n"  # the seccomp filter: no new user namespace (EPERM)
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "print(libc.unshare(0x10000000), ctypes.get_errno())\n"
+        "print(open('/proc/self/cgroup').read().count('normlab-run-'))\n"
     )
     s = Sandbox(backend="unshare")
     try:
@@ -404,8 +411,112 @@ def test_the_unshare_backend_gives_the_same_view() -> None:
         s.close()
     assert r.status == "ok", r.stderr
     assert lines(r)[1] in ("['.venv', 'src']", "['src']")  # not tests/, .git, ...
-    assert lines(r)[::2] == ["False False", "True [1, 2]", "101"]
+    assert lines(r)[:5:2] == ["False False", "True [1, 2]", "101"]
     assert lines(r)[3] == "OSError"
+    assert lines(r)[5] == "-1 1"  # EPERM
+    assert lines(r)[6] == ("0" if s._cgroup_parents is None else "2")  # memory and pids
+
+
+# -- per-run cgroups and the seccomp filter ----------------------------------------------------
+
+THREE_PROCESSES_6_GIB = """
+import mmap, os, time
+children = []
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:  # 2 GiB each, resident at once (MAP_POPULATE: faster than touching each page)
+        m = mmap.mmap(-1, 2 << 30, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE)
+        print("allocated", flush=True)
+        time.sleep(30)
+        os._exit(0)
+    children.append(pid)
+for pid in children:
+    os.waitpid(pid, 0)
+"""
+
+
+def test_memory_counts_every_process_of_a_run(
+    sandbox: Sandbox, client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three processes of 2 GiB each: each is within RLIMIT_AS, together over the run's 4 GiB."""
+    if sandbox._cgroup_parents is None:
+        pytest.skip("no writable cgroup v1 memory and pids hierarchies here")
+    peaks: list[int] = []
+    remove = cgroups.RunCgroup.remove
+
+    def measured(self: cgroups.RunCgroup) -> None:
+        peaks.append(int((self.folders[0] / "memory.max_usage_in_bytes").read_text()))
+        remove(self)
+
+    monkeypatch.setattr(cgroups.RunCgroup, "remove", measured)
+    r = sandbox.run(THREE_PROCESSES_6_GIB)
+    assert r.status == "killed", r
+    assert "out of memory: the run's processes together" in r.stderr
+    assert "limit of 4,096 MiB, so the whole run was stopped" in r.stderr
+    assert r.stdout.count("allocated") < 3 and r.duration_s < 8  # stopped, not at the clock
+    assert peaks and peaks[0] <= DEFAULT_LIMITS.memory_bytes  # never 6 GiB, not even 4.1
+    assert client.get("/api/experiments").status_code == 200
+    ok = client.post("/api/run", json={"code": "print(6 * 7)"}).json()
+    assert (ok["status"], ok["stdout"]) == ("ok", "42\n")
+
+
+def test_each_run_has_a_cgroup_of_its_own_removed_after(sandbox: Sandbox) -> None:
+    if sandbox._cgroup_parents is None:
+        pytest.skip("no writable cgroup v1 memory and pids hierarchies here")
+    code = "import os\nprint(sorted(os.path.basename(line.split(':', 2)[2].strip())"
+    code += " for line in open('/proc/self/cgroup') if line.split(':')[1] in ('memory', 'pids')))"
+    a, b = sandbox.run(code), sandbox.run(code)
+    assert a.status == b.status == "ok", a.stderr + b.stderr
+    first, second = (json.loads(r.stdout.replace("'", '"')) for r in (a, b))
+    assert first[0] == first[1] and first[0].startswith("normlab-run-"), first  # both hierarchies
+    assert second[0] != first[0]  # a fresh one per run ...
+    for parent in sandbox._cgroup_parents.values():  # ... and gone when it answered
+        assert not [p for p in parent.iterdir() if p.name.startswith("normlab-run-")]
+
+
+def test_without_cgroups_a_warning_says_so_once_and_runs_go_on(
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unavailable() -> dict[str, Path]:
+        raise cgroups.CgroupsUnavailable("the cgroup v1 'pids' hierarchy is not mounted")
+
+    monkeypatch.setattr(cgroups, "parents", unavailable)
+    monkeypatch.setattr(sandbox_module, "_WARNED", set())
+    with pytest.warns(SandboxWarning, match="'pids' hierarchy is not mounted; each run's") as seen:
+        assert sandbox_module._cgroup_parents() is None
+        assert sandbox_module._cgroup_parents() is None
+    assert len(seen) == 1 and "limited per process (RLIMIT_AS, RLIMIT_NPROC)" in str(seen[0])
+    monkeypatch.setattr(sandbox, "_cgroup_parents", None)
+    r = sandbox.run("print(open('/proc/self/cgroup').read().count('normlab-run-'))")
+    assert (r.status, r.stdout) == ("ok", "0\n")  # the rlimits alone
+
+
+def test_cgroup_parents_are_found_from_proc(tmp_path: Path) -> None:
+    (tmp_path / "memory" / "lab").mkdir(parents=True)
+    (tmp_path / "pids").mkdir()
+    cgroup = tmp_path / "cgroup"
+    cgroup.write_text("8:pids:/\n4:memory:/outer/lab\n0::/\n")
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text(
+        f"30 25 0:26 / {tmp_path}/pids rw,relatime shared:9 - cgroup cgroup rw,pids\n"
+        f"31 25 0:27 /outer {tmp_path}/memory rw,relatime - cgroup cgroup rw,memory\n"
+    )
+    found = cgroups.parents(str(cgroup), str(mountinfo))  # plain folders are writable here
+    assert found == {"memory": tmp_path / "memory" / "lab", "pids": tmp_path / "pids"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cgroup", "memory", "mountinfo", "pids"]
+    mountinfo.write_text(mountinfo.read_text().splitlines()[1] + "\n")
+    with pytest.raises(cgroups.CgroupsUnavailable, match="'pids' hierarchy is not mounted"):
+        cgroups.parents(str(cgroup), str(mountinfo))
+
+
+def test_the_seccomp_filter_is_built_for_known_machines_only() -> None:
+    for machine in ("x86_64", "aarch64"):
+        program = seccomp.program(machine)
+        assert len(program) % 8 == 0 and 20 < len(program) // 8 < 256  # jumps reach the end
+    with pytest.raises(ValueError, match="no seccomp filter for 'riscv64', known: x86_64"):
+        seccomp.program("riscv64")
+    with pytest.raises(ValueError, match="unknown system calls for x86_64: openat2"):
+        seccomp.program("x86_64", ("openat2",))
 
 
 # -- POST /api/run -----------------------------------------------------------------------------

@@ -8,17 +8,21 @@ Four kinds of process take part in a run::
 
     fork server   one per Sandbox, uid 0, few capabilities; has imported torch & co. once
     └ supervisor  one per run: enters new mount/PID/net/IPC/UTS namespaces, enforces the wall
-      │           clock, relays output, answers the lab on the run's socket
-      └ init      PID 1 of the run's PID namespace: mounts a fresh /proc and a private /tmp,
-        │         forks the learner and waits; when it exits the kernel kills the namespace
-        └ learner the run's own uid, rlimits, no capabilities, no inherited descriptors;
-                  executes the code, then reports status and figures on descriptor 3
+      │           clock and the run's memory, relays output, answers the lab on the run's socket
+      └ init      PID 1 of the run's PID namespace: joins the run's cgroups, mounts a fresh
+        │         read-only /proc and a private /tmp, forks the learner and waits; when it
+        │         exits the kernel kills the namespace
+        └ learner the run's own uid, rlimits, no capabilities, no inherited descriptors, the
+                  seccomp filter; executes the code, then reports status and figures on
+                  descriptor 3
 
 Protocol with the lab: the first message on the control socket (descriptor ``FD``, a
-``SOCK_SEQPACKET`` pair) is the JSON configuration; the server then prints :data:`READY` on
-stdout. Every later message carries one stream socket (``SCM_RIGHTS``); the lab writes the run's
-JSON request on it and shuts its side down, the supervisor answers one JSON object and closes it.
-An empty message (the lab closed the control socket) stops the server.
+``SOCK_SEQPACKET`` pair) is the JSON configuration (the view to build, the modules to warm, the
+seccomp filter); the server then prints :data:`READY` on stdout. Every later message carries one
+stream socket (``SCM_RIGHTS``), then the run's cgroup descriptors where it has a cgroup; the lab
+writes the run's JSON request on the socket and shuts its side down, the supervisor answers one
+JSON object and closes it. An empty message (the lab closed the control socket) stops the
+server.
 """
 
 from __future__ import annotations
@@ -54,7 +58,9 @@ SCRATCH = os.environ.get("TMPDIR", "/tmp")
 """Where each run gets its private tmpfs (its working folder); the lab sets it."""
 
 _FIGURE_LIMIT = 20
+_FIGURE_BYTES = 8 << 20  # one figure's base64 PNG (a 640 x 480 one is about 50 KiB)
 _REPORT_LIMIT = 64 << 20  # bytes of figures (base64) a learner may report
+_NOTE_LIMIT, _NOTE_CHARS = 20, 1000  # notes go to stderr, past the output limit: few and short
 _DRAIN_S = 5.0  # after the init is gone every writer is dead; reading the rest is quick
 
 _CLONE_NEWNS = 0x00020000
@@ -71,7 +77,9 @@ _MS_BIND = 0x1000
 _MS_REC = 0x4000
 _MS_PRIVATE = 0x40000
 _PR_SET_PDEATHSIG = 1
+_PR_SET_SECCOMP = 22
 _PR_SET_NO_NEW_PRIVS = 38
+_SECCOMP_MODE_FILTER = 2
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
@@ -94,8 +102,27 @@ def _unshare(flags: int) -> None:
     _ok(_libc.unshare(flags), "unshare")
 
 
-def _prctl(option: int, value: int) -> None:
-    _ok(_libc.prctl(option, value, 0, 0, 0), f"prctl {option}")
+def _prctl(option: int, value: int, arg: int = 0) -> None:
+    _ok(_libc.prctl(option, value, arg, 0, 0), f"prctl {option}")
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _install_filter(program: bytes) -> None:
+    """Install the seccomp ``program`` (``sock_filter`` bytes from the lab) on this process.
+
+    It needs ``PR_SET_NO_NEW_PRIVS`` (or privilege) and binds this process and every one it
+    forks or executes from here on; a filter can only be added to, never removed.
+    """
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = _SockFprog(len(program) // 8, ctypes.addressof(buffer))
+    _prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(fprog))
+
+
+_FILTER: bytes | None = None
+"""The seccomp filter every learner process gets (from the lab's configuration)."""
 
 
 # --- the fork server -------------------------------------------------------------------------
@@ -103,8 +130,11 @@ def _prctl(option: int, value: int) -> None:
 
 def main(argv: list[str]) -> None:
     """Configure, warm up, then fork one supervisor per run request until the lab hangs up."""
+    global _FILTER
     ctrl = socket.socket(fileno=int(argv[1]))
     config = json.loads(ctrl.recv(1 << 20))
+    if config.get("seccomp"):
+        _FILTER = base64.b64decode(config["seccomp"])
     if config.get("view"):
         _build_root(config["view"])
     for name in config["warm"]:
@@ -118,15 +148,15 @@ def main(argv: list[str]) -> None:
         message, fds, _, _ = socket.recv_fds(ctrl, 16, 4)
         if not message:
             return
+        if fds and os.fork() == 0:
+            try:
+                ctrl.close()
+                _supervise(fds[0], fds[1:])
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(0)
         for fd in fds:
-            if os.fork() == 0:
-                try:
-                    ctrl.close()
-                    _supervise(fd)
-                except BaseException:
-                    traceback.print_exc()
-                finally:
-                    os._exit(0)
             os.close(fd)
 
 
@@ -242,39 +272,47 @@ class _Capture:
         return head.decode("utf-8", "replace") + note + tail.decode("utf-8", "replace")
 
 
-def _supervise(fd: int) -> None:
-    """Serve one run on the stream socket ``fd``: read the request, contain it, answer."""
+def _supervise(fd: int, cgroup: list[int]) -> None:
+    """Serve one run on the stream socket ``fd``: read the request, contain it, answer.
+
+    ``cgroup`` holds the run's cgroup descriptors from the lab (see :func:`_contain`), or none.
+    """
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # this process waits for its init
     with socket.socket(fileno=fd) as conn:
         chunks = []
         while chunk := conn.recv(1 << 16):
             chunks.append(chunk)
-        reply = _contain(json.loads(b"".join(chunks)))
+        reply = _contain(json.loads(b"".join(chunks)), cgroup)
         conn.sendall(json.dumps(reply).encode())
 
 
-def _contain(request: dict[str, Any]) -> dict[str, Any]:
-    """Run ``request`` in fresh namespaces; the reply the lab turns into a ``RunResult``."""
+def _contain(request: dict[str, Any], cgroup: list[int]) -> dict[str, Any]:
+    """Run ``request`` in fresh namespaces; the reply the lab turns into a ``RunResult``.
+
+    ``cgroup`` is empty or the run's memory and pids ``cgroup.procs`` and its out-of-memory
+    eventfd: the init joins both cgroups before it forks anything, and this supervisor (outside
+    them, so it survives to answer) stops the whole run when the eventfd fires.
+    """
     limits = request["limits"]
-    wall_s = float(request["wall_s"])
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     rep_r, rep_w = os.pipe()
     st_r, st_w = os.pipe()
+    procs, oom = cgroup[:2], cgroup[2:]
     _unshare(_CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWUTS)
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)  # the run's mounts stay in its namespace
     start = time.monotonic()
     pid = os.fork()  # PID 1 of the new PID namespace
     if pid == 0:
         try:
-            _close_all_but({0, 1, 2, out_w, err_w, rep_w, st_w})
-            _init(request, out_w, err_w, rep_w, st_w)
+            _close_all_but({0, 1, 2, out_w, err_w, rep_w, st_w, *procs})
+            _init(request, out_w, err_w, rep_w, st_w, procs)
         except BaseException:
             traceback.print_exc()  # to the fork server's output: the lab shows it on failure
         finally:
             os._exit(70)
-    for w in (out_w, err_w, rep_w, st_w):
+    for w in (out_w, err_w, rep_w, st_w, *procs):
         os.close(w)
     out = _Capture(int(limits["output_bytes"]))
     err = _Capture(int(limits["output_bytes"]))
@@ -285,31 +323,13 @@ def _contain(request: dict[str, Any]) -> dict[str, Any]:
     for r in captures:
         os.set_blocking(r, False)
         sel.register(r, selectors.EVENT_READ)
-    pidfd = os.pidfd_open(pid)
-    sel.register(pidfd, selectors.EVENT_READ)
-    deadline = start + wall_s
-    timed_out = exited = False
-    while not exited:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            timed_out = True
-            os.kill(pid, signal.SIGKILL)  # the init: the kernel then kills the whole namespace
-            break
-        for key, _ in sel.select(remaining):
-            if key.fd == pidfd:
-                exited = True
-            else:
-                _read_once(sel, key.fd, captures[key.fd])  # once per wake-up: a flood of
-                # output cannot keep this loop from looking at the clock
-    os.waitpid(pid, 0)  # returns once every process of the namespace is gone
+    ending = _watch(pid, sel, captures, start + float(request["wall_s"]), oom)
     duration = time.monotonic() - start
-    sel.unregister(pidfd)
-    os.close(pidfd)
     end = time.monotonic() + _DRAIN_S
     while sel.get_map() and (left := end - time.monotonic()) > 0:
         for key, _ in sel.select(left):
             _read_once(sel, key.fd, captures[key.fd])
-    status, notes, figures = _verdict(request, timed_out, st, rep)
+    status, notes, figures = _verdict(request, ending, st, rep)
     stderr = err.text("stderr")
     if notes:
         sep = "" if not stderr or stderr.endswith("\n") else "\n"
@@ -321,6 +341,56 @@ def _contain(request: dict[str, Any]) -> dict[str, Any]:
         "duration_s": duration,
         "figures": figures,
     }
+
+
+def _watch(
+    pid: int,
+    sel: selectors.BaseSelector,
+    captures: dict[int, _Capture],
+    deadline: float,
+    oom: list[int],
+) -> str:
+    """Relay output until the init ``pid`` exits: ``"exited"``, ``"timeout"`` or ``"oom"``.
+
+    At the wall-clock ``deadline``, or when the eventfd in ``oom`` says the run's cgroup ran out
+    of memory, the init is killed (the kernel then kills its whole namespace). Returns once
+    every process of the run is gone.
+    """
+    pidfd = os.pidfd_open(pid)
+    sel.register(pidfd, selectors.EVENT_READ)
+    for fd in oom:
+        sel.register(fd, selectors.EVENT_READ)
+    ending = ""
+    while not ending:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            ending = "timeout"
+            break
+        for key, _ in sel.select(remaining):
+            if key.fd == pidfd:
+                ending = "exited"
+            elif key.fd in oom:
+                ending = "oom"
+            else:
+                _read_once(sel, key.fd, captures[key.fd])  # once per wake-up: a flood of
+                # output cannot keep this loop from looking at the clock
+    if ending == "exited" and oom and _signalled(oom[0]):
+        ending = "oom"  # the kernel killed one of its processes as the run ended
+    if ending != "exited":
+        os.kill(pid, signal.SIGKILL)  # the init: the kernel then kills the whole namespace
+    os.waitpid(pid, 0)  # returns once every process of the namespace is gone
+    for fd in [pidfd, *oom]:
+        sel.unregister(fd)
+        os.close(fd)
+    return ending
+
+
+def _signalled(eventfd: int) -> bool:
+    """Whether the (non-blocking) ``eventfd`` has been signalled."""
+    try:
+        return bool(os.eventfd_read(eventfd))
+    except BlockingIOError:
+        return False
 
 
 def _read_once(sel: selectors.BaseSelector, fd: int, capture: _Capture) -> None:
@@ -344,12 +414,19 @@ _SIGNAL_NOTES: dict[int, str] = {
 
 
 def _verdict(
-    request: dict[str, Any], timed_out: bool, st: _Capture, rep: _Capture
+    request: dict[str, Any], ending: str, st: _Capture, rep: _Capture
 ) -> tuple[str, list[str], list[str]]:
-    """``(status, notes for stderr, figures)`` from how the learner process ended."""
+    """``(status, notes for stderr, figures)`` from how the run ended (see :func:`_watch`)."""
     limits = request["limits"]
-    if timed_out:
+    if ending == "timeout":
         return "timeout", [f"stopped at the wall-clock limit of {request['wall_s']:g} s"], []
+    if ending == "oom":
+        mib = int(limits["memory_bytes"]) >> 20
+        note = (
+            f"out of memory: the run's processes together (with its files in /tmp) reached "
+            f"its limit of {mib:,} MiB, so the whole run was stopped"
+        )
+        return "killed", [note], []
     try:
         wait_status = int(st.data.decode())
     except ValueError:
@@ -364,18 +441,48 @@ def _verdict(
         return "killed", [note], []
     code = os.WEXITSTATUS(wait_status)
     try:
-        report = json.loads(rep.data) if rep.total <= rep.limit else None
-    except ValueError:
-        report = None
-    if not isinstance(report, dict):
-        why = "it was too large" if rep.total > rep.limit else "it was missing or unreadable"
+        return _read_report(rep)
+    except Exception as exc:  # the code could write anything on descriptor 3
+        why = "it was too large" if rep.total > rep.limit else f"it was unreadable: {exc!r:.80}"
+        if not rep.total:
+            why = "it was missing"
         status = "ok" if code == 0 else "error"
         note = f"the process exited with status {code} before reporting ({why}); figures are lost"
         return status, [note], []
-    # The report channel is the code's descriptor 3, so the code could write anything there:
-    # keep only base64 figures and notes that encode as UTF-8 (JSON allows lone surrogates).
-    figures = [f for f in _list(report.get("figures")) if isinstance(f, str) and f.isascii()]
-    notes = [str(n).encode("utf-8", "replace").decode() for n in _list(report.get("notes"))]
+
+
+def _read_report(rep: _Capture) -> tuple[str, list[str], list[str]]:
+    """``(status, notes, figures)`` from the learner's report, held to the limits here.
+
+    The report channel is the code's descriptor 3, so the code could write anything there
+    (a forged report with 63 figures of 1 MiB, JSON nested too deep to parse): any error
+    raises, and only :data:`_FIGURE_LIMIT` ASCII figures of at most :data:`_FIGURE_BYTES` each
+    and :data:`_NOTE_LIMIT` short notes that encode as UTF-8 (JSON allows lone surrogates) pass.
+    """
+    if rep.total > rep.limit:
+        raise ValueError("too large")
+    report = json.loads(rep.data)
+    if not isinstance(report, dict):
+        raise ValueError(f"a report is a JSON object, not {type(report).__name__}")
+    notes = [
+        n[:_NOTE_CHARS].encode("utf-8", "replace").decode()
+        for n in _list(report.get("notes"))[:_NOTE_LIMIT]
+        if isinstance(n, str)
+    ]
+    figures: list[str] = []
+    for figure in _list(report.get("figures")):
+        if not isinstance(figure, str) or not figure.isascii():
+            continue
+        if len(figures) == _FIGURE_LIMIT:
+            note = f"only the first {_FIGURE_LIMIT} figures are shown"
+            if note not in notes:
+                notes.append(note)
+            break
+        if len(figure) > _FIGURE_BYTES:
+            notes.append(f"a figure of {len(figure):,} bytes was left out (the limit is "
+                         f"{_FIGURE_BYTES:,})")  # fmt: skip
+            continue
+        figures.append(figure)
     reported = report.get("status")
     status = reported if reported in ("ok", "error", "killed") else "error"
     return status, notes, figures
@@ -396,9 +503,18 @@ def _close_all_but(keep: set[int]) -> None:
 # --- the init (PID 1 of the run) -------------------------------------------------------------
 
 
-def _init(request: dict[str, Any], out_w: int, err_w: int, rep_w: int, st_w: int) -> None:
-    """Mount the run's /proc and /tmp, fork the learner, wait for it, report its wait status."""
+def _init(
+    request: dict[str, Any], out_w: int, err_w: int, rep_w: int, st_w: int, procs: list[int]
+) -> None:
+    """Join the run's cgroups, mount its /proc and /tmp, fork the learner, report its status.
+
+    ``procs`` are the ``cgroup.procs`` descriptors of the run's cgroups (none without them):
+    joining first puts every process of the run, and the pages of its tmpfs, in them.
+    """
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    for fd in procs:
+        os.write(fd, b"0")  # "0": this process (and so every one it forks from here on)
+        os.close(fd)
     # PID 1 ignores the signals its namespace sends it unless it has a handler: drop Python's
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGXFSZ):
         signal.signal(sig, signal.SIG_DFL)
@@ -406,6 +522,12 @@ def _init(request: dict[str, Any], out_w: int, err_w: int, rep_w: int, st_w: int
     disk = int(request["limits"]["disk_bytes"])
     flags = _MS_NOSUID | _MS_NODEV
     _mount("proc", "/proc", "proc", flags | _MS_NOEXEC)
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("1000")  # if the machine runs short of memory, runs are killed before the lab
+    # Every process of the run inherits that score. Lowering it takes no privilege (down to
+    # the floor of 0 that CAP_SYS_RESOURCE would raise), only write access to the file, which
+    # an exec'd child has: a read-only /proc refuses every write to it (EROFS), the score's too.
+    _mount(None, "/proc", None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | flags | _MS_NOEXEC)
     private = f"size={disk},mode=0700,uid={uid},gid={uid}"
     _mount("tmpfs", SCRATCH, "tmpfs", flags, private)
     if os.path.isdir("/dev/shm"):
@@ -447,8 +569,6 @@ def _learn(request: dict[str, Any], out_w: int, err_w: int, rep_w: int) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a fresh interpreter
     for sig in (signal.SIGPIPE, signal.SIGXFSZ):
         signal.signal(sig, signal.SIG_IGN)
-    with open("/proc/self/oom_score_adj", "w") as f:
-        f.write("1000")  # if the machine runs short of memory, runs are killed before the lab
     limits = request["limits"]
     cpu = math.ceil(float(limits["cpu_s"]))
     for which, soft, hard in (
@@ -465,6 +585,8 @@ def _learn(request: dict[str, Any], out_w: int, err_w: int, rep_w: int) -> None:
     os.setresuid(uid, uid, uid)  # drops every capability
     _prctl(_PR_SET_NO_NEW_PRIVS, 1)
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if _FILTER is not None:
+        _install_filter(_FILTER)  # no new user namespace, io_uring, keyring, bpf, mount ...
     os.chdir(SCRATCH)
     sys.path.insert(0, SCRATCH)
     sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115

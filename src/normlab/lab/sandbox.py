@@ -31,14 +31,21 @@ Design, from the outside in:
   own (one per slot of ``max_runs``, from a block chosen at random per :class:`Sandbox`), which
   drops every capability, so ``RLIMIT_NPROC`` holds (the kernel never applies it to uid 0: a fork
   bomb or 10 000 threads would otherwise go unbounded), and one run cannot reach another's files.
-  No cgroups are needed.
 - **Limits** (:class:`Limits`): wall clock (supervisor), ``RLIMIT_CPU``, ``RLIMIT_AS``,
   ``RLIMIT_NOFILE``, ``RLIMIT_NPROC``, tmpfs size, and output cut in the middle (its head and
   tail kept) with a visible note. The learner has no descriptors but stdin (``/dev/null``),
   stdout, stderr and its report channel.
-  Without cgroups memory is bounded per process (``RLIMIT_AS``), so a run's total is at most
-  ``processes * memory_bytes``; every run process has ``oom_score_adj`` 1000, so if the machine
-  runs short the kernel's OOM killer takes a run, never the lab first.
+- **A cgroup per run** (:mod:`normlab.lab.cgroups`), where the cgroup v1 ``memory`` and
+  ``pids`` hierarchies are writable: ``memory_bytes`` and ``processes`` then bound all the run's
+  processes together, its tmpfs pages included, and a run out of memory is stopped whole with a
+  note. Elsewhere a :class:`SandboxWarning` says so once, and memory is bounded per process
+  only (``RLIMIT_AS``: a run's total is at most ``processes * memory_bytes``).
+- **A seccomp filter** (:mod:`normlab.lab.seccomp`) on every learner process refuses new user
+  namespaces, ``io_uring``, the kernel keyring (so no key outlives a run), ``bpf``,
+  ``perf_event_open``, ``ptrace`` and the mount calls.
+- **The OOM score.** Every run process has ``oom_score_adj`` 1000, so if the machine runs short
+  the kernel's OOM killer takes a run, never the lab first; the run's ``/proc`` is read-only,
+  so no process of the run (an exec'd one could before) can lower it.
 
 Runs are thread-safe and may overlap (up to ``max_runs`` at once, more wait for a slot); the lab
 calls :meth:`Sandbox.arun`, which runs in a worker thread so the event loop keeps serving. This
@@ -57,6 +64,7 @@ Usage (the first run waits a few seconds for the fork server's imports)::
 
 from __future__ import annotations
 
+import base64
 import collections
 import contextlib
 import functools
@@ -70,6 +78,7 @@ import socket
 import subprocess
 import sys
 import threading
+import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path, PurePosixPath
@@ -79,8 +88,9 @@ from typing import Any
 import anyio.to_thread
 
 from normlab.lab import _sandbox_child as child
+from normlab.lab import cgroups, seccomp
 
-__all__ = ["DEFAULT_LIMITS", "Limits", "RunResult", "Sandbox", "SandboxError"]
+__all__ = ["DEFAULT_LIMITS", "Limits", "RunResult", "Sandbox", "SandboxError", "SandboxWarning"]
 
 RUN_UID_BASE = 3_000_000
 """Runs use uids in ``[RUN_UID_BASE, RUN_UID_BASE + 64 * 65536)``: no account has them."""
@@ -127,11 +137,14 @@ class Limits:
         memory_bytes: address space per process (``RLIMIT_AS``). 4 GiB, generous because
             address space runs far ahead of resident memory with torch: its libraries map about
             0.7 GiB at import, and every thread reserves a stack and a malloc arena (64 MiB).
+            With a cgroup per run, also the resident memory of all its processes together,
+            the files in its tmpfs included.
         output_bytes: stdout and stderr each. Beyond it the stream keeps its first and last
             halves of this (at line breaks) and a line between them says how many bytes and
             lines were left out: a long run's last lines are usually the ones that matter.
         open_files: descriptors per process (``RLIMIT_NOFILE``).
-        processes: processes and threads of the run together (``RLIMIT_NPROC`` of its uid).
+        processes: processes and threads of the run together (``RLIMIT_NPROC`` of its uid,
+            and ``pids.max`` of its cgroup, where it has one).
         disk_bytes: size of the run's private ``/tmp`` (and ``/dev/shm``), memory-backed.
     """
 
@@ -183,6 +196,20 @@ class SandboxError(RuntimeError):
     """The sandbox itself could not start or stopped (never a failure of the learner's code)."""
 
 
+class SandboxWarning(RuntimeWarning):
+    """The sandbox runs with less containment than it could (it says what is missing)."""
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """Warn with ``message`` the first time this process meets it (each Sandbox would repeat it)."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, SandboxWarning, stacklevel=3)
+
+
 class Sandbox:
     """A warm, contained runner of Python code (see the module docstring for the design).
 
@@ -221,6 +248,7 @@ class Sandbox:
             self._slots.put(slot)
         self._lock = threading.Lock()
         self._worker: _Worker | None = None
+        self._cgroup_parents: dict[str, Path] | None = None  # found at start()
 
     def __enter__(self) -> Sandbox:
         self.start()
@@ -250,6 +278,7 @@ class Sandbox:
         with self._lock:
             if self._worker is None or not self._worker.alive():
                 self._worker = _Worker(_command(self.backend))
+                self._cgroup_parents = _cgroup_parents()
 
     def close(self) -> None:
         """Stop the fork server and every run (idempotent; :meth:`start` may follow)."""
@@ -283,10 +312,16 @@ class Sandbox:
             "uid": None,
         }
         slot = self._slots.get()
+        cgroup = None
         try:
             request["uid"] = self.uids[slot]
-            reply = self._exchange(json.dumps(request).encode(), wall + _GRACE_S)
+            self.start()  # it finds where runs' cgroups go
+            cgroup = self._run_cgroup()
+            fds = [] if cgroup is None else cgroup.descriptors
+            reply = self._exchange(json.dumps(request).encode(), wall + _GRACE_S, fds)
         finally:
+            if cgroup is not None:
+                _remove(cgroup)
             self._slots.put(slot)
         return RunResult(
             status=str(reply["status"]),
@@ -300,7 +335,18 @@ class Sandbox:
         """:meth:`run` in a worker thread, so the event loop keeps serving meanwhile."""
         return await anyio.to_thread.run_sync(functools.partial(self.run, code, **kw))
 
-    def _exchange(self, payload: bytes, timeout: float) -> dict[str, Any]:
+    def _run_cgroup(self) -> cgroups.RunCgroup | None:
+        """A cgroup for one run (its memory and tasks together), or None where there is none."""
+        parents = self._cgroup_parents
+        if parents is None:
+            return None
+        try:  # the init counts as one task, as it does not under RLIMIT_NPROC
+            return cgroups.RunCgroup(parents, self.limits.memory_bytes, self.limits.processes + 1)
+        except OSError as exc:
+            _warn_once(f"normlab sandbox: could not make a run's cgroup ({exc}); {_FALLBACK}")
+            return None
+
+    def _exchange(self, payload: bytes, timeout: float, fds: list[int]) -> dict[str, Any]:
         for attempt in range(2):
             self.start()
             worker = self._worker
@@ -310,7 +356,7 @@ class Sandbox:
             ours, theirs = socket.socketpair()
             try:
                 try:
-                    worker.send(theirs)
+                    worker.send(theirs, fds)
                 except OSError:
                     if attempt == 0 and not worker.alive():
                         continue  # the fork server died since the last run: start a new one
@@ -361,7 +407,7 @@ class _Worker:
         if self.error is not None:
             self.ctrl.close()
             raise SandboxError(f"could not start the sandbox ({argv[0]}): {self.error}")
-        config = {"view": view, "warm": list(WARM_MODULES)}
+        config = {"view": view, "warm": list(WARM_MODULES), "seccomp": _seccomp_filter()}
         self.ctrl.send(json.dumps(config).encode())
 
     def _keep(self, argv: list[str], fd: int) -> None:
@@ -401,9 +447,10 @@ class _Worker:
         if self.failed:
             raise SandboxError(f"the sandbox stopped: {self.diagnostics()}")
 
-    def send(self, conn: socket.socket) -> None:
+    def send(self, conn: socket.socket, fds: list[int]) -> None:
+        """Hand the fork server a run's socket ``conn`` and its cgroup descriptors ``fds``."""
         with self._send_lock:
-            socket.send_fds(self.ctrl, [b"run"], [conn.fileno()])
+            socket.send_fds(self.ctrl, [b"run"], [conn.fileno(), *fds])
 
     def diagnostics(self) -> str:
         code = None if self.proc is None else self.proc.poll()
@@ -431,6 +478,39 @@ class _Worker:
         # The keeper ends when the last process of the sandbox is gone; one stuck in a disk
         # read finishes dying on its own, so do not wait for it long.
         self._keeper.join(timeout=2)
+
+
+_FALLBACK = (
+    "each run's memory and processes are limited per process (RLIMIT_AS, RLIMIT_NPROC), "
+    "not for all of the run's processes together"
+)
+
+
+def _cgroup_parents() -> dict[str, Path] | None:
+    """Where runs' cgroups go (:func:`cgroups.parents`), or None after a warning saying why."""
+    try:
+        return cgroups.parents()
+    except OSError as exc:
+        _warn_once(f"normlab sandbox: no per-run cgroups: {exc}; {_FALLBACK}")
+        return None
+
+
+def _remove(cgroup: cgroups.RunCgroup) -> None:
+    """Remove a finished run's cgroup; one that will not go is left behind with a warning."""
+    try:
+        cgroup.remove()
+    except OSError as exc:
+        message = f"normlab sandbox: a run's cgroup stays behind: {exc}"
+        warnings.warn(message, SandboxWarning, stacklevel=2)
+
+
+def _seccomp_filter() -> str | None:
+    """The learner's seccomp filter (:mod:`seccomp`) in base64, or None after a warning."""
+    try:
+        return base64.b64encode(seccomp.program()).decode("ascii")
+    except ValueError as exc:
+        _warn_once(f"normlab sandbox: runs get no seccomp filter: {exc}")
+        return None
 
 
 def _children(pid: int) -> list[int]:
