@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+import urllib.parse
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -297,3 +298,12 @@ def test_the_math_font_is_served_by_the_lab(client: TestClient) -> None:
     assert r.content == path.read_bytes()
     css = client.get("/static/lab.css").text
     assert 'src: url("/static/vendor/math-font")' in css and '"normlab math"' in css
+
+
+@pytest.mark.parametrize("slug", ["initialization", "bn-from-scratch"])
+def test_lessons_embed_the_view(client: TestClient, slug: str) -> None:
+    page = client.get(f"/lessons/{slug}").text
+    (src,) = re.findall(r'<iframe class="nl-train-frame" src="([^"]+)"', page)
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(html.unescape(src)).query)  # the preset
+    assert query["compare"] == ["1"] and query["hide"] == ["compare"]
+    assert client.get(html.unescape(src)).status_code == 200

@@ -195,15 +195,6 @@ def test_a_lesson_presets_the_view_and_refuses_bad_settings() -> None:
         ctx.train_view("x", nope=1)
 
 
-@pytest.mark.parametrize("slug", ["initialization", "bn-from-scratch"])
-def test_lessons_embed_the_view(client: TestClient, slug: str) -> None:
-    page = client.get(f"/lessons/{slug}").text
-    (src,) = re.findall(r'<iframe class="nl-train-frame" src="([^"]+)"', page)
-    query = urllib.parse.parse_qs(urllib.parse.urlsplit(html.unescape(src)).query)
-    assert query["compare"] == ["1"] and query["hide"] == ["compare"]
-    assert client.get(html.unescape(src)).status_code == 200
-
-
 # -- a real server -------------------------------------------------------------------------------
 
 
