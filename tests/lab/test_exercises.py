@@ -912,13 +912,13 @@ def test_bad_submissions_are_422_naming_the_parameter(
     still_serving(client)
 
 
-def test_broken_and_oversized_bodies_are_422(client: TestClient) -> None:
+def test_broken_bodies_are_422_and_oversized_ones_413(client: TestClient) -> None:
     url = "/api/exercises/bn-eval-statistics/submit"
     headers = {"content-type": "application/json"}
     r = client.post(url, content=b"{not json", headers=headers)
     assert r.status_code == 422 and "not valid JSON" in r.json()["detail"]["message"]
     r = client.post(url, content=b'"' + b"a" * (2 << 20) + b'"', headers=headers)
-    assert r.status_code == 422 and "larger than" in r.json()["detail"]["message"]
+    assert r.status_code == 413 and "the limit is 1,048,576" in r.json()["detail"]["message"]
     still_serving(client)
 
 

@@ -35,7 +35,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from normlab.lab import exercises
-from normlab.lab.errors import bad_input, checked_code
+from normlab.lab.errors import bad_input, checked_code, read_body
 from normlab.lab.exercises import (
     BadSubmission,
     ChoiceExercise,
@@ -57,16 +57,13 @@ MAX_LISTING_CHARS = 100_000
 
 
 async def _json_object(request: Request) -> dict[str, Any] | JSONResponse:
-    """The request body as a JSON object, or the 422 that says why it is not one."""
-    size = 0
-    chunks = []
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            return bad_input(None, f"request body is larger than {MAX_BODY_BYTES} bytes")
-        chunks.append(chunk)
+    """The request body as a JSON object, or the 413 (too large) or 422 that says why it is
+    not one."""
+    raw = await read_body(request, MAX_BODY_BYTES, None)
+    if isinstance(raw, JSONResponse):
+        return raw
     try:
-        body = json.loads(b"".join(chunks))
+        body = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         return bad_input(None, f"request body is not valid JSON: {exc}")
     if not isinstance(body, dict):
