@@ -273,27 +273,23 @@ class ProgressStore:
     def save_listing(self, listing_id: str, code: str) -> None:
         """Keep ``code`` as the learner's last version of listing ``listing_id``."""
         check_listing_id(listing_id)
-        if not isinstance(code, str):
-            raise TypeError(f"code must be a str, got {type(code).__name__}")
-        with self._transaction() as conn:
-            conn.execute(
-                "INSERT INTO listings (listing_id, code, updated) VALUES (?, ?, ?) "
-                "ON CONFLICT (listing_id) DO UPDATE SET code = excluded.code, "
-                "updated = excluded.updated",
-                (listing_id, code, time.time()),
-            )
+        self._keep_code("listings", "listing_id", listing_id, code)
 
     def save_code(self, exercise_id: str, code: str) -> None:
         """Keep ``code`` as the learner's last code in the editor of exercise ``exercise_id``."""
         _check_id(exercise_id, "exercise_id")
+        self._keep_code("exercise_code", "exercise_id", exercise_id, code)
+
+    def _keep_code(self, table: str, key_column: str, key: str, code: str) -> None:
+        """Insert or replace the code kept under ``key`` in ``table`` (one of the schema's)."""
         if not isinstance(code, str):
             raise TypeError(f"code must be a str, got {type(code).__name__}")
         with self._transaction() as conn:
             conn.execute(
-                "INSERT INTO exercise_code (exercise_id, code, updated) VALUES (?, ?, ?) "
-                "ON CONFLICT (exercise_id) DO UPDATE SET code = excluded.code, "
+                f"INSERT INTO {table} ({key_column}, code, updated) VALUES (?, ?, ?) "
+                f"ON CONFLICT ({key_column}) DO UPDATE SET code = excluded.code, "
                 "updated = excluded.updated",
-                (exercise_id, code, time.time()),
+                (key, code, time.time()),
             )
 
     # -- reads -------------------------------------------------------------------------------
