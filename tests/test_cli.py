@@ -331,3 +331,24 @@ def test_lab_warns_that_a_token_flag_is_visible_to_others(
     monkeypatch.setenv("NORMLAB_TOKEN", token)
     status, _, err = in_process(capsys, "lab", "--host", "0.0.0.0", "--db", str(tmp_path / "q"))
     assert status == 0 and "warning" not in err
+
+
+def test_lab_warms_the_lessons_unless_told_not_to(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from normlab.lab import app as lab_app
+
+    made: list[dict[str, object]] = []
+
+    def create_app(**kw: object) -> object:  # no lab: the flag is the point
+        made.append(kw)
+        return types.SimpleNamespace(state=types.SimpleNamespace(watch=None))
+
+    monkeypatch.setattr(lab_app, "create_app", create_app)
+    monkeypatch.setattr(lab_app, "serve", lambda app, host, port: None)
+    assert in_process(capsys, "lab", "--db", str(tmp_path / "p.db"))[0] == 0
+    assert in_process(capsys, "lab", "--no-warm", "--db", str(tmp_path / "p.db"))[0] == 0
+    assert [kw["warm"] for kw in made] == [True, False]
+    status, out, _ = in_process(capsys, "lab", "--help")
+    assert status == 0
+    assert "each lesson computes its figures on its first visit" in " ".join(out.split())

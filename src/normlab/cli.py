@@ -7,7 +7,7 @@ Commands::
     normlab run NAME --help          NAME's parameters: default, allowed values, meaning
     normlab train [--dataset D] [--depth N] [--PARAMETER VALUE ...] [--steps N]
                   [--json] [--plot FILE] [--code]
-    normlab lab [--host HOST] [--port PORT] [--db PATH] [--watch-log FILE.jsonl]
+    normlab lab [--host HOST] [--port PORT] [--db PATH] [--watch-log FILE.jsonl] [--no-warm]
     normlab doctor FILE.py:FACTORY --input-shape N,D[,...] [--steps K] [--data FILE.pt]
                    [--seed S] [--tokens V] [--dtype D] [--output FIELD] [--json] [--html FILE]
                    [--fix METHOD --out FILE.pt [--fix-tied]] [--traceback]
@@ -181,6 +181,13 @@ def _build_parser() -> _Parser:
         default=None,
         help="show this normlab.watch log live at /watch as the training run writes it "
         "(it may not exist yet)",
+    )
+    p_lab.add_argument(
+        "--no-warm",
+        dest="warm",
+        action="store_false",
+        help="serve at once; each lesson computes its figures on its first visit (default: "
+        "every lesson's figures are computed at startup, in the background)",
     )
     return parser
 
@@ -366,7 +373,7 @@ def _cmd_lab(args: argparse.Namespace) -> None:
         token = new_token()  # off loopback a token is never optional (Jupyter's rule)
     db = args.db if args.db is not None else default_db_path()
     try:
-        app = create_app(warm=True, token=token, db_path=db, watch_log=args.watch_log)
+        app = create_app(warm=args.warm, token=token, db_path=db, watch_log=args.watch_log)
     except WatchLogError as exc:
         raise UsageError(_one_line(f"--watch-log {args.watch_log!r}: {exc}")) from None
     except ProgressStoreError as exc:

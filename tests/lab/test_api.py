@@ -539,6 +539,33 @@ def test_warm_start_fills_the_cache_for_every_lesson() -> None:
         assert runner.misses == misses  # every live number was already computed
 
 
+def test_a_lab_started_with_no_warm_computes_each_lesson_on_its_first_visit(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``normlab lab --no-warm`` serves with an empty cache; a lesson's first visit computes
+    its live numbers (the seed figures are on the page) and its second computes nothing."""
+    from normlab import cli
+    from normlab.lab import app as lab_app
+
+    served: list[Any] = []
+    monkeypatch.setattr(lab_app, "serve", lambda app, host, port: served.append(app))
+    assert cli.main(["lab", "--no-warm", "--db", str(tmp_path / "p.db")]) == 0
+    (app,) = served
+    runner: Runner = app.state.runner
+    with TestClient(app, base_url=LAB) as c:
+        assert c.get("/api/experiments").status_code == 200
+        assert not any(t.name == "normlab-warm" for t in threading.enumerate())
+        assert runner.misses == 0 and not runner._cache  # nothing computed before a visit
+        page = c.get("/lessons/drift")
+        assert page.status_code == 200
+        for figure in ("0.0322", "1.0280", "0.3545", "0.0993", "0.6876", "6.0035"):
+            assert figure in page.text  # the seed figures, computed on this visit
+        misses = runner.misses
+        assert misses > 0
+        assert c.get("/lessons/drift").status_code == 200
+        assert runner.misses == misses  # the second visit is answered from the cache
+
+
 def test_shutdown_stops_the_warm_up() -> None:
     """A warm-up still going at shutdown stops after its current run and is joined."""
     with TestClient(create_app(Runner(), warm=True), base_url=LAB) as c:
