@@ -4,7 +4,9 @@ number answers are read as people type them.
 
 A learner is a progress database: this module starts ``normlab lab --db A`` (again for the
 restart) and ``normlab lab --db B``, two learners, and leaves the session's ``server`` alone (its
-progress is what tests/browser/test_exercise_pages.py starts from).
+progress is what tests/browser/test_exercise_pages.py starts from). Their labs start with
+``--no-warm``: a test opens two or three lessons, which compute on that first visit, instead of
+each lab computing all of them at startup while the test runs.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ class Lab:
         env = {**os.environ, "OMP_NUM_THREADS": "1", "XDG_DATA_HOME": str(self.data)}
         cmd = [sys.executable, "-m", "normlab", "lab", "--host", ALLOWED_HOST, "--port", str(port)]
         self.proc = subprocess.Popen(
-            [*cmd, "--db", str(self.db)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL
+            [*cmd, "--db", str(self.db), "--no-warm"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL
         )
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -93,26 +95,25 @@ class Lab:
             self.proc = None
 
 
-@pytest.fixture(scope="module")
-def learner_a(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    """A lab of its own on ``A/progress.sqlite3``; a test may restart it on the same file."""
-    root = tmp_path_factory.mktemp("learner-a")
-    lab = Lab(root / "A" / "progress.sqlite3", root / "data").start()
+def learner(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[Lab]:
+    """A learner's lab of its own on ``NAME/progress.sqlite3``; a test may restart it on the
+    same file."""
+    root = tmp_path_factory.mktemp(f"learner-{name.lower()}")
+    lab = Lab(root / name / "progress.sqlite3", root / "data").start()
     try:
         yield lab
     finally:
         lab.stop()
+
+
+@pytest.fixture(scope="module")
+def learner_a(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    yield from learner(tmp_path_factory, "A")
 
 
 @pytest.fixture(scope="module")
 def learner_b(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    """A second learner: a lab on ``B/progress.sqlite3``."""
-    root = tmp_path_factory.mktemp("learner-b")
-    lab = Lab(root / "B" / "progress.sqlite3", root / "data").start()
-    try:
-        yield lab
-    finally:
-        lab.stop()
+    yield from learner(tmp_path_factory, "B")
 
 
 def card(page: Any, exercise_id: str) -> Any:
