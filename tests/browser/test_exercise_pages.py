@@ -24,8 +24,14 @@ CHECKED = """(id) => {
 
 HE_RIGHT = """import math
 
-def he_std(fan_in):
-    return math.sqrt(2.0 / fan_in)
+import torch
+
+def kept_fraction(activation):
+    z = torch.randn(10**6)
+    return ((activation(z) ** 2).mean() / (z**2).mean()).item()
+
+def init_std(fan_in, kept):
+    return math.sqrt(1.0 / (kept * fan_in))
 """
 
 
@@ -106,14 +112,18 @@ def test_answer_questions_and_see_progress(page: Any, server: str) -> None:
 def test_code_exercise_runs_in_the_sandbox(page: Any, server: str) -> None:
     page.goto(f"{server}/lessons/initialization")
     page.wait_for_function(READY)
-    editor = card(page, "he-factor").locator("textarea.nl-input")
-    assert "def he_std" in editor.input_value()  # the starter code
-    editor.fill(HE_RIGHT.replace("2.0 /", "1.0 /"))  # Xavier-like: the scale shrinks
-    passed, text = submit(page, "he-factor")
-    assert not passed and "check" in text
-    editor.fill(HE_RIGHT + 'print("he_std(512) =", he_std(512))\n')
-    passed, text = submit(page, "he-factor")
+    he = card(page, "he-derivation")
+    editor = he.locator("textarea.nl-input")
+    assert "def kept_fraction" in editor.input_value()  # the starter code
+    editor.fill(HE_RIGHT.replace("(kept * fan_in)", "fan_in"))  # the std ignores the activation
+    passed, text = submit(page, "he-derivation")
+    assert not passed and "ignores `kept`" in text
+    assert he.locator(".nl-explanation").count() == 0  # the derivation waits for a right answer
+    editor.fill(HE_RIGHT + 'print("init_std(512, 0.5) =", init_std(512, 0.5))\n')
+    passed, text = submit(page, "he-derivation")
     assert passed, text
-    shown = card(page, "he-factor").locator(".nl-feedback-output").inner_text()
-    assert f"he_std(512) = {(2.0 / 512) ** 0.5}" in shown  # what the code printed, shown back
-    card(page, "he-factor").screenshot(path=str(SCREENSHOTS / "exercise-code.png"))
+    shown = he.locator(".nl-feedback-output").inner_text()
+    assert "init_std(512, 0.5) = 0.0625" in shown  # what the code printed, shown back
+    explanation = he.locator(".nl-explanation")
+    assert "He's" in explanation.inner_text() and explanation.locator("math").count() > 3
+    he.screenshot(path=str(SCREENSHOTS / "exercise-code.png"))

@@ -9,10 +9,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import random
 import sqlite3
 import statistics
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -39,7 +41,14 @@ from normlab.lab.exercises.bn_from_scratch import (
     judge_compare,
     reference_curves,
 )
-from normlab.lab.exercises.initialization import HE_STARTER
+from normlab.lab.exercises.initialization import (
+    HE_STARTER,
+    KEPT_RTOL,
+    STACK_WIDTH,
+    he_args,
+    judge_he_derivation,
+    kept_exact,
+)
 from normlab.lab.exercises.numbers import parse_number
 from normlab.lab.lessons import LESSONS
 from normlab.lab.progress import ProgressStore
@@ -89,7 +98,7 @@ def test_every_lesson_closes_with_two_to_four_checked_questions() -> None:
     assert kinds == {"choice", "number", "code"}
     ids = [e.id for e in exercises.EXERCISES]
     assert len(set(ids)) == len(ids)
-    assert {"he-factor", "bn-backward", "init-vs-bn"} <= set(ids)
+    assert {"he-derivation", "bn-backward", "init-vs-bn"} <= set(ids)
 
 
 def test_unknown_ids_and_lessons_are_refused_by_name() -> None:
@@ -400,7 +409,7 @@ def test_choices_are_shuffled_per_learner_and_stable_for_one() -> None:
         for i, text in enumerate(mine):  # an index counts in the learner's order
             assert mixed.check(i) == ex.check(text)
     assert any(order(e, "learner-a") != order(e, "learner-b") for e in CHOICES)
-    assert all(exercises.get(e).for_learner("x") is exercises.get(e) for e in ("he-factor",))
+    assert all(exercises.get(e).for_learner("x") is exercises.get(e) for e in ("he-derivation",))
 
 
 def test_the_right_choice_lands_in_every_place_as_often() -> None:
@@ -453,11 +462,23 @@ class FakeRun:
 
 
 def _job() -> CodeJob:
-    return code("he-factor").prepare("def he_std(n): return (2 / n) ** 0.5")
+    return code("he-derivation").prepare("def kept_fraction(f): return 0.5")
+
+
+def he_report(args: dict[str, Any], **changes: object) -> dict[str, object]:
+    """What the probe reports for a right submission (exact fractions), then changed."""
+    kept = [kept_exact(spec) for spec in args["activations"]]
+    report: dict[str, object] = {
+        "functions": {"kept_fraction": "ok", "init_std": "ok"},
+        "kept": kept,
+        "stack_std": [math.sqrt(1 / (k * STACK_WIDTH)) for k in kept],
+        "std": [math.sqrt(1 / (k * n)) for n, k in args["calls"]],
+    }
+    return {**report, **changes}
 
 
 def test_a_run_without_the_report_line_fails_and_says_why() -> None:
-    ex, job = code("he-factor"), _job()
+    ex, job = code("he-derivation"), _job()
     timeout = ex.verdict(job, FakeRun("timeout", "partial output\n"))
     assert not timeout.passed and "longer than the 30 s limit" in timeout.feedback
     killed = ex.verdict(job, FakeRun("killed", "", "[normlab sandbox: out of memory]"))
@@ -469,9 +490,8 @@ def test_a_run_without_the_report_line_fails_and_says_why() -> None:
 
 
 def test_a_report_line_with_a_guessed_nonce_is_ignored_and_two_lines_fail() -> None:
-    ex, job = code("he-factor"), _job()
-    good = {str(n): math.sqrt(2 / n) for n in job.args["fan_ins"]}
-    report = json.dumps({"report": {"defined": True, "callable": True, "values": good}})
+    ex, job = code("he-derivation"), _job()
+    report = json.dumps({"report": he_report(job.args)})
     guessed = ex.verdict(job, FakeRun("ok", f"normlab-check-{'0' * 32} {report}\n"))
     assert not guessed.passed and "ended before the checks could run" in guessed.feedback
     real = f"normlab-check-{job.nonce} {report}\n"
@@ -481,7 +501,7 @@ def test_a_report_line_with_a_guessed_nonce_is_ignored_and_two_lines_fail() -> N
 
 
 def test_code_submissions_are_validated() -> None:
-    ex = code("he-factor")
+    ex = code("he-derivation")
     with pytest.raises(BadSubmission, match="code must be a string, got int") as info:
         ex.prepare(3)
     assert info.value.parameter == "code"
@@ -496,73 +516,146 @@ def test_code_submissions_are_validated() -> None:
 HE_RIGHT = """
 import math
 
-def he_std(fan_in):
-    # ReLU keeps half of E[z^2]; the weights double it back: fan_in * Var(w) = 2
-    return math.sqrt(2.0 / fan_in)
+import torch
+
+torch.manual_seed(0)  # the samples, and so every verdict below, are the same on every run
+
+def kept_fraction(activation):
+    z = torch.randn(10**6)
+    return ((activation(z) ** 2).mean() / (z**2).mean()).item()
+
+def init_std(fan_in, kept):
+    # Var(z') = fan_in * Var(w) * kept * Var(z): steady when fan_in * Var(w) * kept = 1
+    return math.sqrt(1.0 / (kept * fan_in))
 """
+MEASURE = "((activation(z) ** 2).mean() / (z**2).mean()).item()"
+DERIVE = "math.sqrt(1.0 / (kept * fan_in))"
 
 
 def check(sandbox: Sandbox, exercise_id: str, source: str) -> Verdict:
     return code(exercise_id).check(source, sandbox)
 
 
-def test_he_factor_right_answer_passes(sandbox: Sandbox) -> None:
-    v = check(sandbox, "he-factor", HE_RIGHT)
+def test_he_derivation_right_answer_passes(sandbox: Sandbox) -> None:
+    v = check(sandbox, "he-derivation", HE_RIGHT)
     assert v.passed, v.feedback
-    assert v.feedback.startswith("all 5 checks passed")
+    assert v.feedback.startswith("all 7 checks passed. You measured that ReLU keeps 0.49")
+    assert "He's factor, derived" in v.feedback
+    assert r"n\,\mathrm{Var}(w) = 2" in v.explanation  # the derivation, shown once solved
+    html = v.to_dict()["explanation"]
+    assert "<math" in html and "\\(" not in html
 
 
 @pytest.mark.parametrize(
     ("source", "fragment"),
     [
-        (HE_STARTER, "check 4 of 5 (it holds the variance of a 40-layer ReLU stack) failed"),
-        (HE_RIGHT.replace("2.0 /", "3.0 /"), "each ReLU layer multiplies it by about 1.5"),
-        (HE_RIGHT.replace("2.0 /", "1.9 /"), "outside [1/3, 3] x layer 1's"),
-        (HE_RIGHT.replace("2.0 /", "1.97 /"), "check 5 of 5 (it is He's factor) failed"),
-        (HE_RIGHT.replace("2.0 /", "2.05 /"), "fan_in * he_std(fan_in)**2 = 2.05 at fan_in 512"),
-        ("he_std = 0.1", "check 1 of 5 (he_std is a function) failed"),
-        ("x = 1", "your code defines no `he_std`"),
-        ("def he_std(n):\n    return 1 / (n - 1)", "ZeroDivisionError"),
-        ("def he_std(n):\n    return 'small'", "he_std(1) gave str 'small'"),
-        ("def he_std(n):\n    return -(2 / n) ** 0.5", "a std must be a positive"),
-        ("def he_std(n):\n    return (2 / 512) ** 0.5", "should halve the std"),
+        # the starter measures nothing: 1 for every activation
+        (HE_STARTER, "kept_fraction gave 1 for every activation"),
+        # He's constant copied: right for ReLU only
+        (HE_RIGHT.replace(DERIVE, "math.sqrt(2.0 / fan_in)"), "your std ignores `kept`"),
+        # ReLU's fraction hard-coded
+        (
+            HE_RIGHT.replace(MEASURE, "0.5"),
+            "check 2 of 7 (kept_fraction measures what each activation keeps) failed: "
+            "kept_fraction gave 0.5 for every activation",
+        ),
+        (HE_RIGHT.replace(MEASURE, "(activation(z).var() / z.var()).item()"), "That is Var(f(z))"),
+        (HE_RIGHT.replace("10**6", "1000"), "is your sample large enough?"),
+        # wrong derivations
+        (HE_RIGHT.replace(DERIVE, "math.sqrt(kept / fan_in)"), "needs larger weights"),
+        (
+            HE_RIGHT.replace(DERIVE, "1 / (kept * math.sqrt(fan_in))"),
+            "check 5 of 7 (it makes up for the kept fraction) failed",
+        ),
+        (HE_RIGHT.replace(DERIVE, "math.sqrt(1.0 / kept) / 512**0.5"), "should halve the std"),
+        (HE_RIGHT.replace("1.0 / (kept", "2.0 / (kept"), "each layer multiplies it by about 2"),
+        (
+            HE_RIGHT.replace("1.0 / (kept", "1.01 / (kept"),
+            "check 7 of 7 (it is the std the variance argument gives) failed: "
+            "kept * fan_in * init_std(fan_in, kept)**2 = 1.01",
+        ),
+        ("kept_fraction = 0.5", "check 1 of 7 (kept_fraction and init_std are functions) failed"),
+        ("def kept_fraction(f):\n    return 0.5", "your code defines no `init_std`"),
+        (
+            HE_RIGHT.replace("kept * fan_in", "kept * (fan_in - 1)"),
+            ") raised ZeroDivisionError: float division by zero",
+        ),
+        (HE_RIGHT.replace(MEASURE, "'half'"), "kept_fraction(relu) gave str 'half'"),
+        (HE_RIGHT.replace(DERIVE, "-" + DERIVE), "a std must be a positive"),
         ("import math\nraise RuntimeError('oops')", "RuntimeError: oops (line 2 of your code)"),
-        ("def he_std(n):\n    return (2 / n) ** 0.5\nraise SystemExit(0)", "leave out exit()"),
+        (HE_RIGHT + "raise SystemExit(0)", "leave out exit()"),
     ],
 )
-def test_he_factor_wrong_answers_fail_naming_the_check(
+def test_he_derivation_wrong_answers_fail_naming_the_check(
     sandbox: Sandbox, source: str, fragment: str
 ) -> None:
-    v = check(sandbox, "he-factor", source)
+    v = check(sandbox, "he-derivation", source)
     assert not v.passed and fragment in v.feedback, v.feedback
+    assert not v.explanation  # the derivation is kept for a right answer
 
 
-def test_he_factor_output_is_shown_and_starter_prints_its_trial(sandbox: Sandbox) -> None:
-    v = check(sandbox, "he-factor", HE_STARTER)
-    assert "layer 20: Var(z)" in v.output and "normlab-check" not in v.output
+def test_he_derivation_output_is_shown_and_starter_prints_its_trial(sandbox: Sandbox) -> None:
+    v = check(sandbox, "he-derivation", HE_STARTER)
+    assert "kept_fraction(relu) = 1.0000" in v.output and "layer 20: Var(z)" in v.output
+    assert "normlab-check" not in v.output
+
+
+def test_he_derivation_draws_activations_copying_cannot_fit() -> None:
+    draws = [he_args(random.Random(seed)) for seed in range(200)]
+    for args in draws:
+        leaky = args["activations"][1]
+        assert abs(0.5 / kept_exact(leaky) - 1) > 3 * KEPT_RTOL  # ReLU's 0.5 is far off
+        assert len({kept_exact(spec) for spec in args["activations"]}) == 4
+    assert len({a["activations"][1]["neg"] for a in draws}) > 20  # fresh slopes
+
+
+def test_he_derivation_judge_from_reports() -> None:
+    args = he_args(random.Random(0))
+    assert judge_he_derivation(args, he_report(args)).passed
+    missing = {"functions": {"kept_fraction": "ok", "init_std": "not callable"}}
+    relu_std = math.sqrt(2 / STACK_WIDTH)
+    cases = [
+        (missing, "`init_std` is not a function"),
+        (he_report(args, kept=[0.5, math.nan, 1.0, 1.0]), "a ratio of mean squares is > 0"),
+        (he_report(args, stack_std=[relu_std] * 4), "each layer multiplies it by about"),
+    ]
+    for report, fragment in cases:
+        v = judge_he_derivation(args, report)
+        assert not v.passed and fragment in v.feedback, v.feedback
 
 
 def test_a_learner_who_finds_the_nonce_cannot_forge_a_pass(sandbox: Sandbox) -> None:
-    # Wrong he_std, plus a forged report (nonce read off the harness's frame) claiming 2/n.
+    # A hard-coded 0.5, plus a forged report (nonce read off the harness's frame) of right
+    # numbers.
     forge = """
 import json, sys
 
-def he_std(n):
-    return (1 / n) ** 0.5
+def kept_fraction(activation):
+    return 0.5
+
+def init_std(fan_in, kept):
+    return (1 / (kept * fan_in)) ** 0.5
 
 frame = sys._getframe()
 while frame is not None and "mark" not in frame.f_locals:
     frame = frame.f_back
 mark, job = frame.f_locals["mark"], frame.f_locals["job"]
-values = {str(n): (2 / n) ** 0.5 for n in job["args"]["fan_ins"]}
-print(mark + json.dumps({"report": {"defined": True, "callable": True, "values": values}}))
+args = job["args"]
+kept = [(a["pos"] ** 2 + a["neg"] ** 2) / 2 for a in args["activations"]]
+report = {
+    "functions": {"kept_fraction": "ok", "init_std": "ok"},
+    "kept": kept,
+    "stack_std": [init_std(args["width"], k) for k in kept],
+    "std": [init_std(n, k) for n, k in args["calls"]],
+}
+print(mark + json.dumps({"report": report}))
 """
-    v = check(sandbox, "he-factor", forge)
+    v = check(sandbox, "he-derivation", forge)
     assert not v.passed and "more than once" in v.feedback
 
 
 def test_a_run_past_its_time_limit_fails(sandbox: Sandbox) -> None:
-    quick = dataclasses.replace(code("he-factor"), wall_s=1.5)
+    quick = dataclasses.replace(code("he-derivation"), wall_s=1.5)
     v = quick.check("while True:\n    pass", sandbox)
     assert not v.passed and "longer than the 1.5 s limit" in v.feedback
 
@@ -778,8 +871,8 @@ def test_get_exercises_lists_every_exercise_without_answers(client: TestClient) 
     for e in body:
         assert e["kind"] in ("choice", "number", "code") and e["prompt"]
         assert "correct" not in json.dumps(e) and "expected" not in e
-    he = next(e for e in body if e["id"] == "he-factor")
-    assert he["starter"] == HE_STARTER and len(he["checks"]) == 5
+    he = next(e for e in body if e["id"] == "he-derivation")
+    assert he["starter"] == HE_STARTER and len(he["checks"]) == 7
     bn_mean = next(e for e in body if e["id"] == "bn-running-mean-update")
     assert bn_mean["tolerance"] == {"relative": 0.0, "absolute": 0.001}
 
@@ -842,11 +935,13 @@ def test_a_verdict_the_database_could_not_keep_is_still_given_marked_unsaved(
 def test_submit_code_through_http(client: TestClient) -> None:
     r = client.post("/api/exercises/bn-backward/submit", json={"code": BACKWARD_RIGHT})
     assert r.status_code == 200 and r.json()["passed"] is True, r.json()
-    r = client.post("/api/exercises/he-factor/submit", json={"code": HE_STARTER})
+    assert "<math" in r.json()["explanation"]  # the closed form, once solved
+    r = client.post("/api/exercises/he-derivation/submit", json={"code": HE_STARTER})
     d = r.json()
-    assert d["passed"] is False and "check 4 of 5" in d["feedback"] and "layer 5" in d["output"]
+    assert d["passed"] is False and "check 2 of 7" in d["feedback"] and "layer 5" in d["output"]
+    assert "explanation" not in d  # not before it is solved
     lesson = client.get("/api/progress").json()["lessons"]["initialization"]
-    assert lesson["exercises"]["he-factor"]["attempts"] >= 1
+    assert lesson["exercises"]["he-derivation"]["attempts"] >= 1
 
 
 def test_the_attempt_count_answered_is_the_databases(client: TestClient) -> None:
@@ -873,10 +968,10 @@ def test_the_attempt_count_answered_is_the_databases(client: TestClient) -> None
 
 def test_a_checked_code_is_kept_for_the_next_visit(client: TestClient) -> None:
     source = HE_RIGHT + "# checked, kept\n"
-    r = client.post("/api/exercises/he-factor/submit", json={"code": source})
+    r = client.post("/api/exercises/he-derivation/submit", json={"code": source})
     assert r.status_code == 200 and r.json()["passed"] is True, r.json()
-    assert client.get("/api/progress").json()["exercise_code"]["he-factor"] == source
-    assert client.get("/api/exercises/he-factor/code").json()["code"] == source
+    assert client.get("/api/progress").json()["exercise_code"]["he-derivation"] == source
+    assert client.get("/api/exercises/he-derivation/code").json()["code"] == source
 
 
 @pytest.mark.parametrize(
@@ -894,10 +989,10 @@ def test_a_checked_code_is_kept_for_the_next_visit(client: TestClient) -> None:
         ("/api/exercises/init-xavier-bound/submit", {"answer": " "}, "answer", "is empty"),
         ("/api/exercises/init-xavier-bound/submit", {"answer": "0,125"}, "answer", "a point"),
         ("/api/exercises/init-xavier-bound/submit", {"answer": 10**400}, "answer", "finite"),
-        ("/api/exercises/he-factor/submit", {"answer": 2}, "answer", "send only 'code'"),
-        ("/api/exercises/he-factor/submit", {"code": 5}, "code", "code must be a string"),
-        ("/api/exercises/he-factor/submit", {"code": "#" * 20_001}, "code", "the limit is"),
-        ("/api/exercises/he-factor/submit", [1], None, "must be a JSON object"),
+        ("/api/exercises/he-derivation/submit", {"answer": 2}, "answer", "send only 'code'"),
+        ("/api/exercises/he-derivation/submit", {"code": 5}, "code", "code must be a string"),
+        ("/api/exercises/he-derivation/submit", {"code": "#" * 20_001}, "code", "the limit is"),
+        ("/api/exercises/he-derivation/submit", [1], None, "must be a JSON object"),
     ],
 )
 def test_bad_submissions_are_422_naming_the_parameter(
@@ -934,10 +1029,11 @@ def test_a_broken_sandbox_answers_503_and_records_nothing(tmp_path: Path) -> Non
     app = create_app(db_path=tmp_path / "p.sqlite3")
     app.state.sandbox = BrokenSandbox()
     with TestClient(app, base_url=LAB) as c:
-        r = c.post("/api/exercises/he-factor/submit", json={"code": HE_RIGHT})
+        r = c.post("/api/exercises/he-derivation/submit", json={"code": HE_RIGHT})
         assert r.status_code == 503
         assert "could not start the sandbox" in r.json()["detail"]["message"]
-        he = c.get("/api/progress").json()["lessons"]["initialization"]["exercises"]["he-factor"]
+        lesson = c.get("/api/progress").json()["lessons"]["initialization"]
+        he = lesson["exercises"]["he-derivation"]
         assert he["attempts"] == 0
         still_serving(c)
 

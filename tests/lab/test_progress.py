@@ -328,10 +328,10 @@ def test_exercise_code_routes_keep_code_without_counting_an_attempt(client: Test
         ("put", "/api/exercises/nope/code", {"code": "x"}, "id", "exercise 'nope' not found"),
         ("get", "/api/exercises/nope/code", None, "id", "exercise 'nope' not found"),
         ("put", "/api/exercises/bn-batch-of-one/code", {"code": "x"}, "id", "not a code one"),
-        ("put", "/api/exercises/he-factor/code", {}, "code", "missing 'code'"),
-        ("put", "/api/exercises/he-factor/code", {"code": "x", "y": 1}, "y", "unknown field"),
-        ("put", "/api/exercises/he-factor/code", {"code": 3}, "code", "must be a string"),
-        ("put", "/api/exercises/he-factor/code", {"code": "#" * 20_001}, "code", "20,000"),
+        ("put", "/api/exercises/he-derivation/code", {}, "code", "missing 'code'"),
+        ("put", "/api/exercises/he-derivation/code", {"code": "x", "y": 1}, "y", "unknown field"),
+        ("put", "/api/exercises/he-derivation/code", {"code": 3}, "code", "must be a string"),
+        ("put", "/api/exercises/he-derivation/code", {"code": "#" * 20_001}, "code", "20,000"),
     ],
 )
 def test_bad_exercise_code_requests_are_422_naming_the_parameter(
@@ -346,7 +346,7 @@ def test_bad_exercise_code_requests_are_422_naming_the_parameter(
     assert r.status_code == 422, r.text
     assert r.json()["detail"]["parameter"] == parameter
     assert fragment in r.json()["detail"]["message"]
-    assert "he-factor" not in client.get("/api/progress").json()["exercise_code"]
+    assert "he-derivation" not in client.get("/api/progress").json()["exercise_code"]
 
 
 def test_progress_has_every_lesson_and_exercise(client: TestClient) -> None:
@@ -420,7 +420,7 @@ def test_acknowledged_progress_survives_sigkill(tmp_path: Path) -> None:
         assert status == 200
         status, _ = _call(base, "PUT", "/api/listings/drift-stack", {"code": "print('kept')"})
         assert status == 200
-        status, _ = _call(base, "PUT", "/api/exercises/he-factor/code", {"code": "# mine"})
+        status, _ = _call(base, "PUT", "/api/exercises/he-derivation/code", {"code": "# mine"})
         assert status == 200
     finally:
         proc.send_signal(signal.SIGKILL)  # no shutdown, no checkpoint: only what was committed
@@ -439,7 +439,7 @@ def test_acknowledged_progress_survives_sigkill(tmp_path: Path) -> None:
             200,
             {"id": "drift-stack", "code": "print('kept')"},
         )
-        assert progress["exercise_code"] == {"he-factor": "# mine"}
+        assert progress["exercise_code"] == {"he-derivation": "# mine"}
     finally:
         proc.terminate()
         proc.wait(timeout=30)

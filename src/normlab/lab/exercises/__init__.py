@@ -6,7 +6,7 @@ kinds and their checking, :mod:`.child` the sandbox side of a code check.
 
 >>> [e.id for e in by_lesson("batch-norm")][:2]
 ['bn-eval-statistics', 'bn-running-mean-update']
->>> get("he-factor").kind
+>>> get("he-derivation").kind
 'code'
 >>> sorted({e.kind for e in EXERCISES})
 ['choice', 'code', 'number']

@@ -22,11 +22,14 @@ import functools
 import json
 import math
 import random
+import re
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
+
+from markupsafe import escape
 
 from normlab.lab.errors import checked_code
 from normlab.lab.exercises import child
@@ -39,6 +42,7 @@ from normlab.lab.exercises.child import (
     SUBMISSION_FILE,
 )
 from normlab.lab.exercises.numbers import EXAMPLES, parse_number
+from normlab.lab.lessons.markup import tex
 
 MAX_CODE_CHARS = 20_000
 """The longest code a learner may submit to a code exercise (characters)."""
@@ -66,15 +70,51 @@ class Verdict:
     """The outcome of one submission.
 
     ``output`` is what the learner's code printed (code exercises only), without the probe's
-    report line.
+    report line. ``explanation`` is what a right answer is shown after its feedback (the
+    closed form, the derivation), never before: text with ``\\( ... \\)`` math and
+    `` `code` `` spans, sent as HTML by :meth:`to_dict` (see :func:`explanation_html`).
     """
 
     passed: bool
     feedback: str
     output: str = ""
+    explanation: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"passed": self.passed, "feedback": self.feedback}
+        """``{"passed", "feedback"}``, and ``"explanation"`` (HTML) when there is one."""
+        out: dict[str, Any] = {"passed": self.passed, "feedback": self.feedback}
+        if self.explanation:
+            out["explanation"] = explanation_html(self.explanation)
+        return out
+
+
+_MATH_OR_CODE = re.compile(r"\\\((.+?)\\\)|\\\[(.+?)\\\]|`([^`]+)`", re.S)
+
+
+def explanation_html(text: str) -> str:
+    r"""``text`` as HTML: ``\( ... \)`` and ``\[ ... \]`` as MathML (the lessons' :func:`tex`),
+    backticks as ``<code>``, everything else escaped.
+
+    >>> html = explanation_html(r"so \(n\,\mathrm{Var}(w) = 2\) for `relu` & co")
+    >>> html.startswith('so <span class="nl-math"><math')
+    True
+    >>> html.endswith("for <code>relu</code> &amp; co")
+    True
+    >>> explanation_html("a < b")
+    'a &lt; b'
+    """
+    parts: list[str] = []
+    at = 0
+    for match in _MATH_OR_CODE.finditer(text):
+        parts.append(escape(text[at : match.start()]))
+        inline, block, code = match.groups()
+        if code is not None:
+            parts.append(f"<code>{escape(code)}</code>")
+        else:
+            parts.append(tex(block if inline is None else inline, display=inline is None))
+        at = match.end()
+    parts.append(escape(text[at:]))
+    return "".join(parts)
 
 
 @dataclass(frozen=True)
@@ -300,14 +340,17 @@ Check = tuple[str, Callable[[], "str | None"]]
 """A named check: returns ``None`` when it holds, else what went wrong."""
 
 
-def run_checks(checks: Sequence[Check], success: str) -> Verdict:
-    """Run ``checks`` in order; the first failure is the verdict, naming it ``check i of n``."""
+def run_checks(checks: Sequence[Check], success: str, explanation: str = "") -> Verdict:
+    """Run ``checks`` in order; the first failure is the verdict, naming it ``check i of n``.
+
+    ``explanation`` goes with a pass only (see :class:`Verdict`).
+    """
     n = len(checks)
     for i, (name, check) in enumerate(checks, 1):
         problem = check()
         if problem is not None:
             return Verdict(False, f"check {i} of {n} ({name}) failed: {problem}")
-    return Verdict(True, f"all {n} checks passed. {success}")
+    return Verdict(True, f"all {n} checks passed. {success}", explanation=explanation)
 
 
 @dataclass(frozen=True)

@@ -157,7 +157,23 @@ def judge_backward(args: dict[str, Any], report: dict[str, Any]) -> Verdict:
         checks,
         "The three gradients agree with autograd on every batch, the one with a variance near "
         "eps included: BatchNorm is differentiable, and its backward is a few batch sums.",
+        explanation=BACKWARD_EXPLANATION,
     )
+
+
+BACKWARD_EXPLANATION = (
+    r"The closed form, column by column, with \(\sigma = \sqrt{\sigma_B^2 + \varepsilon}\) and "
+    r"\(\hat{x}_i = (x_i - \mu_B)/\sigma\): "
+    r"\[ \frac{\partial L}{\partial \beta} = \sum_j dy_j, \qquad "
+    r"\frac{\partial L}{\partial \gamma} = \sum_j dy_j\,\hat{x}_j, \qquad "
+    r"\frac{\partial L}{\partial x_i} = \frac{\gamma}{N\sigma}\Big(N\,dy_i - \sum_j dy_j "
+    r"- \hat{x}_i \sum_j dy_j\,\hat{x}_j\Big) \]"
+    r"The first term is the path through \(\hat{x}_i\) alone; \(-\sum_j dy_j\) comes through "
+    r"the mean, which every row shares, and \(-\hat{x}_i \sum_j dy_j\,\hat{x}_j\) through the "
+    r"variance. So \(\partial L/\partial x\) sums to zero over the batch and is uncorrelated "
+    r"with \(\hat{x}\): a step along it cannot move the batch's mean or spread, which the "
+    r"normalization would undo anyway."
+)
 
 
 BACKWARD_STARTER = '''\

@@ -119,21 +119,53 @@ def _function(namespace: dict[str, Any], name: str) -> tuple[Any, dict[str, Any]
     return fn, None
 
 
-# -- he-factor ---------------------------------------------------------------------------------
+# -- he-derivation -----------------------------------------------------------------------------
 
 
-def probe_he_std(namespace: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
-    """Call the learner's ``he_std`` on every fan-in of ``args``; report what came back."""
-    fn, missing = _function(namespace, "he_std")
-    if missing is not None:
-        return {**missing, "values": {}}
-    values: dict[str, float | str] = {}
-    for n in args["fan_ins"]:
-        try:
-            values[str(n)] = number(fn(n))
-        except Exception as exc:
-            values[str(n)] = "raised " + describe_error(exc)
-    return {"defined": True, "callable": True, "values": values}
+class Activation:
+    r"""A two-slope activation, :math:`f(z) = s_+ z` for :math:`z > 0` and :math:`s_- z`
+    otherwise: ReLU :math:`(1, 0)`, leaky ReLU :math:`(1, a)`, a scaled ReLU :math:`(c, 0)`,
+    :math:`|z|` :math:`(1, -1)`. Called on a tensor like ``torch.relu``; its ``repr`` is its name.
+
+    >>> Activation({"name": "leaky_relu(0.25)", "pos": 1.0, "neg": 0.25})(torch.tensor([-2.0, 3.0]))
+    tensor([-0.5000,  3.0000])
+    """
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.name: str = spec["name"]
+        self.pos: float = spec["pos"]
+        self.neg: float = spec["neg"]
+
+    def __call__(self, z: Any) -> torch.Tensor:
+        z = torch.as_tensor(z)
+        return torch.where(z > 0, self.pos * z, self.neg * z)
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def _call(fn: Any, *args: Any) -> float | str:
+    try:
+        return number(fn(*args))
+    except Exception as exc:
+        return "raised " + describe_error(exc)
+
+
+def probe_he_derivation(namespace: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
+    """Call ``kept_fraction`` on each activation of ``args``, ``init_std`` on each
+    ``(fan_in, kept)`` of ``args["calls"]`` and on ``(width, kept)`` with the learner's own
+    measured fractions; report what came back."""
+    functions = {}
+    for name in ("kept_fraction", "init_std"):
+        fn = namespace.get(name)
+        functions[name] = "missing" if fn is None else "ok" if callable(fn) else "not callable"
+    if any(state != "ok" for state in functions.values()):
+        return {"functions": functions}
+    kept_fraction, init_std = namespace["kept_fraction"], namespace["init_std"]
+    kept = [_call(kept_fraction, Activation(spec)) for spec in args["activations"]]
+    stack_std = [_call(init_std, args["width"], k) if isinstance(k, float) else None for k in kept]
+    std = [_call(init_std, n, k) for n, k in args["calls"]]
+    return {"functions": functions, "kept": kept, "stack_std": stack_std, "std": std}
 
 
 # -- bn-backward -------------------------------------------------------------------------------
@@ -224,7 +256,7 @@ def probe_compare(namespace: dict[str, Any], args: dict[str, Any]) -> dict[str, 
 
 
 PROBES: dict[str, Probe] = {
-    "he_std": probe_he_std,
+    "he_derivation": probe_he_derivation,
     "batchnorm_backward": probe_backward,
     "compare": probe_compare,
 }

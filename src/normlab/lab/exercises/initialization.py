@@ -1,11 +1,20 @@
 r"""Exercises closing lesson 3, ``initialization``: symmetry, the variance argument, Xavier, He.
 
-The code exercise is the seed notebook's first: derive He's factor of 2. The learner writes
-``he_std(fan_in)``; the sandbox probe (:func:`normlab.lab.exercises.child.probe_he_std`) only
-calls it on a few fan-ins
-and reports the numbers. The server then judges them (:func:`judge_he_std`): the values are
-positive, scale like :math:`1/\sqrt{n}`, hold the pre-activation variance of a 40-layer ReLU
-stack within a band (:func:`relu_stack_variances`), and give :math:`n\,\sigma^2 = 2`.
+The code exercise is the seed notebook's first, derive He's factor of 2, asked so that the
+factor has to be derived rather than copied: for activations the lesson never shows, drawn
+fresh for every attempt. The learner writes
+
+- ``kept_fraction(activation)``, which *measures* :math:`\kappa = \mathbb{E}[f(z)^2] /
+  \mathbb{E}[z^2]` for :math:`z \sim \mathcal{N}(0, 1)` by sampling;
+- ``init_std(fan_in, kept)``, the std of the weights that keeps the pre-activation variance
+  steady, :math:`\sqrt{1 / (\kappa\, n)}`, from :math:`\mathrm{Var}(z') = n\,\mathrm{Var}(w)\,
+  \kappa\,\mathrm{Var}(z)`.
+
+The sandbox probe (:func:`normlab.lab.exercises.child.probe_he_derivation`) only calls them and
+reports the numbers. The server judges them (:func:`judge_he_derivation`): every measured
+fraction is within :data:`KEPT_RTOL` of the exact one, the std scales like :math:`1/\sqrt{n}`
+and :math:`1/\sqrt{\kappa}`, holds the variance of a 40-layer stack of each activation within a
+band (:func:`stack_variances`), and gives :math:`\kappa\,n\,\sigma^2 = 1`.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from normlab.lab.exercises.base import (
     Verdict,
     run_checks,
 )
+from normlab.lab.exercises.child import Activation
 
 LESSON = "initialization"
 
@@ -39,36 +49,54 @@ STACK_BATCH = 64
 BAND = 3.0
 """Every layer's pre-activation variance must stay within [1/BAND, BAND] x layer 1's.
 
-Measured while writing this check (width 512, batch 64): the right factor keeps the 40 layers
-within [0.35, 1.64] x layer 1 over seeds 0-5 ([0.64, 1.18] at seed 0, the one used), while a
-factor of 1.9 or 2.1 leaves the band at seed 0. The seed is fixed, so a verdict is
-reproducible; 1.97 to 2.05 stay inside and are left to the last check."""
+Measured while writing this check (width 512, batch 64, seed 0): with the exact std, the 40
+layers of ReLU stay within [0.64, 1.18] x layer 1 (within [0.35, 1.64] over seeds 0-5), and
+those of the other activations the check draws likewise; a kept fraction measured 1% off (the
+most :data:`KEPT_RTOL` lets through) moves the last layer by 1.01**40 = 1.5 at most. A per-layer
+factor of 0.95 or 1.05 leaves the band; factors closer to 1 are left to the last check."""
 
-FACTOR_RTOL = 0.01
+KEPT_RTOL = 0.01
+r"""A measured kept fraction passes within 1% (relative) of the exact :math:`(s_+^2 + s_-^2)/2`.
+
+The estimate :math:`\hat\kappa = \overline{f(z)^2} / \overline{z^2}` from :math:`m` samples has
+relative sd :math:`\sqrt{\mathrm{Var}(f(z)^2 - \kappa z^2) / m} / \kappa = \sqrt{3/m}\,
+|s_+^2 - s_-^2| / (s_+^2 + s_-^2) \le \sqrt{3/m}` (delta method; :math:`f(z)^2 - \kappa z^2 =
+\pm z^2 (s_+^2 - s_-^2)/2`, and :math:`\mathbb{E}[z^4] = 3`). With the million samples the
+prompt asks for that is 0.17%, so 1% is 5.8 sd (a right answer fails about once in 10**8 per
+activation); with 10**5 samples it is 0.55%. A fraction copied from ReLU, 0.5, is at least 3.8%
+off for a leaky ReLU of slope 0.2 or more, :math:`a^2 / (1 + a^2)`."""
+
+STD_RTOL = 1e-4
+"""``kept * fan_in * init_std(fan_in, kept)**2`` must be 1 within 0.01% (float32 arithmetic is
+~1e-7; any other constant, 1.01 included, is off by far more)."""
 
 HE_CHECKS = (
-    "he_std is a function",
-    "it returns a positive number",
+    "kept_fraction and init_std are functions",
+    "kept_fraction measures what each activation keeps",
+    "init_std returns a positive number",
     "it scales like 1/sqrt(fan_in)",
-    f"it holds the variance of a {STACK_DEPTH}-layer ReLU stack",
-    "it is He's factor",
+    "it makes up for the kept fraction",
+    f"it holds the variance of a {STACK_DEPTH}-layer stack of each activation",
+    "it is the std the variance argument gives",
 )
 
 
-def relu_stack_variances(
+def stack_variances(
     std: float,
+    activation: Any = torch.relu,
     *,
     width: int = STACK_WIDTH,
     depth: int = STACK_DEPTH,
     batch: int = STACK_BATCH,
     seed: int = 0,
 ) -> list[float]:
-    r"""Variance of the pre-activations :math:`z_k = h_{k-1} W_k^\top` of a deep ReLU stack.
+    r"""Variance of the pre-activations :math:`z_k = h_{k-1} W_k^\top` of a deep stack.
 
     :math:`h_0 \sim \mathcal{N}(0, 1)`, :math:`W_k \sim \mathcal{N}(0, \mathrm{std}^2)` of
-    shape (width, width), :math:`h_k = \max(z_k, 0)`, no biases.
+    shape (width, width), :math:`h_k = f(z_k)` with ``activation`` as :math:`f`, no biases.
+    Each layer multiplies the variance by about :math:`n\,\mathrm{std}^2\,\kappa`.
 
-    >>> v = relu_stack_variances(math.sqrt(2 / 64), width=64, depth=3, batch=32)
+    >>> v = stack_variances(math.sqrt(2 / 64), width=64, depth=3, batch=32)
     >>> len(v)
     3
     """
@@ -79,101 +107,256 @@ def relu_stack_variances(
         w = torch.randn(width, width, generator=g) * std  # (W_out, W_in)
         z = h @ w.t()  # (B, W) @ (W, W) -> (B, W)
         out.append(z.var().item())
-        h = torch.relu(z)
+        h = activation(z)
     return out
 
 
+def kept_exact(spec: dict[str, Any]) -> float:
+    r""":math:`\kappa = \mathbb{E}[f(z)^2] / \mathbb{E}[z^2] = (s_+^2 + s_-^2) / 2` for
+    :math:`z \sim \mathcal{N}(0, 1)`: each half of a symmetric :math:`z` holds half of
+    :math:`\mathbb{E}[z^2]`, and is scaled by its slope."""
+    pos, neg = float(spec["pos"]), float(spec["neg"])
+    return (pos**2 + neg**2) / 2
+
+
+def kept_if_variance(spec: dict[str, Any]) -> float:
+    r"""The wrong turn :math:`\mathrm{Var}(f(z))`: :math:`\kappa - \mathbb{E}[f(z)]^2`, with
+    :math:`\mathbb{E}[f(z)] = (s_+ - s_-)/\sqrt{2\pi}`."""
+    mean = (float(spec["pos"]) - float(spec["neg"])) / math.sqrt(2 * math.pi)
+    return kept_exact(spec) - mean**2
+
+
 def he_args(rng: random.Random) -> dict[str, Any]:
-    """Fan-ins to call ``he_std`` on: 1, the stack's width, and fresh pairs (n, 4n)."""
-    pairs = sorted({rng.randrange(2, 1000) for _ in range(3)})
-    fan_ins = sorted({1, STACK_WIDTH, *pairs, *(4 * n for n in pairs)})
-    return {"fan_ins": fan_ins, "pairs": pairs}
+    """Activations to measure (ReLU, and a leaky ReLU, a scaled ReLU and |z| with fresh
+    slopes), and the ``(fan_in, kept)`` to call ``init_std`` on: 1 and fresh pairs (n, 4n), each
+    with a fresh kept, a quarter of it, and 1."""
+    a = round(rng.uniform(0.2, 0.6), 2)
+    c = round(rng.uniform(1.3, 2.0), 2)
+    activations = [
+        {"name": "relu", "pos": 1.0, "neg": 0.0},
+        {"name": f"leaky_relu(slope={a:g})", "pos": 1.0, "neg": a},
+        {"name": f"scaled_relu(scale={c:g})", "pos": c, "neg": 0.0},
+        {"name": "abs", "pos": 1.0, "neg": -1.0},
+    ]
+    pairs = sorted({rng.randrange(2, 1000) for _ in range(2)})
+    kept = round(rng.uniform(0.2, 0.9), 3)
+    fan_ins = sorted({1, *pairs, *(4 * n for n in pairs)})
+    calls = [[n, k] for n in fan_ins for k in (kept, kept / 4, 1.0)]
+    return {
+        "activations": activations,
+        "width": STACK_WIDTH,
+        "pairs": pairs,
+        "kept": kept,
+        "calls": calls,
+    }
 
 
-def judge_he_std(args: dict[str, Any], report: dict[str, Any]) -> Verdict:
-    """(On the server.) The five checks of ``he-factor``, from the probe's report."""
-    values: dict[str, Any] = report.get("values", {})
+def _gave(call: str, value: object) -> str:
+    """``"init_std(1, 0.5) gave str 'x'"``, or ``"... raised ValueError: ..."``."""
+    text = str(value)
+    return f"{call} {text}" if text.startswith("raised ") else f"{call} gave {text}"
 
-    def defined() -> str | None:
-        if not report.get("defined"):
-            return "your code defines no `he_std`"
-        if not report.get("callable"):
-            return "`he_std` is not a function"
-        return None
+
+def _measured_check(args: dict[str, Any], report: dict[str, Any]) -> Check:
+    """Check 2: every measured fraction within :data:`KEPT_RTOL` of :func:`kept_exact`."""
+    specs = args["activations"]
+
+    def measured() -> str | None:
+        kept = report["kept"]
+        for spec, k in zip(specs, kept, strict=True):
+            if not isinstance(k, float):
+                return _gave(f"kept_fraction({spec['name']})", k)
+            if not (math.isfinite(k) and k > 0):
+                return f"kept_fraction({spec['name']}) = {k!r}; a ratio of mean squares is > 0"
+        wrong = [
+            (spec, k)
+            for spec, k in zip(specs, kept, strict=True)
+            if not math.isclose(k, kept_exact(spec), rel_tol=KEPT_RTOL)
+        ]
+        if not wrong:
+            return None
+        if len(set(kept)) == 1:
+            return (
+                f"kept_fraction gave {kept[0]:.4g} for every activation "
+                f"({', '.join(s['name'] for s in specs)}), but they keep different fractions: "
+                "measure the one you are given. Sample z = torch.randn(10**6) and compare "
+                "the mean of activation(z)**2 with the mean of z**2"
+            )
+        spec, k = wrong[0]
+        exact = kept_exact(spec)
+        said = (
+            f"kept_fraction({spec['name']}) = {k:.4g}, but {spec['name']} keeps {exact:.4g} of "
+            f"E[z**2] ({abs(k / exact - 1):.1%} off; the check allows {KEPT_RTOL:.0%})"
+        )
+        if math.isclose(k, kept_if_variance(spec), rel_tol=KEPT_RTOL):
+            return (
+                f"{said}. That is Var(f(z)): the next layer's variance is fan_in * Var(w) "
+                "times the mean square E[f(z)**2] of its inputs, not their variance (an "
+                "activation's output need not have mean 0)"
+            )
+        if abs(k / exact - 1) < 10 * KEPT_RTOL:
+            return f"{said}. Close: is your sample large enough? Use a million draws"
+        return f"{said}. Measure E[activation(z)**2] / E[z**2] with z ~ N(0, 1)"
+
+    return HE_CHECKS[1], measured
+
+
+def _std_checks(args: dict[str, Any], report: dict[str, Any]) -> list[Check]:
+    """Checks 3-5: ``init_std`` is positive, and goes like ``fan_in**-0.5`` and ``kept**-0.5``."""
+    calls = args["calls"]
+    values = report.get("std", [None] * len(calls))
+    std = {(n, k): v for (n, k), v in zip(calls, values, strict=True)}
+    k0 = args["kept"]
 
     def positive() -> str | None:
-        for n in args["fan_ins"]:
-            v = values.get(str(n))
+        for (n, k), v in std.items():
             if not isinstance(v, float):
-                return f"he_std({n}) gave {v}"
+                return _gave(f"init_std({n}, {k:g})", v)
             if not (math.isfinite(v) and v > 0):
-                return f"he_std({n}) = {v!r}; a std must be a positive, finite number"
+                return f"init_std({n}, {k:g}) = {v!r}; a std must be a positive, finite number"
         return None
 
-    def scaling() -> str | None:
+    def fan_in() -> str | None:
         for n in args["pairs"]:
-            ratio = values[str(4 * n)] / values[str(n)]
+            ratio = std[4 * n, k0] / std[n, k0]
             if not math.isclose(ratio, 0.5, rel_tol=1e-6):
                 return (
-                    f"he_std({4 * n}) / he_std({n}) = {ratio:.4g}; quadrupling the fan-in "
-                    "should halve the std (it goes like 1/sqrt(fan_in))"
+                    f"init_std({4 * n}, {k0:g}) / init_std({n}, {k0:g}) = {ratio:.4g}; "
+                    "quadrupling the fan-in should halve the std (it goes like 1/sqrt(fan_in))"
                 )
         return None
 
-    std = values.get(str(STACK_WIDTH), math.nan)
-    factor = STACK_WIDTH * std**2 if isinstance(std, float) else math.nan
+    def kept() -> str | None:
+        n = args["pairs"][0]
+        ratio = std[n, k0 / 4] / std[n, k0]
+        if math.isclose(ratio, 2.0, rel_tol=1e-6):
+            return None
+        said = f"init_std({n}, {k0 / 4:g}) / init_std({n}, {k0:g}) = {ratio:.4g}"
+        if math.isclose(ratio, 1.0, rel_tol=1e-6):
+            return (
+                f"{said}: your std ignores `kept`, so it fits one activation at most (a "
+                "constant 2 fits ReLU only). Redo the variance argument with a layer whose "
+                "activation keeps `kept` of E[z**2]"
+            )
+        if ratio < 1:
+            return (
+                f"{said}: your std shrinks as kept does, but an activation that keeps less "
+                "needs larger weights to make up for what it drops"
+            )
+        return (
+            f"{said}; quartering kept should double the std: the weights' variance makes up "
+            "for kept, and a std is the square root of a variance"
+        )
+
+    return list(zip(HE_CHECKS[2:5], (positive, fan_in, kept), strict=True))
+
+
+def _stack_check(args: dict[str, Any], report: dict[str, Any]) -> Check:
+    """Check 6: a deep stack of each activation, with the learner's std for their own kept."""
 
     def stack() -> str | None:
-        v = relu_stack_variances(std)
-        for k, vk in enumerate(v):
-            ratio = vk / v[0]
-            if not (math.isfinite(ratio) and 1 / BAND <= ratio <= BAND):
-                return (
-                    f"in a {STACK_DEPTH}-layer ReLU stack of width {STACK_WIDTH} the "
-                    f"pre-activation variance went from {v[0]:.3g} at layer 1 to {vk:.3g} at "
-                    f"layer {k + 1}, outside [1/{BAND:g}, {BAND:g}] x layer 1's. With "
-                    f"fan_in * std**2 = {factor:.3g}, each ReLU layer multiplies it by about "
-                    f"{factor / 2:.3g}"
-                )
+        runs = zip(args["activations"], report["kept"], report["stack_std"], strict=True)
+        for spec, k, std in runs:
+            if not isinstance(std, float):
+                return _gave(f"init_std({STACK_WIDTH}, {k:.4g})", std)
+            v = stack_variances(std, Activation(spec))
+            factor = STACK_WIDTH * std**2 * kept_exact(spec)
+            for layer, vk in enumerate(v, 1):
+                ratio = vk / v[0]
+                if not (math.isfinite(ratio) and 1 / BAND <= ratio <= BAND):
+                    return (
+                        f"in a {STACK_DEPTH}-layer stack of {spec['name']} (width "
+                        f"{STACK_WIDTH}) with init_std({STACK_WIDTH}, {k:.4g}) = {std:.4g}, "
+                        f"the pre-activation variance went from {v[0]:.3g} at layer 1 to "
+                        f"{vk:.3g} at layer {layer}, outside [1/{BAND:g}, {BAND:g}] x layer 1's: "
+                        f"each layer multiplies it by about {factor:.3g}"
+                    )
+        return None
+
+    return HE_CHECKS[5], stack
+
+
+def judge_he_derivation(args: dict[str, Any], report: dict[str, Any]) -> Verdict:
+    """(On the server.) The seven checks of ``he-derivation``, from the probe's report."""
+    functions: dict[str, str] = report.get("functions", {})
+
+    def defined() -> str | None:
+        for name in ("kept_fraction", "init_std"):
+            state = functions.get(name, "missing")
+            if state == "missing":
+                return f"your code defines no `{name}`"
+            if state != "ok":
+                return f"`{name}` is not a function"
         return None
 
     def exact() -> str | None:
-        if math.isclose(factor, 2.0, rel_tol=FACTOR_RTOL):
-            return None
-        return (
-            f"fan_in * he_std(fan_in)**2 = {factor:.4g} at fan_in {STACK_WIDTH}: close enough "
-            f"to stay in the band for {STACK_DEPTH} layers, but not the factor the variance "
-            f"argument gives (to {FACTOR_RTOL:.0%}). What fraction of E[z**2] survives a ReLU?"
-        )
+        for (n, k), v in zip(args["calls"], report["std"], strict=True):
+            factor = k * n * v**2
+            if not math.isclose(factor, 1.0, rel_tol=STD_RTOL):
+                return (
+                    f"kept * fan_in * init_std(fan_in, kept)**2 = {factor:.5g} for fan_in {n}, "
+                    f"kept {k:g}: close enough for the stacks, but the variance argument "
+                    f"asks for exactly 1 (to {STD_RTOL:g})"
+                )
+        return None
 
-    checks: list[Check] = list(
-        zip(HE_CHECKS, (defined, positive, scaling, stack, exact), strict=True)
-    )
+    checks: list[Check] = [
+        (HE_CHECKS[0], defined),
+        _measured_check(args, report),
+        *_std_checks(args, report),
+        _stack_check(args, report),
+        (HE_CHECKS[6], exact),
+    ]
+    relu, relu_std = report.get("kept", [None])[0], report.get("stack_std", [None])[0]
+    if not (isinstance(relu, float) and isinstance(relu_std, float)):  # a check fails first
+        relu = relu_std = math.nan
+    factor = STACK_WIDTH * relu_std**2
     return run_checks(
         checks,
-        f"fan_in * std**2 = {factor:.4g}: a ReLU zeroes half of a symmetric pre-activation, "
-        "so it halves E[z**2], and the weights must double it back.",
+        f"You measured that ReLU keeps {relu:.4f} of E[z**2], and your std for it at fan-in "
+        f"{STACK_WIDTH} gives fan_in * std**2 = {factor:.4f}: He's factor, derived.",
+        explanation=HE_EXPLANATION,
     )
+
+
+HE_EXPLANATION = (
+    r"Why: with independent zero-mean weights, a layer gives \(\mathrm{Var}(z') = "
+    r"n\,\mathrm{Var}(w)\,\mathbb{E}[f(z)^2] = n\,\mathrm{Var}(w)\,\kappa\,\mathrm{Var}(z)\), "
+    r"\(\kappa = \mathbb{E}[f(z)^2]/\mathbb{E}[z^2]\) the fraction the activation keeps, so "
+    r"the variance holds when \(n\,\mathrm{Var}(w) = 1/\kappa\). A ReLU zeroes the negative "
+    r"half of a symmetric \(z\) and keeps \(\kappa = 1/2\): \(n\,\mathrm{Var}(w) = 2\), He's "
+    r"\(w \sim \mathcal{N}(0, 2/n)\). A leaky ReLU of slope \(a\) keeps \((1 + a^2)/2\), which "
+    r"is why `torch.nn.init.calculate_gain('leaky_relu', a)` is \(\sqrt{2/(1 + a^2)}\)."
+)
 
 
 HE_STARTER = '''\
 import math
 
+import torch
 
-def he_std(fan_in):
-    """Std of N(0, std**2) weights for a layer with `fan_in` inputs, followed by ReLU."""
-    # Without the ReLU, fan_in * std**2 = 1 keeps the variance steady (the 1/sqrt(n) rule).
-    # What does a ReLU do to E[z**2], and how must the factor change to make up for it?
+
+def kept_fraction(activation):
+    """E[activation(z)**2] / E[z**2] for z ~ N(0, 1), measured on a million samples.
+    `activation` is a function of a tensor, like torch.relu."""
+    return 1.0  # your turn: measure it
+
+
+def init_std(fan_in, kept):
+    """Std of N(0, std**2) weights for a layer with `fan_in` inputs, each the output of an
+    activation that keeps the fraction `kept` of E[z**2]; it keeps Var(z) steady."""
+    # With no activation (kept = 1), fan_in * std**2 = 1 keeps the variance steady.
+    # What must change when the activation keeps only part of E[z**2]?
     return math.sqrt(1.0 / fan_in)
 
 
-# Try it on a deep ReLU stack before you submit.
-import torch
-
+# Try both on a deep ReLU stack before you submit.
+kept = kept_fraction(torch.relu)
+print(f"kept_fraction(relu) = {kept:.4f}")
 torch.manual_seed(0)
 h = torch.randn(256, 512)
 for layer in range(1, 21):
-    z = h @ (torch.randn(512, 512) * he_std(512)).T
+    z = h @ (torch.randn(512, 512) * init_std(512, kept)).T
     h = torch.relu(z)
     if layer % 5 == 0:
         print(f"layer {layer}: Var(z) = {z.var():.4g}")
@@ -279,19 +462,23 @@ EXERCISES: tuple[Exercise, ...] = (
         ),
     ),
     CodeExercise(
-        id="he-factor",
+        id="he-derivation",
         lesson=LESSON,
         prompt=(
-            "Derive He's initialization: redo the variance argument with a ReLU after every "
-            "layer, then write `he_std(fan_in)`, the std of zero-mean normal weights that keeps "
-            "the pre-activation variance steady through a deep ReLU stack. The check calls your "
-            f"function on several fan-ins and builds a {STACK_DEPTH}-layer ReLU stack of width "
-            f"{STACK_WIDTH} with it."
+            "Derive He's initialization, for any activation. Write `kept_fraction(activation)`, "
+            "which measures by sampling (a million draws of z ~ N(0, 1); the check allows "
+            f"{KEPT_RTOL:.0%}) the fraction E[f(z)**2] / E[z**2] of the mean square that an "
+            "activation f passes on. Then redo the variance argument with that fraction: write "
+            "`init_std(fan_in, kept)`, the std of zero-mean normal weights that keeps the "
+            "pre-activation variance steady through a deep stack of such layers. The check "
+            "measures activations drawn fresh for each attempt, not only ReLU, calls "
+            f"`init_std` on several fan-ins and fractions, and builds {STACK_DEPTH}-layer stacks "
+            f"of width {STACK_WIDTH} with your std for each activation."
         ),
         starter=HE_STARTER,
-        probe="he_std",
+        probe="he_derivation",
         make_args=he_args,
-        judge=judge_he_std,
+        judge=judge_he_derivation,
         checks=HE_CHECKS,
         wall_s=30.0,
     ),

@@ -172,6 +172,11 @@
     const said = /^(right|not yet)\b/i.test(r.feedback);
     feedback.replaceChildren(el("strong", { text: said ? "" : r.passed ? "Right. " : "Not yet. " }),
       el("span", { class: "nl-feedback-text", text: r.feedback }));
+    if (r.passed && r.explanation) {  // the server's own HTML (its formulas as MathML), never the learner's
+      const box = el("div", { class: "nl-explanation" });
+      box.innerHTML = r.explanation;
+      feedback.append(box);
+    }
     if (r.output) {  // what the learner's code printed while it was checked
       feedback.append(el("pre", { class: "nl-feedback-output", "aria-label": "what your code printed", text: r.output }));
     }
