@@ -200,7 +200,7 @@ def test_text_report_names_the_exploding_layers_and_the_cure(workdir: Path) -> N
     out = normlab(f"{ZOO}:exploding_relu", "--input-shape", "32,32", "--steps", "2", cwd=workdir)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    last = next(line for line in lines if line.strip("│ ").startswith("20 "))  # the output layer
+    last = next(line for line in lines if line.strip("│ ").startswith("model[20] "))  # output
     assert "Linear" in last and last.rstrip(" │").endswith("exploding")
     assert any(line.startswith("Verdict: the scale is exploding from") for line in lines)
     assert "He (init.kaiming_normal_, nonlinearity='relu')" in out.stdout
@@ -219,7 +219,7 @@ def test_piped_report_shows_every_digit_of_the_gradient_ratio(workdir: Path) -> 
         "layer", "kind", "act mean", "act std", "dead", "saturated", "grad std", "grad ratio",
         "labels",
     ]  # fmt: skip  # each header whole, on one line
-    first = next(line for line in lines if line.strip("│ ").startswith("0.0 "))
+    first = next(line for line in lines if line.strip("│ ").startswith("model[0][0] "))
     cells = [c.strip() for c in first.split("│")[1:-1]]
     assert cells[1] == "Linear" and cells[-1] == "vanishing" and "e-1" in cells[7]
     assert any(

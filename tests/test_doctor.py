@@ -50,7 +50,7 @@ def test_tanh_with_small_weights_vanishes_from_the_second_layer_on() -> None:
     # layer 1 shrinks the scale to ~0.06 (above 1e-2); from layer 2 on it is below
     assert d.with_label("vanishing") == names(d)[2:]
     assert d.labels()["0.0"] == ["ok"] and d.labels()["0.1"] == ["ok"]
-    assert "vanishing from '1.0'" in d.verdict
+    assert "vanishing from model[1][0]" in d.verdict
     text = " ".join(d.suggestions)
     assert "30 weight layer(s) followed by tanh" in text and "Xavier" in text
     assert "BatchNorm1d" in text  # no normalization in this model
@@ -78,7 +78,7 @@ def test_dead_layer_is_labelled_dead_there_and_nowhere_else() -> None:
     assert layer.dead_frac >= zoo.DEAD_UNITS / zoo.MLP_WIDTH
     assert all(labels == ["ok"] for name, labels in d.labels().items() if name != dead_relu)
     assert d.problems == ["dead"]
-    assert any(f"fed by '{zoo.DEAD_LAYER - 1}.0'" in s and "bias" in s for s in d.suggestions)
+    assert any(f"fed by model[{zoo.DEAD_LAYER - 1}][0]" in s and "bias" in s for s in d.suggestions)
 
 
 def test_constant_weights_make_every_layer_symmetric() -> None:
@@ -104,7 +104,7 @@ def test_sigmoid_stack_keeps_its_scale_while_its_gradient_vanishes_on_the_way_ba
     assert ratios == sorted(ratios)  # it shrinks at every layer on the way back
     hit = d.with_label("vanishing")
     assert hit == [layer.name for layer in weights[: len(hit)]] and 10 <= len(hit) <= 19
-    assert "the gradient is vanishing on its way back" in d.verdict and "'20'" in d.verdict
+    assert "the gradient is vanishing on its way back" in d.verdict and "model[20]" in d.verdict
     assert "the scale is" not in d.verdict
     text = " ".join(d.suggestions)
     assert "feed a sigmoid" in text and "BatchNorm" in text
@@ -343,8 +343,8 @@ def test_inf_and_nan_are_labelled_non_finite_alone_and_lead_the_verdict() -> Non
     assert [la.labels for la in d.layers] == [["non-finite"]] * 3
     assert math.isfinite(d.layers[0].act_std) and not math.isfinite(d.layers[1].act_mean)
     assert d.problems == ["non-finite"]
-    assert d.verdict.startswith("inf or nan values in 3 layer(s), from '0'; the forward pass ")
-    assert "first overflows at '1'" in d.verdict
+    assert d.verdict.startswith("inf or nan values in 3 layer(s), from model[0]; the forward pass ")
+    assert "first overflows at model[1]" in d.verdict
     assert "clip_grad_norm_" in d.suggestions[0]
     assert d.layers[1].criteria() == ["non-finite: an activation or gradient element is inf or nan"]
     assert d.to_dict()["layers"][1]["finite"] is False
@@ -552,3 +552,15 @@ def test_examine_refuses_an_unknown_method_before_it_runs() -> None:
     net = zoo.build("vanishing-tanh")
     with pytest.raises(ValueError, match=r"method 'kaiming' not supported, use one of \('he'"):
         doctor.examine(net, [], fix="kaiming")  # no batch: nothing ran
+
+
+def test_layer_names_are_written_as_the_python_that_reaches_them() -> None:
+    """A Sequential's "1.0" reads as a number; model[1][0] is a name a learner can type."""
+    net = torch.nn.Sequential(torch.nn.Sequential(torch.nn.Linear(2, 2)), torch.nn.ReLU())
+    net.add_module("head", torch.nn.ModuleList([torch.nn.Linear(2, 1)]))
+    model = net  # noqa: F841  (the name every path starts from)
+    for name, module in net.named_modules():
+        path = doctor.module_path(name)
+        assert eval(path) is module, (name, path)
+    assert doctor.module_path("head.0") == "model.head[0]"
+    assert doctor.module_path("encoder.layer.11.attention") == "model.encoder.layer[11].attention"

@@ -83,7 +83,7 @@ def test_diagnosis_figure_describes_the_diagnosis() -> None:
         (-math.inf, doctor.GRAD_VANISHING),
         (doctor.GRAD_EXPLODING, math.inf),
     ]
-    assert act.x.tick_labels == tuple(la.name for la in before.layers)
+    assert act.x.tick_labels == tuple(doctor.module_path(la.name) for la in before.layers)
 
 
 def test_report_image_is_the_rendered_description() -> None:

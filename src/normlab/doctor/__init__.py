@@ -127,6 +127,7 @@ from normlab.doctor.results import (
     FixReport,
     LayerDiagnosis,
     Trend,
+    module_path,
 )
 from normlab.doctor.running import OUTPUT_FIELDS, Input
 from normlab.doctor.training import TRIAL_LR, TRIAL_STEPS, Trial, trial
@@ -166,6 +167,7 @@ __all__ = [
     "diagnose",
     "examine",
     "fix",
+    "module_path",
     "probe_settings",
     "trial",
 ]

@@ -25,6 +25,20 @@ TREND_BLOCKS, TREND_R2, TREND_TOTAL = 6, 0.9, 1e2
 good (R^2), and this much growth from one end to the other."""
 
 
+def module_path(name: str, root: str = "model") -> str:
+    """A qualified module name written as the Python that reaches the module.
+
+    ``named_modules()`` joins indices and attributes with dots alike, so an ``nn.Sequential``'s
+    ``"1.0"`` reads as a number in a table; as ``model[1][0]`` it reads as the path a learner
+    types. The root module (name ``""``) is ``root`` itself.
+
+    >>> module_path("1.0"), module_path("h.3.attn.c_attn"), module_path("")
+    ('model[1][0]', 'model.h[3].attn.c_attn', 'model')
+    """
+    parts = [f"[{p}]" if p.isdigit() else f".{p}" for p in name.split(".") if p]
+    return root + "".join(parts)
+
+
 @dataclass
 class Trend:
     r"""The depth trend of the gradient ratio: :math:`\log \rho` fitted linearly over the blocks.

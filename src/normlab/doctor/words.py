@@ -14,7 +14,7 @@ from normlab import nn as nlnn
 from normlab.doctor.constants import EXPLODING, GRAD_EXPLODING, GRAD_VANISHING, VANISHING
 from normlab.doctor.graph import BRANCH_SCALE, _Graph
 from normlab.doctor.kinds import _WEIGHT_LAYERS, _is_norm
-from normlab.doctor.results import LayerDiagnosis, Trend
+from normlab.doctor.results import LayerDiagnosis, Trend, module_path
 
 
 def _scaled_notes(scaled: dict[str, str]) -> list[str]:
@@ -23,9 +23,10 @@ def _scaled_notes(scaled: dict[str, str]) -> list[str]:
     for layer, site in scaled.items():
         by_site.setdefault(site, []).append(layer)
     return [
-        f"{site!r} (|value| <= {BRANCH_SCALE:g}) scales a residual branch on purpose (layer "
-        f"scale, ReZero, SkipInit): its {len(layers)} layer(s) ({', '.join(layers[:3])}"
-        f"{', ...' if len(layers) > 3 else ''}) start small and slow, and are not judged by scale"
+        f"{module_path(site)} (|value| <= {BRANCH_SCALE:g}) scales a residual branch on "
+        f"purpose (layer scale, ReZero, SkipInit): its {len(layers)} layer(s) "
+        f"({', '.join(map(module_path, layers[:3]))}{', ...' if len(layers) > 3 else ''}) "
+        "start small and slow, and are not judged by scale"
         for site, layers in by_site.items()
     ]
 
@@ -61,25 +62,30 @@ def _verdict(
                 parts.append(_trend_words(trend))
         elif problem == "non-finite":
             forward = [la.name for la in hit if not math.isfinite(la.act_mean)]
-            start = f"; the forward pass first overflows at {forward[0]!r}" if forward else ""
+            start = (
+                f"; the forward pass first overflows at {module_path(forward[0])}"
+                if forward
+                else ""
+            )
             parts.append(
-                f"inf or nan values in {len(hit)} layer(s), from {first.name!r}{start}: the run "
+                f"inf or nan values in {len(hit)} layer(s), from {module_path(first.name)}{start}: "
+                "the run "
                 "has diverged or overflowed, and the other labels cannot be judged there"
             )
         elif problem == "dead":
             parts.append(
-                f"dead units in {len(hit)} layer(s), from {first.name!r} "
+                f"dead units in {len(hit)} layer(s), from {module_path(first.name)} "
                 f"({first.dead_frac:.0%} of its units are 0 on every input)"
             )
         elif problem == "saturated":
             parts.append(
-                f"saturated activations in {len(hit)} layer(s), from {first.name!r} "
+                f"saturated activations in {len(hit)} layer(s), from {module_path(first.name)} "
                 f"({first.saturated_frac:.0%} of its outputs at the flat ends)"
             )
         else:
             parts.append(
-                f"identical units in {len(hit)} layer(s) from {first.name!r}: every unit "
-                "computes the same value, so training cannot tell them apart"
+                f"identical units in {len(hit)} layer(s) from {module_path(first.name)}: "
+                "every unit computes the same value, so training cannot tell them apart"
             )
     return "; ".join(parts)
 
@@ -114,8 +120,9 @@ def _scale_words(layers: Sequence[LayerDiagnosis], problem: str) -> list[str]:
             else ""
         )
         out.append(
-            f"the scale is {problem} from {first.name!r} on ({_g(first.scale)}x the input's "
-            f"std there, {_g(last.scale)}x at the output){grad_words}"
+            f"the scale is {problem} from {module_path(first.name)} on "
+            f"({_g(first.scale)}x the input's std there, {_g(last.scale)}x at the output)"
+            f"{grad_words}"
         )
     backward = [
         layer
@@ -131,8 +138,9 @@ def _scale_words(layers: Sequence[LayerDiagnosis], problem: str) -> list[str]:
         out.append(
             f"the gradient is {problem} on its way back: {len(backward)} of {len(weighted)} "
             f"weight layers get {bound} {limit:g}x the relative weight gradient of the last one, "
-            f"{weighted[-1].name!r} ({_g(backward[-1].grad_ratio)}x at {backward[-1].name!r}, "
-            f"{_g(extreme.grad_ratio)}x at {extreme.name!r})"
+            f"{module_path(weighted[-1].name)} ({_g(backward[-1].grad_ratio)}x at "
+            f"{module_path(backward[-1].name)}, "
+            f"{_g(extreme.grad_ratio)}x at {module_path(extreme.name)})"
         )
     return out
 
@@ -200,9 +208,9 @@ def _dead_suggestions(layers: Sequence[LayerDiagnosis], graph: _Graph) -> list[s
             else ""
         )
         out.append(
-            f"{name!r} is fed by {source!r}, where those units' pre-activation is below 0 "
-            f"on every input: {bias}reset the biases to 0 and use He init (--fix he), or a "
-            "LeakyReLU"
+            f"{module_path(name)} is fed by {module_path(source)}, where those units' "
+            f"pre-activation is below 0 on every input: {bias}reset the biases to 0 and use He "
+            "init (--fix he), or a LeakyReLU"
         )
     return out
 

@@ -78,7 +78,7 @@ def diagnosis_tables(d: doctor.Diagnosis, title: str) -> list[Table]:
     """The per-layer table and the verdict with its suggestions, as the CLI and pages show them."""
     rows = [
         (
-            layer.name,
+            doctor.module_path(layer.name),
             layer.kind,
             _cell(layer.act_mean),
             _cell(layer.act_std),
@@ -174,7 +174,7 @@ def _log_panel(
 
 
 def _layer_axis(d: Diagnosis) -> fig.Axis:
-    names = [layer.name or "(model)" for layer in d.layers]
+    names = [doctor.module_path(layer.name) for layer in d.layers]
     every = math.ceil(len(names) / MAX_LAYER_TICKS) or 1
     return fig.Axis(
         "layer (forward order)",

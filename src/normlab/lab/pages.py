@@ -111,6 +111,7 @@ def environment() -> Environment:
         "symmetric_spread": doctor.SYMMETRIC_SPREAD,
     }
     env.filters["code"] = code
+    env.filters["module_path"] = doctor.module_path  # "1.0" -> "model[1][0]"
     return env
 
 
