@@ -276,6 +276,10 @@ def test_code_listing_escapes_and_highlights() -> None:
     assert 'class="tok-c"' in listing and 'class="tok-b"' in listing
     assert 'data-check="run"' in listing
     assert "data-check" not in str(code("h = relu(", check=False))
+    same = str(code("print(1)", output="1", normlab=True))
+    assert 'data-normlab="true"' in same and ">The same in normlab</p>" in same
+    assert ">In normlab</p>" in str(code("print(1)", normlab="In normlab"))
+    assert "data-normlab" not in listing and "nl-code-label" not in listing
     assert str(highlight("if (")) == "if ("  # a fragment comes back escaped, unhighlighted
 
 

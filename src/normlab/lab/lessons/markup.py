@@ -164,18 +164,34 @@ def highlight(source: str) -> Markup:
     return Markup("".join(out))
 
 
-def code(source: str, output: str | None = None, check: bool = True) -> Markup:
+NORMLAB_LABEL = "The same in normlab"
+
+
+def code(
+    source: str, output: str | None = None, check: bool = True, normlab: bool | str = False
+) -> Markup:
     """A Python listing, dedented and highlighted; ``output`` is shown under it as what it prints.
 
     ``check`` marks the listing with ``data-check``: the page tests run every marked listing and
     compare what it prints with ``output``. Unmark fragments that cannot run on their own.
+
+    Listings are plain PyTorch. ``normlab`` marks one that uses normlab's API instead: it comes
+    after the plain version, under a visible label (``NORMLAB_LABEL``, or the string given) and
+    with ``data-normlab`` on its box, so that readers and tests can tell the two kinds apart.
     """
     text = textwrap.dedent(str.__str__(source)).strip("\n")
     attrs = ' data-check="run"' if check else ""
-    parts = [
-        '<div class="nl-code">',
-        f'<pre class="nl-src"{attrs}><code class="language-python">{highlight(text)}</code></pre>',
-    ]
+    if normlab:
+        label = NORMLAB_LABEL if normlab is True else str(normlab)
+        parts = [
+            '<div class="nl-code nl-code-normlab" data-normlab="true">',
+            f'<p class="nl-code-label">{escape(label)}</p>',
+        ]
+    else:
+        parts = ['<div class="nl-code">']
+    parts.append(
+        f'<pre class="nl-src"{attrs}><code class="language-python">{highlight(text)}</code></pre>'
+    )
     if output is not None:
         shown = textwrap.dedent(str.__str__(output)).strip("\n")
         parts.append(f'<pre class="nl-out" aria-label="output">{escape(shown)}</pre>')
