@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from lab_traces import TRACES
 from labpage import ALLOWED_HOST, api
 
@@ -52,6 +53,11 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Runner]
     app = create_app(runner, db_path=db)
     server = uvicorn.Server(uvicorn.Config(app, host=ALLOWED_HOST, port=port, log_level="warning"))
     serving = threading.Thread(target=server.run, name="lab-under-test")
+    # One torch thread, as the session's lab runs (OMP_NUM_THREADS=1): the runs share two cores
+    # with Chromium drawing their frames, and two intra-op threads each make them several times
+    # slower there.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     serving.start()
     try:
         _wait_for(lambda: server.started, "the lab to serve")
@@ -59,6 +65,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Runner]
     finally:
         server.should_exit = True
         serving.join(timeout=60)
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture
