@@ -238,6 +238,67 @@ def test_no_page_scrolls_sideways_on_a_phone(browser: Any, server: str) -> None:
         context.close()
 
 
+SCROLLERS = ".nl-math-block, .nl-table, .nl-table-block, .figures"
+
+
+def _edge_darkness(png: bytes) -> tuple[float, float]:
+    """How much darker than the paper a box is near its left and right edges (0 to 1: the
+    darkest of the 12 px columns next to each edge), in a screenshot of the box with its
+    content hidden: what is left is its background, and the shadows on it."""
+    import io
+
+    import matplotlib.image
+    import numpy as np
+
+    rgb = matplotlib.image.imread(io.BytesIO(png), format="png")[..., :3].mean(axis=2)  # (H, W)
+    paper = float(np.median(rgb))  # most of a formula's box is paper
+    columns = np.median(rgb, axis=0)  # (W,)
+    left, right = float(columns[:12].min()), float(columns[-12:].min())
+    return paper - left, paper - right
+
+
+def test_a_box_that_scrolls_sideways_shows_it(browser: Any, server: str) -> None:
+    """At 390 px, a formula or table wider than its box scrolls inside it, and a shadow marks
+    each edge that has more beyond it: the right edge at first, the left one once scrolled to
+    the end; a box that fits shows none."""
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    page = context.new_page()
+    page.set_default_timeout(120_000)
+    seen = 0
+    try:
+        for lesson in LESSONS:
+            page.goto(f"{server}{lesson.url}", wait_until="load")
+            page.wait_for_function(ALL_SETTLED)
+            page.evaluate("() => document.fonts.ready")
+            boxes = page.locator(SCROLLERS)
+            for i in range(boxes.count()):
+                box = boxes.nth(i)
+                wide = box.evaluate("b => b.scrollWidth > b.clientWidth + 8 && b.clientHeight > 12")
+                if not wide:
+                    continue
+                box.scroll_into_view_if_needed()
+                box.evaluate(
+                    "b => b.querySelectorAll('*').forEach(e => { e.style.visibility = 'hidden'; })"
+                )
+                left, right = _edge_darkness(box.screenshot())
+                assert right > 0.04 and left < 0.01, (lesson.slug, i, left, right)
+                box.evaluate("b => { b.scrollLeft = b.scrollWidth; }")
+                left, right = _edge_darkness(box.screenshot())
+                assert left > 0.04 and right < 0.01, (lesson.slug, i, left, right)
+                seen += 1
+        assert seen >= 1, "no box scrolls sideways at 390 px: the test checks nothing"
+        page.goto(f"{server}/lessons/drift", wait_until="load")
+        page.wait_for_function(ALL_SETTLED)
+        fits = page.locator(".nl-math-block").first
+        assert fits.evaluate("b => b.scrollWidth <= b.clientWidth")
+        fits.evaluate(
+            "b => b.querySelectorAll('*').forEach(e => { e.style.visibility = 'hidden'; })"
+        )
+        assert max(_edge_darkness(fits.screenshot())) < 0.01
+    finally:
+        context.close()
+
+
 def test_formulas_are_set_in_the_lab_s_math_font(page: Any, server: str) -> None:
     """MathML laid out by an OpenType math font (served by the lab): a display fraction of
     the Xavier and He formulas stands 2.3 font sizes tall, as the font's fraction shifts make
