@@ -23,6 +23,8 @@ NAMES = [
     "bn-columns",
     "bn-running-stats",
     "bn-stack",
+    "two-moons",
+    "error-surface",
     "symmetry",
     "variance",
     "init-compare",
@@ -30,6 +32,7 @@ NAMES = [
     "bn-from-scratch",
     "bn-lr",
     "bn-lr-sweep",
+    "bn-regularization",
     "doctor",
 ]
 
@@ -64,6 +67,7 @@ def test_small_runs_give_json_ready_results_that_record_their_params(name: str) 
         "hist_layer": 2,
         "points": 2,
         "tail": 2,
+        "epochs": 2,
     }
     declared = {p.name: p for p in get_experiment(name).parameters}
     params = {k: max(v, declared[k].min or v) for k, v in small.items() if k in declared}
@@ -209,12 +213,21 @@ def test_training_experiments_report_progress_every_step(name: str) -> None:
     params = {"steps": 12}
     if name == "bn-lr-sweep":
         params.update(points=3, steps=10, tail=2)
+    if name == "bn-regularization":
+        params = {"epochs": 2, "n_train": 40, "batch_size": 20}
     run_experiment(name, progress=lambda done, total: calls.append((done, total)), **params)
     total = calls[-1][1]
     assert calls == [(i, total) for i in range(1, total + 1)]
     # every optimizer step of the run counts: the sweep trains 3 rates x 2 nets, bn-lr and
     # symmetry train the chosen setting and its contrast
-    expected = {"bn-lr-sweep": 60, "bn-lr": 24, "symmetry": 24, "init-train": 12}
+    expected = {
+        "bn-lr-sweep": 60,
+        "bn-lr": 24,
+        "symmetry": 24,
+        "init-train": 12,
+        "error-surface": 24,  # two starts
+        "bn-regularization": 8,  # 2 epochs x 2 batches x 2 nets
+    }
     assert total == expected[name]
 
 

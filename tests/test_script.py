@@ -40,15 +40,24 @@ SETTINGS: dict[str, list[dict[str, Any]]] = {
     "bn-columns": [{"batch": 16, "scales": [0.5, 2000.0]}, {"seed": 7}],
     "bn-running-stats": [{"passes": 5, "cumulative": True}, {"momentum": 0.5, "features": 2}],
     "bn-stack": [{"depth": 30, "seed": 2}, {"norm": "rms", "activation": "sigmoid"}],
+    "two-moons": [{"n_samples": 60, "noise": 0.05}, {"seed": 3}],
+    "error-surface": [{"steps": 30, "points": 7}, {"width": 4, "hidden_layers": 1, "seed": 2}],
     "symmetry": [{"random_init": True, "steps": 12}, {"const": 0.7, "hidden": 3, "steps": 8}],
     "variance": [{"gains": [1.05], "depth": 15}, {"activation": "relu", "width": 32}],
     "init-compare": [{"depth": 6, "hist_layer": 3, "seed": 5}, {"width": 16, "bins": 9}],
     "init-train": [{"method": "zeros", "steps": 20}, {"method": "large", "hidden_layers": 3}],
     "bn-from-scratch": [{"batch": 64, "features": 2}, {"momentum": 0.5, "parity_batches": 3}],
-    "bn-lr": [{"batch_norm": True, "lr": 0.5, "steps": 30}, {"hidden_layers": 2, "steps": 40}],
+    "bn-lr": [
+        {"batch_norm": True, "lr": 0.5, "steps": 30, "init": "small"},
+        {"hidden_layers": 2, "steps": 40, "init": "he"},
+    ],
     "bn-lr-sweep": [
         {"points": 3, "steps": 20, "hidden_layers": 2},
         {"lr_min": 1.0, "lr_max": 4.0, "points": 2, "steps": 15, "tail": 5},
+    ],
+    "bn-regularization": [
+        {"epochs": 3, "n_train": 40, "n_test": 30, "batch_size": 8},
+        {"epochs": 2, "hidden_layers": 1, "width": 8, "probes": 4, "seed": 5},
     ],
 }
 

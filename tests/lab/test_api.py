@@ -68,6 +68,10 @@ SEED_FIGURES = {
         [round(v, 2) for v in d["running_vars"][-1]] == [7.27, 7.56, 10.97]
     ),
     "bn-stack": lambda d: f"{d['stds'][0]:.4f}" == "0.5861",
+    # the notebook's scatter: 200 points, each feature standardized (unbiased std 1.003)
+    "two-moons": lambda d: [round(s, 3) for s in d["stds"]] == [1.003, 1.003],
+    # beyond the seeds: two starts end in two valleys with a ridge between them
+    "error-surface": lambda d: max(d["slice"]) > max(d["final_losses"]) + 0.1,
     "symmetry": lambda d: (
         d["summary"]["max_weight_diff"] == 0.0
         and f"{d['contrast']['max_weight_diff']:.4f}" == "1.8924"
@@ -83,6 +87,8 @@ SEED_FIGURES = {
     "bn-lr": lambda d: max(d["losses"]) > 4 and max(d["contrast_losses"][20:]) < 0.5,
     # beyond the seeds: BN keeps every swept rate stable, the plain net is not
     "bn-lr-sweep": lambda d: all(d["curves"][1]["stable"]) and not all(d["curves"][0]["stable"]),
+    # beyond the seeds: BN's training-mode output moves with the batch, the plain net's cannot
+    "bn-regularization": lambda d: d["runs"][0]["noise"] == 0.0 < d["runs"][1]["noise"],
     # beyond the seeds: the default zoo model is the vanishing tanh stack, and the doctor says so
     "doctor": lambda d: d["problems"] == ["vanishing"] and "vanishing" in d["layers"][-1]["labels"],
 }

@@ -21,15 +21,18 @@ from normlab.experiments import (
     bn_from_scratch,
     bn_lr,
     bn_lr_sweep,
+    bn_regularization,
     bn_running_stats,
     bn_stack,
     doctor,
     drift,
+    error_surface,
     init_compare,
     init_train,
     linear_scale,
     script,
     symmetry,
+    two_moons,
     variance,
 )
 from normlab.experiments.base import (
@@ -53,6 +56,8 @@ _REGISTRY: dict[str, Experiment] = {
         bn_columns,
         bn_running_stats,
         bn_stack,
+        two_moons,
+        error_surface,
         symmetry,
         variance,
         init_compare,
@@ -60,6 +65,7 @@ _REGISTRY: dict[str, Experiment] = {
         bn_from_scratch,
         bn_lr,
         bn_lr_sweep,
+        bn_regularization,
         doctor,
     )
 }

@@ -1,10 +1,15 @@
-"""``bn-lr``: batch normalization lets a deep MLP train at a high learning rate.
+r"""``bn-lr``: batch normalization lets a deep MLP train at a high learning rate.
 
 The same ``hidden_layers`` x ``width`` ReLU MLP (blocks ``Linear -> [BatchNorm1d] -> ReLU``, BN
 before the activation) trains on two moons with full-batch SGD, with and without BN, each from
 ``torch.manual_seed(seed)`` as the seed notebook's ``train_bn`` does. At a high rate the plain
 net's loss spikes and wanders, while the BN net keeps falling. The result holds the chosen
 setting's loss curve and, for contrast, the other one.
+
+``init`` sets every Linear weight of both nets (biases 0) by one of ``init-train``'s methods;
+``default`` keeps ``nn.Linear``'s own initialization, the seed notebook's. With BN in every
+block, the scale a method gives the weights cancels in the forward pass
+(:math:`\mathrm{BN}(cWx) = \mathrm{BN}(Wx)`), so the BN net depends much less on the choice.
 """
 
 from __future__ import annotations
@@ -27,10 +32,15 @@ from normlab.experiments.base import (
     param,
     seed_param,
 )
+from normlab.experiments.init_compare import he_normal, xavier_uniform
+from normlab.experiments.init_train import apply_init
 from normlab.train import train
 
 LOSS_CLIP = 5.0
 """A diverging loss is drawn at this ceiling, as the seed's ``np.clip(losses, 0, 5)``."""
+INITS = ("default", "small", "large", "xavier", "he")
+"""``default``: nn.Linear's own weights; the others are init-train's methods (zeros left out: a
+zero weight matrix gives BatchNorm a batch of zeros to divide by its own spread)."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +50,9 @@ class Params:
     steps: int = param(150, "training steps", min=1, max=2000, step=1)
     hidden_layers: int = param(4, "hidden blocks", min=1, max=12, step=1)
     width: int = param(64, "units per hidden block", min=2, max=256, step=1)
+    init: str = param(
+        "default", "how every Linear weight starts (default: nn.Linear's)", choices=INITS
+    )
     seed: int = seed_param()
     device: str = device_param()
 
@@ -67,11 +80,15 @@ def bn_lr(
     steps: int,
     hidden_layers: int,
     width: int,
+    init: str,
     seed: int,
     device: str,
     live: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Train the same net with and without BatchNorm at learning rate ``lr``.
+
+    Both nets start from the same weights: ``nn.Linear``'s for ``init="default"``, else set by
+    ``apply_init`` (on the CPU, where the seed draws).
 
     ``live``, when given, is called with the result so far after every step (the lab draws
     the curves from it as they grow).
@@ -85,7 +102,10 @@ def bn_lr(
     }
     for bn, curve in ((batch_norm, "losses"), (not batch_norm, "contrast_losses")):
         torch.manual_seed(seed)  # both nets draw the same Linear weights
-        net = mlp(width, hidden_layers, bn).to(device)
+        net = mlp(width, hidden_layers, bn)
+        if init != "default":
+            apply_init(net, init)
+        net.to(device)
         for loss in train(net, x, y, lr, steps):
             result[curve].append(loss)
             if live is not None:
@@ -179,6 +199,6 @@ EXPERIMENT = Experiment(
     result_type=BnLrResult,
     entry=bn_lr,
     show=show,
-    code=(two_moons, mlp, train, bn_lr, show),
+    code=(two_moons, mlp, xavier_uniform, he_normal, apply_init, train, bn_lr, show),
     total_steps=lambda p: 2 * p.steps,
 )

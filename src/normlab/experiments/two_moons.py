@@ -1,0 +1,107 @@
+r"""``two-moons``: the toy dataset every training experiment learns, drawn.
+
+:func:`~normlab.data.two_moons` makes two interleaved half circles with scikit-learn's
+``make_moons`` (Gaussian noise of std ``noise``), then standardizes each feature,
+
+.. math::
+    x'_{ij} = \frac{x_{ij} - \bar{x}_j}{s_j}, \qquad
+    s_j = \sqrt{\tfrac{1}{N} \textstyle\sum_i (x_{ij} - \bar{x}_j)^2},
+
+so every feature has mean 0 and (biased) std 1: the regime the variance arguments assume. The
+result holds the points of each class and the per-feature mean and unbiased std (``.std()``,
+which reads :math:`\sqrt{N/(N-1)}`, 1.003 for 200 points).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from normlab import figures as fig
+from normlab.data import two_moons
+from normlab.experiments.base import (
+    Experiment,
+    Result,
+    Table,
+    device_param,
+    fmt,
+    param,
+    seed_param,
+)
+
+
+@dataclass(frozen=True)
+class Params:
+    n_samples: int = param(200, "points (half per class)", min=10, max=2000, step=2)
+    noise: float = param(0.2, "std of the noise added to the moons", min=0.0, max=1.0, step=0.01)
+    seed: int = seed_param()
+    device: str = device_param()
+
+
+# -- the code (plain PyTorch: what `normlab run two-moons --code` prints) ----------------------
+
+
+def draw_moons(n_samples: int, noise: float, seed: int, device: str) -> dict[str, Any]:
+    """The standardized moons (scikit-learn's ``random_state=seed``), split by class."""
+    x, y = two_moons(n_samples=n_samples, noise=noise, random_state=seed, device=device)
+    x, labels = x.cpu(), y.cpu().squeeze(1)  # (N, 2), (N, 1) -> (N,)
+    return {
+        "classes": [x[labels == c].T.tolist() for c in (0, 1)],  # per class: (2, N_c) as [x1, x2]
+        "means": x.mean(dim=0).tolist(),  # (N, 2) -> (2,)
+        "stds": x.std(dim=0).tolist(),  # (2,): unbiased, divides by N - 1
+    }
+
+
+def show(result: dict[str, Any]) -> None:
+    """Print the class sizes and the per-feature mean and std."""
+    sizes = [len(points[0]) for points in result["classes"]]
+    print(f"points: {sum(sizes)} (class 0: {sizes[0]}, class 1: {sizes[1]})")
+    print("per-feature mean:", [round(m, 3) + 0.0 for m in result["means"]])
+    print("per-feature std: ", [round(s, 3) for s in result["stds"]])
+
+
+# -- the result ---------------------------------------------------------------------------------
+
+
+@dataclass
+class TwoMoonsResult(Result):
+    classes: list[list[list[float]]]  # (2 classes, 2 features, N_c points)
+    means: list[float]  # (2,)
+    stds: list[float]  # (2,): unbiased
+
+    def tables(self) -> list[Table]:
+        rows = [
+            (f"x{j + 1}", fmt(m, 3), fmt(s, 3))
+            for j, (m, s) in enumerate(zip(self.means, self.stds, strict=True))
+        ]
+        sizes = ", ".join(f"class {c}: {len(p[0])}" for c, p in enumerate(self.classes))
+        return [Table("Standardized features", ("feature", "mean", "std"), rows, (sizes,))]
+
+    def figures(self) -> list[fig.Figure]:
+        series = [
+            fig.Series(
+                f"class {c}",
+                points[0],
+                points[1],
+                kind="markers",
+                color=(fig.RED, fig.BLUE)[c],
+                marker_size=6.0,
+                opacity=0.8,
+            )
+            for c, points in enumerate(self.classes)
+        ]
+        panel = fig.Panel(fig.Axis("x1 (standardized)"), fig.Axis("x2 (standardized)"), series)
+        n = sum(len(p[0]) for p in self.classes)
+        return [fig.Figure(f"The toy dataset: {n} standardized two-moons points", [panel])]
+
+
+EXPERIMENT = Experiment(
+    name="two-moons",
+    title="The two-moons dataset",
+    summary="the standardized two moons the training experiments learn, one colour per class",
+    params_type=Params,
+    result_type=TwoMoonsResult,
+    entry=draw_moons,
+    show=show,
+    code=(two_moons, draw_moons, show),
+)
