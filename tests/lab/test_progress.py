@@ -237,6 +237,60 @@ def test_a_damaged_database_is_refused_when_it_opens(tmp_path: Path) -> None:
         ProgressStore(path)
 
 
+def _on_a_read_only_mount(place: Path, code: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a Python whose view of ``place`` (a folder or a file) is a read-only
+    bind mount, in a mount namespace of its own so nothing outside sees it: what root meets on
+    a read-only disk, where file permissions do not stop root."""
+    script = (
+        f"mount --bind {place} {place} && mount -o remount,bind,ro {place} && "
+        f'exec {sys.executable} -c "$0"'
+    )
+    return subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script, code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _open_each(paths: list[Path]) -> str:
+    """Code that opens each path as a store and prints the error of each refusal."""
+    return (
+        "from normlab.lab.progress import ProgressStore, ProgressStoreError\n"
+        f"for path in {[str(p) for p in paths]!r}:\n"
+        "    try:\n"
+        "        ProgressStore(path)\n"
+        "    except ProgressStoreError as exc:\n"
+        "        print(exc)\n"
+    )
+
+
+def test_a_read_only_location_is_named_as_such(tmp_path: Path) -> None:
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    ProgressStore(folder / "old.sqlite3").close()  # written before the disk went read-only
+    ProgressStore(tmp_path / "file.sqlite3").close()
+    probe = _on_a_read_only_mount(folder, "print(1)")
+    if probe.returncode != 0:
+        pytest.skip(f"no mount namespace here (needs root): {probe.stderr.strip()}")
+    out = _on_a_read_only_mount(folder, _open_each([folder / "old.sqlite3", folder / "new"]))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 2, out.stdout
+    for line, name in zip(lines, ("old.sqlite3", "new"), strict=True):
+        assert line.startswith(f"{str(folder / name)!r} is in a read-only location"), line
+        assert "a read-only file system" in line and "give a --db path the lab can write" in line
+    one = tmp_path / "file.sqlite3"  # the file alone read-only, in a writable folder
+    out = _on_a_read_only_mount(one, _open_each([one]))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == (
+        f"{str(one)!r} is read-only (a read-only file system): make it writable or give "
+        "another --db"
+    )
+    assert ProgressStore(folder / "old.sqlite3").learner_id  # outside, both files are fine
+    assert ProgressStore(one).learner_id
+
+
 def test_default_db_path_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     assert default_db_path() == tmp_path / "xdg" / "normlab" / "progress.sqlite3"

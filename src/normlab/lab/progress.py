@@ -144,6 +144,34 @@ def check_listing_id(listing_id: object) -> str:
     return _check_id(listing_id, "listing_id")
 
 
+def _check_writable(path: Path) -> None:
+    """Refuse a database the lab could read but never write, naming why.
+
+    Every write needs the file and, in WAL mode, its folder (SQLite creates ``-wal`` and
+    ``-shm`` files beside it). ``os.access`` answers for a read-only mount even as root.
+    """
+    folder = path.parent
+    if not os.access(folder, os.W_OK):
+        why = "a read-only file system" if _read_only_mount(folder) else "no write permission"
+        raise ProgressStoreError(
+            f"{str(path)!r} is in a read-only location (the folder {str(folder)!r}: {why}): "
+            "give a --db path the lab can write"
+        )
+    if path.exists() and not os.access(path, os.W_OK):
+        why = "a read-only file system" if _read_only_mount(path) else "no write permission"
+        raise ProgressStoreError(
+            f"{str(path)!r} is read-only ({why}): make it writable or give another --db"
+        )
+
+
+def _read_only_mount(place: Path) -> bool:
+    """Whether ``place`` sits on a file system mounted read-only."""
+    try:
+        return bool(os.statvfs(place).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 class ProgressStore:
     """A learner's progress in one SQLite file; safe to share between threads.
 
@@ -152,8 +180,8 @@ class ProgressStore:
             everything in memory (for tests; nothing survives :meth:`close`).
 
     Raises:
-        ProgressStoreError: the path is a folder, cannot be created, or is not an SQLite
-            database of this layout.
+        ProgressStoreError: the path is a folder, cannot be created, is in a read-only
+            location, or is not an SQLite database of this layout.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -173,6 +201,7 @@ class ProgressStore:
                 raise ProgressStoreError(
                     f"cannot create the folder {str(self.path.parent)!r}: {exc.strerror or exc}"
                 ) from None
+            _check_writable(self.path)
         try:
             # isolation_level=None: no implicit transactions; each write opens its own below.
             conn = sqlite3.connect(
