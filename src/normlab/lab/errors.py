@@ -11,6 +11,8 @@ import sqlite3
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from normlab.lab.sandbox import SandboxBusy
+
 
 def bad_input(parameter: str | None, message: str, status: int = 422) -> JSONResponse:
     """A refusal naming ``parameter``: ``{"detail": {"parameter", "message"}}``."""
@@ -61,9 +63,17 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     return bad_input(None, f"the lab failed on this request: {type(exc).__name__}: {exc}", 500)
 
 
+async def _sandbox_busy(request: Request, exc: Exception) -> JSONResponse:
+    refusal = bad_input(None, str(exc), 503)
+    refusal.headers["Retry-After"] = str(SandboxBusy.retry_after_s)
+    return refusal
+
+
 def install(app: FastAPI) -> None:
-    """Answer every error no route turned into a refusal in the lab's shape: a database that
-    failed (locked past its timeout, a full disk) with 503 and the reason, anything else with
-    500 (the lab goes on serving either way)."""
+    """Answer every error no route turned into a refusal in the lab's shape: a sandbox whose
+    queue is full with 503 and ``Retry-After``, a database that failed (locked past its
+    timeout, a full disk) with 503 and the reason, anything else with 500 (the lab goes on
+    serving either way)."""
+    app.add_exception_handler(SandboxBusy, _sandbox_busy)
     app.add_exception_handler(sqlite3.Error, _database_failed)
     app.add_exception_handler(Exception, _unexpected)

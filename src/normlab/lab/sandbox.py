@@ -64,6 +64,7 @@ Usage (the first run waits a few seconds for the fork server's imports)::
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import collections
 import contextlib
@@ -79,12 +80,13 @@ import subprocess
 import sys
 import threading
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path, PurePosixPath
 from types import TracebackType
 from typing import Any
 
+import anyio
 import anyio.to_thread
 
 from normlab.lab import _sandbox_child as child
@@ -196,6 +198,13 @@ class SandboxError(RuntimeError):
     """The sandbox itself could not start or stopped (never a failure of the learner's code)."""
 
 
+class SandboxBusy(Exception):
+    """More runs wait for a slot than :attr:`Sandbox.max_waiting`: this one is refused at once
+    (the lab answers 503 with ``Retry-After``) instead of queueing without bound."""
+
+    retry_after_s = 5
+
+
 class SandboxWarning(RuntimeWarning):
     """The sandbox runs with less containment than it could (it says what is missing)."""
 
@@ -216,6 +225,8 @@ class Sandbox:
     Args:
         limits: what each run may use.
         max_runs: runs at once; later ones wait for a slot.
+        max_waiting: runs of :meth:`arun` that may wait for a slot; one more raises
+            :class:`SandboxBusy`. They wait in the event loop, holding no thread.
         backend: ``"bwrap"`` or ``"unshare"``; ``None`` picks bwrap when installed.
         start_timeout_s: how long a run waits for the fork server's imports at start.
     """
@@ -225,6 +236,7 @@ class Sandbox:
         limits: Limits = DEFAULT_LIMITS,
         *,
         max_runs: int = 8,
+        max_waiting: int = 32,
         backend: str | None = None,
         start_timeout_s: float = 300.0,
     ) -> None:
@@ -234,12 +246,15 @@ class Sandbox:
             raise TypeError(f"max_runs must be an int, got {type(max_runs).__name__}")
         if not 1 <= max_runs <= _UID_BLOCK:
             raise ValueError(f"max_runs must be in [1, {_UID_BLOCK}], got {max_runs}")
+        if isinstance(max_waiting, bool) or not isinstance(max_waiting, int) or max_waiting < 0:
+            raise ValueError(f"max_waiting must be an int >= 0, got {max_waiting!r}")
         if backend is not None and backend not in BACKENDS:
             raise ValueError(f"backend {backend!r} not supported, use one of {BACKENDS}")
         if not start_timeout_s > 0:
             raise ValueError(f"start_timeout_s must be positive, got {start_timeout_s!r}")
         self.limits = limits
         self.max_runs = max_runs
+        self.max_waiting = max_waiting
         self.backend = backend
         self.start_timeout_s = start_timeout_s
         self._uid_base = RUN_UID_BASE + _UID_BLOCK * secrets.randbelow(_UID_BLOCKS)
@@ -247,6 +262,8 @@ class Sandbox:
         for slot in range(max_runs):
             self._slots.put(slot)
         self._lock = threading.Lock()
+        self._admitted = 0  # arun calls running or waiting for a slot
+        self._limiters: dict[int, anyio.CapacityLimiter] = {}  # per event loop, by id
         self._worker: _Worker | None = None
         self._cgroup_parents: dict[str, Path] | None = None  # found at start()
 
@@ -332,8 +349,39 @@ class Sandbox:
         )
 
     async def arun(self, code: str, **kw: Any) -> RunResult:
-        """:meth:`run` in a worker thread, so the event loop keeps serving meanwhile."""
-        return await anyio.to_thread.run_sync(functools.partial(self.run, code, **kw))
+        """:meth:`run` in a worker thread, so the event loop keeps serving meanwhile.
+
+        A run waits for one of :attr:`max_runs` slots in the event loop, not in a thread:
+        the threads of anyio's shared pool (which the lab's page routes use) are never held
+        by waiting runs. Past :attr:`max_waiting` waiting runs, :class:`SandboxBusy`.
+        """
+        with self._admission():
+            return await anyio.to_thread.run_sync(
+                functools.partial(self.run, code, **kw), limiter=self._limiter()
+            )
+
+    @contextlib.contextmanager
+    def _admission(self) -> Iterator[None]:
+        """Count this run among the admitted ones, or refuse it when the queue is full."""
+        with self._lock:
+            if self._admitted >= self.max_runs + self.max_waiting:
+                raise SandboxBusy(
+                    f"{self.max_waiting} runs wait for the sandbox already: try again shortly"
+                )
+            self._admitted += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._admitted -= 1
+
+    def _limiter(self) -> anyio.CapacityLimiter:
+        """The running event loop's limiter of :attr:`max_runs` threads for this sandbox."""
+        loop = id(asyncio.get_running_loop())
+        with self._lock:
+            if loop not in self._limiters:
+                self._limiters = {loop: anyio.CapacityLimiter(self.max_runs)}  # the lab has one
+            return self._limiters[loop]
 
     def _run_cgroup(self) -> cgroups.RunCgroup | None:
         """A cgroup for one run (its memory and tasks together), or None where there is none."""
