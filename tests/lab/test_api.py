@@ -402,7 +402,7 @@ def _abandon(port: int, name: str, body: dict, runner: Runner) -> None:
 def test_ctrl_c_cancels_a_long_run_in_progress(tmp_path: Path) -> None:
     """Ctrl+C used to wait for the run in progress (41.9 s for this one) before the lab ended."""
     port = free_port()
-    cmd = [sys.executable, "-m", "normlab", "lab", "--port", str(port)]
+    cmd = [sys.executable, "-m", "normlab", "lab", "--port", str(port), "--no-warm"]
     answers: list[int] = []
 
     def long_request() -> None:
@@ -423,6 +423,7 @@ def test_ctrl_c_cancels_a_long_run_in_progress(tmp_path: Path) -> None:
         [*cmd, "--db", str(tmp_path / "p.db")],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        env=one_thread(),
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # as in a terminal
     ) as server:
         try:
@@ -438,6 +439,13 @@ def test_ctrl_c_cancels_a_long_run_in_progress(tmp_path: Path) -> None:
                 server.kill()
     assert server.returncode == 0, err.decode()
     assert answers == [503]  # cancelled, not trained to the end
+
+
+def one_thread() -> dict[str, str]:
+    """The environment for a lab process whose runs train on one torch thread, as the browser
+    tests' labs do: beside other processes on a busy 2-core machine, two intra-op threads per
+    run make training many times slower."""
+    return {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def _post(url: str, body: dict) -> dict:
@@ -503,9 +511,10 @@ def _wait(condition: Callable[[], bool], what: str, timeout: float = 20) -> None
 def test_a_real_server_keeps_answering_while_a_training_runs() -> None:
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "normlab", "lab", "--port", str(port)],
+        [sys.executable, "-m", "normlab", "lab", "--port", str(port), "--no-warm"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env=one_thread(),
     )
     base = f"http://127.0.0.1:{port}"
     try:
