@@ -2,7 +2,7 @@
 
 Three snippets (trivial, a torch op, a torch optimizer's step), each run both ways in one
 process, interleaved (each repeat runs both ways, in alternating order), reported as medians and
-ratios:
+ratios; the first repeat's answers must be the same both ways:
 
 - baseline: ``subprocess.run([sys.executable, "-c", code])``, a fresh interpreter that imports
   whatever the code needs, with no containment at all;
@@ -73,16 +73,17 @@ def main(argv: list[str] | None = None) -> int:
 
         ways = {"subprocess": plain, "sandbox": ours}
         times: dict[tuple[str, str], list[float]] = {(s, w): [] for s in SNIPPETS for w in ways}
-        for code in SNIPPETS.values():  # the same answer both ways (torch: the same form)
-            outputs = [ways[w](code).strip() for w in ways]
-            assert len({o.split("(")[0] for o in outputs}) == 1, outputs
+        answers: dict[str, dict[str, str]] = {s: {} for s in SNIPPETS}
         for r in range(repeats):
             for snippet, code in SNIPPETS.items():
                 order = list(ways) if r % 2 == 0 else list(ways)[::-1]
                 for way in order:
                     t = time.perf_counter()
-                    ways[way](code)
+                    out = ways[way](code)
                     times[(snippet, way)].append(time.perf_counter() - t)
+                    answers[snippet].setdefault(way, out.strip())
+        for first in answers.values():  # the same answer both ways (torch: the same form)
+            assert len({o.split("(")[0] for o in first.values()}) == 1, first
 
     load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     print(
