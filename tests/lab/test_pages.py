@@ -217,7 +217,7 @@ def listings_printed(lesson_pages: dict[str, str]) -> dict[str, list[str]]:
         input=json.dumps(named),
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=540,  # below pytest-timeout's 600; the training listings (bn-lr, sweep) dominate
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -237,6 +237,130 @@ def test_code_listings_run_and_print_what_the_page_shows(
     for (src, shown), got in zip(listings, printed, strict=True):
         if shown is not None:
             assert got.strip() == shown.strip(), f"listing prints differently:\n{src}"
+
+
+# -- every listing is plain PyTorch, or marked as the normlab version of the one before ----------
+
+_BOX = re.compile(
+    r'<div class="nl-code(?P<normlab> nl-code-normlab" data-normlab="true)?">'
+    r'(?:<p class="nl-code-label">(?P<label>.*?)</p>)?'
+    r'<pre class="nl-src"[^>]*><code class="language-python">(?P<src>.*?)</code></pre>',
+    re.S,
+)
+_IMPORTS_NORMLAB = re.compile(r"^\s*(?:from|import)\s+normlab\b", re.M)
+
+
+def _sections(page: str) -> list[list[tuple[bool, str]]]:
+    """Each ``<h2>`` section's listings (the lead before the first one too): (marked, source)."""
+    article = page.split("<article", 1)[-1]
+    return [
+        [(m.group("normlab") is not None, _text(m.group("src"))) for m in _BOX.finditer(part)]
+        for part in re.split(r"<h2[ >]", article)
+    ]
+
+
+@pytest.mark.parametrize("slug", [lesson.slug for lesson in LESSONS])
+def test_listings_are_plain_pytorch_or_marked_normlab(
+    lesson_pages: dict[str, str], slug: str
+) -> None:
+    """A listing that imports normlab is marked "in normlab" and repeats a plain listing of its
+    section; an unmarked one imports nothing from normlab (issue 18)."""
+    page = lesson_pages[slug]
+    sections = _sections(page)
+    boxes = re.findall(r'<div class="nl-code[ "]', page)
+    assert sum(map(len, sections)) == len(boxes), "a listing the parser missed"
+    for listings in sections:
+        for i, (marked, src) in enumerate(listings):
+            uses = _IMPORTS_NORMLAB.search(src) is not None
+            assert uses == marked, f"{slug}: marked={marked} but imports normlab={uses}:\n{src}"
+            if marked:
+                assert any(not m for m, _ in listings[:i]), (
+                    f"{slug}: no plain listing before\n{src}"
+                )
+
+
+def _has(*needles: str) -> Any:
+    return lambda src: all(n in src for n in needles)
+
+
+# The notebook's pieces and the seeds' snippets, each by the calls that define it: (piece, lesson,
+# what its plain listing's source holds).
+PIECES = [
+    (
+        "linear-scale: one Linear(4, 4), ten times the input",
+        "drift",
+        _has("torch.nn.Linear(4, 4)", "x * 10", ".std()"),
+    ),
+    ("the deep stack, left alone", "drift", _has("torch.nn.Linear(16, 16)", "torch.relu(")),
+    (
+        "the BN deep stack: Linear -> BatchNorm1d -> ReLU x10",
+        "batch-norm",
+        _has("torch.nn.Linear(16, 16)", "torch.nn.BatchNorm1d(16)", "range(10)"),
+    ),
+    (
+        "the tiny 6-unit MLP and its tracking loop",
+        "initialization",
+        _has("torch.nn.Linear(2, 6)", "fill_(", "normal_(", ".weight.grad", "opt.step()"),
+    ),
+    (
+        "the per-layer variance function, g^(2k)",
+        "initialization",
+        _has("def layer_variances", "torch.randn(width, width)", "unbiased=False", "** 80"),
+    ),
+    (
+        "the ReLU stack over initializers",
+        "initialization",
+        _has("0.02", "0.30", "xavier_uniform", "he_normal", "torch.relu("),
+    ),
+    (
+        "Xavier and He from scratch",
+        "initialization",
+        _has("torch.rand(fan_out, fan_in) * 2.0 - 1.0", "(2.0 / fan_in) ** 0.5"),
+    ),
+    (
+        "Xavier and He against torch.nn.init",
+        "initialization",
+        _has("torch.nn.init.xavier_uniform_", "torch.nn.init.kaiming_normal_", "math.sqrt(6 /"),
+    ),
+    (
+        "BatchNorm forward from scratch",
+        "bn-from-scratch",
+        _has("def batch_norm_forward", "unbiased=False", "torch.sqrt(var + eps)"),
+    ),
+    (
+        "its running statistics: unbiased variance, the momentum rule",
+        "bn-from-scratch",
+        _has("running_var.mul_(1 - momentum)", "unbiased", "torch.nn.BatchNorm1d", ".eval()"),
+    ),
+    (
+        "the BN / no-BN training loop: 4x64 MLP, two moons, lr 2.0, 150 steps",
+        "bn-from-scratch",
+        _has(
+            "make_moons",
+            "torch.nn.BatchNorm1d(64)",
+            "range(4)",
+            "lr=2.0",
+            "range(150)",
+            "opt.zero_grad()",
+            "loss.backward()",
+            "opt.step()",
+        ),
+    ),
+    ("forward hooks, what the doctor measures", "doctor", _has("register_forward_hook")),
+]
+
+
+@pytest.mark.parametrize(("piece", "slug", "holds"), PIECES, ids=[p[0] for p in PIECES])
+def test_each_notebook_piece_has_its_plain_listing(
+    lesson_pages: dict[str, str], piece: str, slug: str, holds: Any
+) -> None:
+    plain = [
+        src for listings in _sections(lesson_pages[slug]) for marked, src in listings if not marked
+    ]
+    checked = {src for src, _ in _listings(lesson_pages[slug])}  # run by the test above
+    found = [src for src in plain if holds(src)]
+    assert found, f"{slug} has no plain listing of {piece}"
+    assert all(src in checked for src in found), f"{piece}: its listing is not run and checked"
 
 
 # -- the helpers ---------------------------------------------------------------------------------
