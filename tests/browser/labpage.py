@@ -28,11 +28,14 @@ ALLOWED_HOST = "127.0.0.1"
 # (and their scripts run within the playground's time limit); starting from the address is
 # itself part of what is tested.
 PRESETS = {
-    "initialization": "?symmetry.steps=8&init-train.steps=12&init-compare.depth=12",
+    "initialization": (
+        "?symmetry.steps=8&init-train.steps=12&init-compare.depth=12&error-surface.steps=40"
+    ),
     "bn-from-scratch": (
         "?bn-lr.steps=12&bn-from-scratch.parity_batches=2"
         "&bn-lr-sweep.points=3&bn-lr-sweep.steps=30&bn-lr-sweep.tail=3"
     ),
+    "bn-training": "?bn-regularization.epochs=4&bn-lr.steps=12",
 }
 
 

@@ -71,13 +71,13 @@ def lesson_pages(client: TestClient) -> dict[str, str]:
     return out
 
 
-def test_home_lists_the_five_lessons(client: TestClient) -> None:
+def test_home_lists_the_six_lessons(client: TestClient) -> None:
     r = client.get("/")
     assert r.status_code == 200
     listing = r.text.split('<ol class="lesson-list">', 1)[1].split("</ol>", 1)[0]
     links = re.findall(r'<a href="(/lessons/[^"]+)">', listing)
     assert links == [lesson.url for lesson in LESSONS]
-    assert len(links) == 5
+    assert len(links) == 6
     for lesson in LESSONS:
         assert html.escape(lesson.title) in r.text
         assert html.escape(lesson.summary) in r.text

@@ -5,7 +5,7 @@ Its numbers come from live runs through the template helper ``result(...)``; see
 :mod:`normlab.lab.pages` for the helpers every lesson template can call.
 
 >>> [lesson.slug for lesson in LESSONS]
-['drift', 'batch-norm', 'initialization', 'bn-from-scratch', 'doctor']
+['drift', 'batch-norm', 'initialization', 'bn-from-scratch', 'bn-training', 'doctor']
 >>> find("batch-norm").number, find("nope") is None
 (2, True)
 """
@@ -54,7 +54,7 @@ _ORDER = (
         "Initialization",
         "Why constant weights never learn, how large random weights should be, and how Xavier "
         "and He follow from one variance argument.",
-        ("symmetry", "variance", "init-compare", "init-train"),
+        ("two-moons", "error-surface", "symmetry", "variance", "init-compare", "init-train"),
     ),
     Lesson(
         "bn-from-scratch",
@@ -62,6 +62,14 @@ _ORDER = (
         "Write the normalization yourself, check it against PyTorch to float precision, and "
         "train a deep net at a learning rate that breaks it without BatchNorm.",
         ("bn-from-scratch", "bn-lr", "bn-lr-sweep"),
+    ),
+    Lesson(
+        "bn-training",
+        "What BatchNorm changes in training",
+        "Internal covariate shift and the smoother loss surface that replaced it as the "
+        "explanation, the noise of batch statistics as a regularizer, and a network that stops "
+        "depending on its initializer.",
+        ("bn-regularization", "bn-lr"),
     ),
     Lesson(
         "doctor",
