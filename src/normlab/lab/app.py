@@ -44,7 +44,7 @@ from normlab.experiments import (
     script,
 )
 from normlab.experiments.base import params_dict
-from normlab.lab import errors, sse
+from normlab.lab import errors, schemas, sse
 from normlab.lab.errors import bad_input, read_body
 from normlab.lab.lessons.markup import highlight
 from normlab.lab.progress import ProgressStore, default_db_path
@@ -53,36 +53,7 @@ from normlab.lab.sandbox import Sandbox, SandboxError
 from normlab.lab.security import LabGuard
 from normlab.lab.watchlog import WatchLog
 
-
-def _json_schema(p: Parameter) -> dict[str, Any]:
-    """One parameter as JSON Schema (for OpenAPI)."""
-    schema: dict[str, Any] = {"description": p.help}
-    if p.kind == "float_list":
-        schema.update(
-            type="array",
-            minItems=1,
-            maxItems=p.max_len,
-            items={"type": "number", "minimum": p.min, "maximum": p.max},
-            default=list(p.default),
-        )
-        return schema
-    kind = {"int": "integer", "float": "number", "bool": "boolean", "choice": "string"}[p.kind]
-    schema.update(type=kind, default=p.default)
-    if p.min is not None:
-        schema["minimum"] = p.min
-    if p.max is not None:
-        schema["maximum"] = p.max
-    if p.choices is not None:
-        schema["enum"] = list(p.choices)
-    return schema
-
-
-def _body_schema(e: Experiment) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {p.name: _json_schema(p) for p in e.parameters},
-    }
+_json_schema = schemas.parameter  # one parameter as JSON Schema (the train page's too)
 
 
 def describe(e: Experiment) -> dict[str, Any]:
@@ -220,12 +191,14 @@ def create_app(
     app.state.progress = ProgressStore(db_path if db_path is not None else default_db_path())
     app.add_middleware(LabGuard, token=token)
     errors.install(app)
+    schemas.install(app)
     app.add_api_route(
         "/api/experiments",
         experiments,
         methods=["GET"],
         tags=["experiments"],
         summary="Every experiment and its parameters",
+        responses=schemas.responses(schemas.experiment_list()),
     )
     for e in list_experiments():
         _add_experiment_routes(app, e)
@@ -283,12 +256,12 @@ def _add_experiment_routes(app: FastAPI, e: Experiment) -> None:
         summary=e.title,
         description=e.summary + ". Missing parameters take their defaults.",
         name=f"run_{e.name}",
+        responses=schemas.responses(schemas.answer(e), "the Result, its figures and tables"),
         openapi_extra={
             "requestBody": {
                 "required": False,
-                "content": {"application/json": {"schema": _body_schema(e)}},
+                "content": {"application/json": {"schema": schemas.params_object(e.parameters)}},
             },
-            "responses": {"422": {"description": "a parameter outside what it allows"}},
         },
     )
     query = {"parameters": [_query_schema(p) for p in e.parameters]}
@@ -301,6 +274,7 @@ def _add_experiment_routes(app: FastAPI, e: Experiment) -> None:
         description="The script that computes the experiment for these parameters (query "
         "values as the CLI takes them), plain and highlighted. It needs no normlab.",
         name=f"code_{e.name}",
+        responses=schemas.responses(schemas.code(e)),
         openapi_extra=query,
     )
     app.add_api_route(
@@ -311,6 +285,13 @@ def _add_experiment_routes(app: FastAPI, e: Experiment) -> None:
         summary=f"{e.name} as a Jupyter notebook",
         description="The same code as an .ipynb download, with what it prints as outputs.",
         name=f"notebook_{e.name}",
+        responses={
+            **schemas.responses(schemas.NOTEBOOK),
+            200: {
+                "description": "the notebook",
+                "content": {"application/x-ipynb+json": {"schema": schemas.NOTEBOOK}},
+            },
+        },
         openapi_extra=query,
         response_class=Response,
     )

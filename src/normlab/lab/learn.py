@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import Any
+from typing import Annotated, Any
 
 import anyio.to_thread
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Path, Request
 from fastapi.responses import JSONResponse
 
-from normlab.lab import exercises
+from normlab.lab import exercises, schemas
 from normlab.lab.errors import bad_input, checked_code, read_body
 from normlab.lab.exercises import (
     BadSubmission,
@@ -47,7 +47,7 @@ from normlab.lab.exercises import (
 )
 from normlab.lab.exercises.base import MAX_CODE_CHARS
 from normlab.lab.lessons import LESSONS
-from normlab.lab.progress import ProgressStore, check_listing_id
+from normlab.lab.progress import LISTING_ID, ProgressStore, check_listing_id
 from normlab.lab.sandbox import SandboxError
 
 MAX_BODY_BYTES = 1 << 20
@@ -109,6 +109,16 @@ def progress_report(store: ProgressStore) -> dict[str, Any]:
     return {"lessons": lessons, "listings": store.listings(), "exercise_code": store.codes()}
 
 
+ANY_ID = Annotated[str, Path(json_schema_extra={"enum": [e.id for e in exercises.EXERCISES]})]
+CODE_ID = Annotated[
+    str,
+    Path(json_schema_extra={
+        "enum": [e.id for e in exercises.EXERCISES if isinstance(e, CodeExercise)]
+    }),
+]  # fmt: skip
+LISTING = Annotated[str, Path(json_schema_extra={"pattern": f"^{LISTING_ID.pattern}$"})]
+"""The path ids as the document states them; the handlers check them (422 in the lab's shape)."""
+
 # The route handlers have no docstrings: FastAPI would put a handler's docstring into its
 # route's OpenAPI description.
 
@@ -138,7 +148,7 @@ async def _check(request: Request, exercise: Exercise, submission: Any) -> Verdi
     raise TypeError(f"exercise kind {exercise.kind!r} has no checker")
 
 
-async def submit(exercise_id: str, request: Request) -> Any:
+async def submit(exercise_id: ANY_ID, request: Request) -> Any:
     exercise = _exercise(exercise_id, request)
     if isinstance(exercise, JSONResponse):
         return exercise
@@ -183,7 +193,7 @@ def progress(request: Request) -> dict[str, Any]:
     return progress_report(_store(request))
 
 
-async def save_listing(listing_id: str, request: Request) -> Any:
+async def save_listing(listing_id: LISTING, request: Request) -> Any:
     try:
         check_listing_id(listing_id)
     except ValueError as exc:
@@ -202,7 +212,7 @@ async def save_listing(listing_id: str, request: Request) -> Any:
     return {"id": listing_id, "saved": True}
 
 
-def get_listing(listing_id: str, request: Request) -> Any:
+def get_listing(listing_id: LISTING, request: Request) -> Any:
     try:
         code = _store(request).listing(listing_id)
     except ValueError as exc:
@@ -223,7 +233,7 @@ def _code_exercise(exercise_id: str) -> CodeExercise | JSONResponse:
     return exercise
 
 
-async def save_code(exercise_id: str, request: Request) -> Any:
+async def save_code(exercise_id: CODE_ID, request: Request) -> Any:
     exercise = _code_exercise(exercise_id)
     if isinstance(exercise, JSONResponse):
         return exercise
@@ -241,7 +251,7 @@ async def save_code(exercise_id: str, request: Request) -> Any:
     return {"id": exercise.id, "saved": True}
 
 
-def get_code(exercise_id: str, request: Request) -> Any:
+def get_code(exercise_id: CODE_ID, request: Request) -> Any:
     exercise = _code_exercise(exercise_id)
     if isinstance(exercise, JSONResponse):
         return exercise
@@ -251,43 +261,155 @@ def get_code(exercise_id: str, request: Request) -> Any:
     return {"id": exercise.id, "code": code}
 
 
+def _body(schema: schemas.JSON) -> dict[str, Any]:
+    """``openapi_extra`` declaring the JSON body the route reads itself (so that its 413 and
+    422 stay the lab's)."""
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+def _code_body(limit: int) -> schemas.JSON:
+    return {
+        "type": "object",
+        "required": ["code"],
+        "additionalProperties": False,
+        "properties": {"code": {"type": "string", "maxLength": limit}},
+    }
+
+
+_SUBMISSION: schemas.JSON = {
+    "oneOf": [
+        {
+            "type": "object",
+            "required": ["answer"],
+            "additionalProperties": False,
+            "properties": {
+                "answer": {
+                    "type": ["string", "integer", "number"],
+                    "description": "a choice's text or its index in this learner's order; a "
+                    "number, or its text as typed",
+                }
+            },
+        },
+        {**_code_body(MAX_CODE_CHARS), "description": "a code exercise's code"},
+    ]
+}
+_EXERCISE: schemas.JSON = {
+    "type": "object",
+    "required": ["id", "lesson", "kind", "prompt"],
+    "properties": {
+        "id": {"type": "string"},
+        "lesson": {"type": "string"},
+        "kind": {"enum": ["choice", "number", "code"]},
+        "prompt": {"type": "string"},
+        "choices": {"type": "array", "items": {"type": "string"}},
+        "tolerance": {"type": "object"},
+        "tolerance_text": {"type": "string"},
+        "starter": {"type": "string"},
+        "checks": {"type": "array", "items": {"type": "string"}},
+        "time_limit_s": {"type": "number"},
+    },
+}
+_VERDICT: schemas.JSON = {
+    "type": "object",
+    "required": ["passed", "feedback", "saved"],
+    "properties": {
+        "passed": {"type": "boolean"},
+        "feedback": {"type": "string"},
+        "explanation": {"type": "string", "description": "HTML"},
+        "output": {"type": "string", "description": "what a code exercise's code printed"},
+        "attempts": {"type": "integer", "minimum": 1},
+        "solved": {"type": "boolean"},
+        "saved": {"type": "boolean"},
+        "unsaved": {"type": "string", "description": "why the attempt could not be kept"},
+    },
+}
+_COUNTS: schemas.JSON = {
+    "type": "object",
+    "required": ["kind", "solved", "attempts"],
+    "properties": {
+        "kind": {"type": "string"},
+        "solved": {"type": "boolean"},
+        "attempts": {"type": "integer", "minimum": 0},
+    },
+}
+_CODES: schemas.JSON = {"type": "object", "additionalProperties": {"type": "string"}}
+_PROGRESS: schemas.JSON = {
+    "type": "object",
+    "required": ["lessons", "listings", "exercise_code"],
+    "properties": {
+        "lessons": {
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "required": ["title", "total", "solved", "exercises"],
+                "properties": {
+                    "title": {"type": "string"},
+                    "total": {"type": "integer"},
+                    "solved": {"type": "integer"},
+                    "exercises": {"type": "object", "additionalProperties": _COUNTS},
+                },
+            },
+        },
+        "listings": _CODES,
+        "exercise_code": _CODES,
+    },
+}
+
+
+def _kept(what: str) -> schemas.JSON:
+    """``{"id", "code"}`` or ``{"id", "saved"}``."""
+    value = {"type": "string"} if what == "code" else {"const": True}
+    return {
+        "type": "object",
+        "required": ["id", what],
+        "properties": {"id": {"type": "string"}, what: value},
+    }
+
+
 def install(app: FastAPI) -> None:
     """Add the exercise, progress and listing routes to ``app``."""
-    app.get("/api/exercises", tags=["exercises"], summary="Every exercise (without answers)")(
-        list_exercises
-    )
+    ok = schemas.responses
+    app.get(
+        "/api/exercises",
+        tags=["exercises"],
+        summary="Every exercise (without answers)",
+        responses=ok({"type": "array", "items": _EXERCISE}),
+    )(list_exercises)
     app.post(
         "/api/exercises/{exercise_id}/submit",
         tags=["exercises"],
         summary="Check an answer (or code) and record the attempt",
-        responses={422: {"description": "unknown exercise or a malformed submission"}},
+        responses=ok(_VERDICT, "the verdict, and the exercise's standing after it"),
+        openapi_extra=_body(_SUBMISSION),
     )(submit)
     app.put(
         "/api/exercises/{exercise_id}/code",
         tags=["exercises"],
         summary="Keep the learner's code of a code exercise (not an attempt)",
-        responses={422: {"description": "not a code exercise, or a bad body"}},
+        responses=ok(_kept("saved")),
+        openapi_extra=_body(_code_body(MAX_CODE_CHARS)),
     )(save_code)
     app.get(
         "/api/exercises/{exercise_id}/code",
         tags=["exercises"],
         summary="The learner's kept code of a code exercise",
-        responses={404: {"description": "nothing kept"}, 422: {"description": "a bad id"}},
+        responses=ok(_kept("code"), _404=schemas.error("nothing kept")),
     )(get_code)
     app.get(
         "/api/progress",
         tags=["exercises"],
         summary="Solved exercises, saved listings and kept exercise code",
+        responses=ok(_PROGRESS),
     )(progress)
     app.put(
         "/api/listings/{listing_id}",
         tags=["listings"],
         summary="Save the learner's code of a listing",
-        responses={422: {"description": "a bad listing id or body"}},
+        responses=ok(_kept("saved")),
+        openapi_extra=_body(_code_body(MAX_LISTING_CHARS)),
     )(save_listing)
     app.get(
-        "/api/listings/{listing_id}",
-        tags=["listings"],
+        "/api/listings/{listing_id}", tags=["listings"],
         summary="The learner's saved code of a listing",
-        responses={404: {"description": "nothing saved"}, 422: {"description": "a bad id"}},
-    )(get_listing)
+        responses=ok(_kept("code"), _404=schemas.error("nothing saved")),
+    )(get_listing)  # fmt: skip

@@ -18,8 +18,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from normlab.lab import schemas
 from normlab.lab.errors import bad_input, checked_code, read_body
-from normlab.lab.sandbox import SandboxError
+from normlab.lab.sandbox import RunResult, SandboxError
 
 MAX_CODE_CHARS = 100_000
 """The longest code ``POST /api/run`` accepts, in characters (a long lesson listing is ~3 000)."""
@@ -38,6 +39,14 @@ _BODY_SCHEMA = {
         }
     },
 }
+
+
+def _run_result() -> schemas.JSON:
+    """What a run answers: :class:`RunResult` as sent, its ``status`` one of four."""
+    schema = schemas.of_type(RunResult)
+    schema["properties"]["status"] = {"enum": ["ok", "error", "timeout", "killed"]}
+    schema["properties"]["figures"]["description"] = "one base64 PNG per figure"
+    return schema
 
 
 async def _read_code(request: Request) -> str | JSONResponse:
@@ -76,14 +85,11 @@ def install(app: FastAPI) -> None:
             "lab's files, limits on time, memory, processes and output) and answers its status, "
             "stdout, stderr (with the traceback), duration and matplotlib figures (base64 PNG)."
         ),
+        responses=schemas.responses(_run_result(), "how the run went, whatever the code did"),
         openapi_extra={
             "requestBody": {
                 "required": True,
                 "content": {"application/json": {"schema": _BODY_SCHEMA}},
-            },
-            "responses": {
-                "422": {"description": "no code, code that is not a string or is too long"},
-                "503": {"description": "the sandbox could not start"},
             },
         },
     )

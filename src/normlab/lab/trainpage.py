@@ -27,16 +27,16 @@ import hashlib
 import types
 import urllib.parse
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Annotated, Any
 
 import anyio.to_thread
-from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi import FastAPI, Path, Request
+from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 
 from normlab import doctor
 from normlab.experiments import ParameterError, ParameterTypeError
 from normlab.experiments.base import Parameter, make_params
-from normlab.lab import sse, trainlesson
+from normlab.lab import schemas, sse, trainlesson
 from normlab.lab.app import _json_schema, _query_schema, _read_params
 from normlab.lab.errors import bad_input
 from normlab.lab.lessons.markup import highlight
@@ -167,7 +167,11 @@ def _control_values(body: Mapping[str, Any]) -> tuple[str | None, int | None, in
     return action, speed, fps
 
 
-async def train_control(run_id: str, request: Request) -> Any:
+RUN_ID = Annotated[str, Path(json_schema_extra={"pattern": "^[A-Za-z0-9_-]{16}$"})]
+"""A run's id as the document states it (``secrets.token_urlsafe(12)``); the route looks it up."""
+
+
+async def train_control(run_id: RUN_ID, request: Request) -> Any:
     """``POST /api/train/{run_id}/control``: an action for the run's next step."""
     body = await _read_params(request)
     if isinstance(body, JSONResponse):
@@ -284,18 +288,68 @@ def install(app: FastAPI) -> None:
     _document(app)
 
 
+_PARAMETERS = {"type": "array", "items": schemas.ref("Parameter")}
+_SPEC: schemas.JSON = {
+    "type": "object",
+    "required": [*spec(), "runs"],
+    "properties": {
+        "parameters": _PARAMETERS,
+        "play": _PARAMETERS,
+        "groups": {
+            "type": "object",
+            "additionalProperties": {"type": "array", "items": {"type": "string"}},
+        },
+        "contrast": {
+            "type": "object",
+            "required": ["name", "values"],
+            "properties": {
+                "name": {"type": "string"},
+                "values": {"type": "array", "items": {"type": "string"}},
+            },
+        },
+        "actions": {"type": "array", "items": {"enum": list(ACTIONS)}},
+        "max_runs": {"type": "integer"},
+        "code_steps": schemas.ref("Parameter"),
+        "thresholds": {"type": "object", "additionalProperties": {"type": "number"}},
+        "runs": {"type": "integer", "minimum": 0},
+    },
+}
+"""What ``GET /api/train`` answers (:func:`spec` and the runs going)."""
+_CODE: schemas.JSON = {
+    "type": "object",
+    "required": ["setup", "steps", "script", "html"],
+    "properties": {
+        "setup": schemas.params_object(PARAMETERS, complete=True),
+        "steps": schemas.parameter(STEPS),
+        "script": {"type": "string"},
+        "html": {"type": "string"},
+    },
+}
+_CONTROLLED: schemas.JSON = {
+    "type": "object",
+    "required": ["run", "action", "speed", "fps"],
+    "properties": {
+        "run": {"type": "string"},
+        "action": {"enum": [*ACTIONS, None]},
+        "speed": schemas.parameter(OWN["speed"]),
+        "fps": schemas.parameter(OWN["fps"]),
+    },
+}
+
+
 def _document(app: FastAPI) -> None:
     """The API routes, each with its OpenAPI summary, description and answers."""
-    bad: dict[int | str, dict[str, Any]] = {422: {"description": "a setting it does not allow"}}
+    bad: dict[int | str, dict[str, Any]] = dict(schemas.ERRORS)
     app.add_api_route(
         "/api/train", train_api, methods=["GET"], tags=["train"],
-        summary="The training view's parameters",
+        summary="The training view's parameters", responses=schemas.responses(_SPEC),
         description="The setup's parameter schemas (the page's controls are built from them), "
         "the stream's own (steps, speed, fps, play), the actions, the bound on runs and "
         "how many runs are going now.",
     )  # fmt: skip
     app.add_api_route(
         "/api/train/stream", train_stream, methods=["GET"], tags=["train"],
+        response_class=StreamingResponse,
         summary="One live training run (Server-Sent Events)",
         description="Builds a session of the setup in the query (CLI-style values; missing "
         "ones take their defaults) and streams it as text/event-stream: a `run` event (its id, "
@@ -314,7 +368,7 @@ def _document(app: FastAPI) -> None:
         "events, each data one line of JSON",
         responses={
             **sse.STREAM_RESPONSE, **bad,
-            503: {"description": f"{MAX_RUNS} sessions train already, or the lab is stopping"},
+            503: schemas.error(f"{MAX_RUNS} sessions train already, or the lab is stopping"),
         },
         openapi_extra={
             "parameters": [
@@ -331,6 +385,7 @@ def _document_control(app: FastAPI, bad: dict[int | str, dict[str, Any]]) -> Non
     body = {
         "type": "object",
         "additionalProperties": False,
+        "minProperties": 1,
         "properties": {
             "action": {"type": "string", "enum": list(ACTIONS)},
             "speed": _json_schema(OWN["speed"]),
@@ -345,12 +400,11 @@ def _document_control(app: FastAPI, bad: dict[int | str, dict[str, Any]]) -> Non
         "step and sends its frame (a playing run pauses first), `reset` puts the run back to "
         "step 0 (the same data and initial weights; paused). `speed` and `fps` change how "
         "it plays from the next frame. Only the lab's own pages may send it (Origin check).",
-        responses={
-            **bad,
-            403: {"description": "sent from another site's page"},
-            404: {"description": "no such run is going"},
-            429: {"description": "too many actions wait for the run's next step"},
-        },
+        responses=schemas.responses(
+            _CONTROLLED, "what the run was asked", _403=schemas.error("sent from another "
+            "site's page"), _404=schemas.error("no such run is going"),
+            _429=schemas.error("too many actions wait for the run's next step"),
+        ),
         openapi_extra={
             "requestBody": {"required": True, "content": {"application/json": {"schema": body}}}
         },
@@ -361,6 +415,6 @@ def _document_control(app: FastAPI, bad: dict[int | str, dict[str, Any]]) -> Non
         description="The script that builds the setup's data and net and trains `steps` steps, "
         "printing each step's training and test loss, as the live run records them. It needs "
         "no normlab.",
-        responses=bad,
+        responses=schemas.responses(_CODE),
         openapi_extra={"parameters": [*_query_docs()["parameters"], _query_schema(STEPS)]},
     )  # fmt: skip

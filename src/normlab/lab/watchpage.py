@@ -25,7 +25,7 @@ import anyio.to_thread
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, StreamingResponse
 
-from normlab.lab import sse
+from normlab.lab import schemas, sse
 from normlab.lab.errors import bad_input
 from normlab.lab.pages import _script_json
 from normlab.lab.sse import KEEPALIVE_S, RETRY_MS
@@ -96,12 +96,45 @@ async def watch_page(request: Request) -> HTMLResponse:
     return page
 
 
+_STRINGS = {"type": "array", "items": {"type": "string"}}
+_STEP = {"type": ["integer", "null"]}
+STATE: schemas.JSON = {
+    "type": "object",
+    "required": [
+        "path", "version", "status", "message", "summary", "records", "kept", "first_step",
+        "last_step", "problems", "events", "errors", "skipped", "behind", "figures", "tables",
+    ],
+    "properties": {
+        "path": {"type": "string"},
+        "version": {"type": "integer"},
+        "status": {"type": "string"},
+        "message": {"type": "string"},
+        "summary": {"type": "string"},
+        "records": {"type": "integer", "minimum": 0},
+        "kept": {"type": "integer", "minimum": 0},
+        "first_step": _STEP,
+        "last_step": _STEP,
+        "problems": _STRINGS,
+        "events": _STRINGS,
+        "errors": _STRINGS,
+        "skipped": {"type": "integer", "minimum": 0},
+        "behind": {"type": "boolean"},
+        "figures": {"type": "array", "items": schemas.ref("Figure")},
+        "tables": {"type": "array", "items": schemas.ref("Table")},
+    },
+}  # fmt: skip
+"""What ``GET /api/watch`` answers (:func:`~normlab.lab.watchlog.watch_state`)."""
+_STATE_TEXT = (
+    "the log's state: path, status and message, summary, records, first_step and last_step, "
+    "problems, events, errors (skipped lines, by number), figures and tables"
+)
+
+
 def install(app: FastAPI) -> None:
     """Add ``/watch``, ``/api/watch`` and ``/api/watch/stream`` to ``app``."""
     app.state.watch_streams = 0
-    absent: dict[int | str, dict[str, Any]] = {
-        404: {"description": "the lab was started without --watch-log"}
-    }
+    schemas.shared()
+    absent = schemas.error("the lab was started without --watch-log")
     app.add_api_route("/watch", watch_page, methods=["GET"], include_in_schema=False)
     app.add_api_route(
         "/api/watch",
@@ -112,10 +145,7 @@ def install(app: FastAPI) -> None:
         description="The log given to normlab lab --watch-log, as the /watch page shows it: "
         "records read, the last step, the labels gained and lost, the training figure "
         "described as data and the last record's per-layer table.",
-        response_description="the log's state: path, status and message, summary, records, "
-        "first_step and last_step, problems, events, errors (skipped lines, by number), "
-        "figures and tables",
-        responses=absent,
+        responses=schemas.responses(STATE, _STATE_TEXT, _404=absent),
     )
     app.add_api_route(
         "/api/watch/stream",
@@ -129,8 +159,9 @@ def install(app: FastAPI) -> None:
         response_description="`state` events, each the JSON of GET /api/watch",
         responses={
             **sse.STREAM_RESPONSE,
-            503: {"description": f"{MAX_STREAMS} streams are open already"},
-            **absent,
+            **schemas.ERRORS,
+            503: schemas.error(f"{MAX_STREAMS} streams are open already"),
+            404: absent,
         },
         response_class=StreamingResponse,
     )

@@ -20,7 +20,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
 from normlab.experiments import Experiment, list_experiments, params_dict
-from normlab.lab import sse
+from normlab.lab import schemas, sse
 from normlab.lab.app import REFUSED, _query_params, _query_schema, _refusal
 from normlab.lab.runner import Runner
 
@@ -74,8 +74,8 @@ def _route(app: FastAPI, e: Experiment) -> None:
         name=f"stream_{e.name}",
         responses={
             **sse.STREAM_RESPONSE,
-            422: {"description": "a parameter outside what it allows"},
-            503: {"description": f"{MAX_STREAMS} streams are open already"},
+            **schemas.ERRORS,
+            503: schemas.error(f"{MAX_STREAMS} streams are open already, or the run stopped"),
         },
         response_class=StreamingResponse,
         openapi_extra={"parameters": [_query_schema(p) for p in e.parameters]},
