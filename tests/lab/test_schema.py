@@ -1,0 +1,132 @@
+"""The OpenAPI document against the lab itself: schemathesis calls every operation in-process.
+
+Each operation gets a few requests generated from its schema (its parameters, bodies and ids),
+and every answer must be one the document declares: a documented status code
+(``status_code_conformance``), a body that matches that response's schema
+(``response_schema_conformance``), a declared content type, and never a 5xx
+(``not_a_server_error``). What the document says is then what the API does, both ways.
+
+Bounds, so that the whole run stays near a minute on two busy cores:
+
+- a few examples per operation (:data:`EXAMPLES`), no deadline, no shrinking, and only the
+  fuzzing phase (the coverage phase would try every boundary of every parameter);
+- a training experiment's integer parameters (steps, widths, depths, sizes; its seed aside) are
+  clamped to at most a quarter of their default (:func:`_bounded`): at their maxima a run
+  trains for minutes (``bn-lr-sweep`` at its defaults already takes ~10 s here). The values
+  stay inside what the document allows, from the minimum up, so they are still its cases;
+- ``GET /api/train/stream`` is not called: its run trains until the client leaves, so its
+  answer has no end to check (``tests/lab/test_trainpage.py`` reads its events).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import schemathesis
+import torch
+from hypothesis import HealthCheck, settings
+from schemathesis.checks import not_a_server_error
+from schemathesis.config import SchemathesisConfig
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from normlab.experiments import get_experiment, list_experiments
+from normlab.lab.app import create_app
+
+LAB = "http://127.0.0.1"  # the lab answers loopback Host names only
+EXAMPLES = 3
+UNBOUNDED = ("/api/train/stream",)
+"""Operations not called, and why: see the module docstring."""
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+]
+TRAINS = {e.name for e in list_experiments() if e.trains}
+
+CONFIG = SchemathesisConfig.from_dict(
+    {
+        "generation": {"mode": "positive", "max-examples": EXAMPLES, "no-shrink": True},
+        "phases": {
+            "examples": {"enabled": False},
+            "coverage": {"enabled": False},
+            "stateful": {"enabled": False},
+        },
+    }
+)
+
+
+def _lab_schema() -> Any:
+    """The lab's own document, loaded in-process; its requests go to the app itself, whose
+    lifespan schemathesis runs (started at the first request, stopped when the tests end).
+    Its progress database is a temporary file: no test touches the learner's."""
+    db = Path(tempfile.mkdtemp(prefix="normlab-schema-")) / "progress.sqlite3"
+    app = create_app(db_path=db)
+    loaded = schemathesis.openapi.from_dict(app.openapi(), config=CONFIG)
+    loaded.app = app
+    return loaded.exclude(path=list(UNBOUNDED))
+
+
+schema = _lab_schema()  # loaded when the module is (schemathesis' lazy loader needs pytest < 9)
+
+
+def _experiment(path: str) -> str | None:
+    """The experiment a path runs (``/api/experiments/NAME[/...]``), if it trains."""
+    parts = path.split("/")
+    if len(parts) >= 4 and parts[:3] == ["", "api", "experiments"] and parts[3] in TRAINS:
+        return parts[3]
+    return None
+
+
+def _bounded(case: Any) -> None:
+    """Clamp a training experiment's integer parameters (not its seed) to at most a quarter
+    of their default, in the body or the query, whichever the operation takes."""
+    name = _experiment(case.operation.path)
+    if name is None:
+        return
+    for values in (case.body, case.query):
+        if not isinstance(values, dict):
+            continue
+        for p in get_experiment(name).parameters:
+            if p.kind == "int" and p.name != "seed" and isinstance(values.get(p.name), int):
+                cap = max(int(p.min or 0), p.default // 4)
+                values[p.name] = min(values[p.name], cap)
+
+
+@schema.parametrize()
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    database=None,
+)
+def test_every_answer_is_documented(case: Any) -> None:
+    _bounded(case)
+    case.call_and_validate(base_url=LAB, checks=CHECKS)
+
+
+def test_the_document_leaves_no_answer_or_body_unsaid() -> None:
+    """Every JSON answer has a schema, every route that reads a body declares it, and every
+    experiment's ``device`` offers the devices this machine has, no others."""
+    document = schema.raw_schema
+    devices = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            for media, content in operation["responses"]["200"].get("content", {}).items():
+                said = {k: v for k, v in content.get("schema", {}).items() if k != "title"}
+                assert said or media == "text/event-stream", (method, path, media)
+            if method in ("post", "put"):
+                assert "requestBody" in operation, (method, path)
+            for p in operation.get("parameters", []):
+                if p["name"] == "device":
+                    assert p["schema"]["enum"] == devices, (method, path)
+    for e in list_experiments():
+        body = document["paths"][f"/api/experiments/{e.name}"]["post"]["requestBody"]
+        device = body["content"]["application/json"]["schema"]["properties"].get("device")
+        assert device is None or device["enum"] == devices, e.name
