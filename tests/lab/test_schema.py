@@ -1,19 +1,20 @@
 """The OpenAPI document against the lab itself: schemathesis calls every operation in-process.
 
-Each operation gets a few requests generated from its schema (its parameters, bodies and ids),
-and every answer must be one the document declares: a documented status code
-(``status_code_conformance``), a body that matches that response's schema
-(``response_schema_conformance``), a declared content type, and never a 5xx
-(``not_a_server_error``). What the document says is then what the API does, both ways.
+Each operation gets a few requests generated from its schema (its parameters, bodies and
+ids): valid ones, and invalid ones (a wrong type, a value out of range, an unknown field),
+which the lab must refuse in its documented error shape. Every answer must be one the
+document declares: a documented status code (``status_code_conformance``), a body that
+matches that response's schema (``response_schema_conformance``), a declared content type,
+and never a 5xx (``not_a_server_error``). What the document says is then what the API does.
 
 Bounds, so that the whole run stays near a minute on two busy cores:
 
-- a few examples per operation (:data:`EXAMPLES`), no deadline, no shrinking, and only the
-  fuzzing phase (the coverage phase would try every boundary of every parameter);
-- a training experiment's integer parameters (steps, widths, depths, sizes; its seed aside) are
-  clamped to at most a quarter of their default (:func:`_bounded`): at their maxima a run
-  trains for minutes (``bn-lr-sweep`` at its defaults already takes ~10 s here). The values
-  stay inside what the document allows, from the minimum up, so they are still its cases;
+- a few examples per operation and mode (:data:`EXAMPLES`), no deadline, no shrinking, and
+  only the fuzzing phase (the coverage phase would try every boundary of every parameter);
+- a training experiment's integer parameters (steps, widths, depths, sizes; its seed aside),
+  given or not, are set to at most a quarter of their default (:func:`_bounded`): at their
+  maxima a run trains for minutes, and ``bn-lr-sweep`` at its defaults takes 10-20 s here.
+  The values stay inside what the document allows, so they are still its cases;
 - ``GET /api/train/stream`` is not called: its run trains until the client leaves, so its
   answer has no end to check (``tests/lab/test_trainpage.py`` reads its events).
 """
@@ -39,7 +40,7 @@ from normlab.experiments import get_experiment, list_experiments
 from normlab.lab.app import create_app
 
 LAB = "http://127.0.0.1"  # the lab answers loopback Host names only
-EXAMPLES = 3
+EXAMPLES = 5
 UNBOUNDED = ("/api/train/stream",)
 """Operations not called, and why: see the module docstring."""
 CHECKS = [
@@ -52,7 +53,7 @@ TRAINS = {e.name for e in list_experiments() if e.trains}
 
 CONFIG = SchemathesisConfig.from_dict(
     {
-        "generation": {"mode": "positive", "max-examples": EXAMPLES, "no-shrink": True},
+        "generation": {"mode": "all", "max-examples": EXAMPLES, "no-shrink": True},
         "phases": {
             "examples": {"enabled": False},
             "coverage": {"enabled": False},
@@ -85,18 +86,24 @@ def _experiment(path: str) -> str | None:
 
 
 def _bounded(case: Any) -> None:
-    """Clamp a training experiment's integer parameters (not its seed) to at most a quarter
-    of their default, in the body or the query, whichever the operation takes."""
+    """Set a training experiment's integer parameters (not its seed) to at most a quarter of
+    their default, in the body or the query, whichever the operation takes: those left out
+    too, since their defaults train for seconds each (its defaults are tested elsewhere)."""
     name = _experiment(case.operation.path)
     if name is None:
         return
-    for values in (case.body, case.query):
-        if not isinstance(values, dict):
-            continue
-        for p in get_experiment(name).parameters:
-            if p.kind == "int" and p.name != "seed" and isinstance(values.get(p.name), int):
-                cap = max(int(p.min or 0), p.default // 4)
-                values[p.name] = min(values[p.name], cap)
+    where = "body" if case.operation.method.upper() == "POST" else "query"
+    values = getattr(case, where)
+    if not isinstance(values, dict):
+        values = {}
+        setattr(case, where, values)
+        if where == "body":
+            case.media_type = "application/json"
+    for p in get_experiment(name).parameters:
+        if p.kind == "int" and p.name != "seed":
+            cap = max(int(p.min or 0), p.default // 4)
+            given = values.get(p.name, p.default)
+            values[p.name] = min(given, cap) if isinstance(given, int) else given
 
 
 @schema.parametrize()
