@@ -229,8 +229,23 @@ def test_answer_key_a_linear_bias_before_batchnorm_changes_nothing() -> None:
 
 # -- number exercises --------------------------------------------------------------------------
 
-# Right answers worked out here, by hand or from the seeds' printed figures, not from the
-# exercise's own expected() function; traps are the wrong turns each exercise names.
+def _bn_weight_gradient_ratio(scale: float = 10.0) -> float:
+    """By autograd: |grad of the loss w.r.t. W| at scale * W over that at W, BatchNorm after."""
+    g = torch.Generator().manual_seed(3)
+    x, target = torch.randn(32, 5, generator=g), torch.randn(32, 4, generator=g)
+    w0 = torch.randn(4, 5, generator=g)
+    norms = []
+    for c in (1.0, scale):
+        w = (c * w0).requires_grad_()
+        bn = torch.nn.BatchNorm1d(4)  # training mode: batch statistics
+        loss = ((bn(x @ w.T) - target) ** 2).mean()
+        loss.backward()
+        norms.append(w.grad.norm().item())
+    return norms[1] / norms[0]
+
+
+# Right answers worked out here, by hand, by autograd or from the seeds' printed figures, not
+# from the exercise's own expected() function; traps are the wrong turns each exercise names.
 NUMBERS: dict[str, tuple[float, list[float]]] = {
     "drift-shrink-factor": (1.0280 / 0.0993, []),  # the seed table: input std / layer-3 std
     "bn-running-mean-update": (0.9 * 2.0 + 0.1 * statistics.mean([1, 3, 8, 4]), [3.8]),
@@ -241,6 +256,7 @@ NUMBERS: dict[str, tuple[float, list[float]]] = {
     "init-variance-after-depth": (1.1 ** (2 * 20), [1.1**20]),
     "init-xavier-bound": (math.sqrt(6 / (256 + 128)), [math.sqrt(2 / (256 + 128))]),
     "doctor-relu-gain": (math.sqrt(64 / 2), [8.0]),  # width 64, std-1 weights; 8 forgets ReLU
+    "bn-weight-gradient-scale": (_bn_weight_gradient_ratio(), [1.0, 10.0]),
 }
 
 

@@ -1,8 +1,9 @@
 """The exercises at the end of every lesson: the registry.
 
 One module per lesson holds its exercises (:mod:`.drift`, :mod:`.batch_norm`,
-:mod:`.initialization`, :mod:`.bn_from_scratch`, :mod:`.doctor`); :mod:`.base` defines the
-kinds and their checking, :mod:`.child` the sandbox side of a code check.
+:mod:`.initialization`, :mod:`.bn_from_scratch`, :mod:`.bn_training`, :mod:`.doctor`);
+:mod:`.base` defines the kinds and their checking, :mod:`.child` the sandbox side of a code
+check.
 
 >>> [e.id for e in by_lesson("batch-norm")][:2]
 ['bn-eval-statistics', 'bn-running-mean-update']
@@ -14,7 +15,14 @@ kinds and their checking, :mod:`.child` the sandbox side of a code check.
 
 from __future__ import annotations
 
-from normlab.lab.exercises import batch_norm, bn_from_scratch, doctor, drift, initialization
+from normlab.lab.exercises import (
+    batch_norm,
+    bn_from_scratch,
+    bn_training,
+    doctor,
+    drift,
+    initialization,
+)
 from normlab.lab.exercises.base import (
     BadSubmission,
     ChoiceExercise,
@@ -43,6 +51,7 @@ EXERCISES: tuple[Exercise, ...] = (
     + batch_norm.EXERCISES
     + initialization.EXERCISES
     + bn_from_scratch.EXERCISES
+    + bn_training.EXERCISES
     + doctor.EXERCISES
 )
 """Every exercise, in lesson order, then in the order its lesson lists them."""
