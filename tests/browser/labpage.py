@@ -58,3 +58,17 @@ def registry(base: str) -> Any:
     """GET /api/experiments."""
     with urllib.request.urlopen(f"{base}/api/experiments", timeout=30) as r:
         return json.loads(r.read())
+
+
+# A right answer to the he-derivation exercise (measure the kept fraction, derive the std).
+HE_RIGHT = """import math
+
+import torch
+
+def kept_fraction(activation):
+    z = torch.randn(10**6)
+    return ((activation(z) ** 2).mean() / (z**2).mean()).item()
+
+def init_std(fan_in, kept):
+    return math.sqrt(1.0 / (kept * fan_in))
+"""

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from labpage import ALLOWED_HOST, PRESETS, ROOT, SCREENSHOTS, START_TIMEOUT_S
+from labpage import ALLOWED_HOST, HE_RIGHT, PRESETS, ROOT, SCREENSHOTS, START_TIMEOUT_S
 
 from normlab.lab import exercises
 from normlab.lab.exercises import ChoiceExercise
@@ -182,21 +182,21 @@ def test_run_and_ctrl_enter_show_the_output_without_an_attempt(page: Any, learne
     server = learner_b.base
     page.goto(server + INIT)
     page.wait_for_function(READY)
-    before = db_attempts(server, "initialization", "he-factor")
-    assert shown_attempts(page, "he-factor") == before
-    editor(page, "he-factor").fill("import math\nprint('trying', math.sqrt(2.0 / 512))\n")
-    assert run(page, "he-factor").strip() == f"trying {(2.0 / 512) ** 0.5}"
-    editor(page, "he-factor").fill("print(sum(range(10)))\n")
-    assert run(page, "he-factor", keys=True).strip() == "45"  # Ctrl+Enter runs, not checks
-    assert card(page, "he-factor").locator(".nl-feedback").inner_text() == ""  # no verdict
-    assert db_attempts(server, "initialization", "he-factor") == before  # nothing counted
-    assert shown_attempts(page, "he-factor") == before
-    editor(page, "he-factor").fill("def he_std(fan_in):\n    return (2.0 / fan_in) ** 0.5\n")
-    assert "all 5 checks passed" in check(page, "he-factor")  # Check counts
-    assert db_attempts(server, "initialization", "he-factor") == before + 1
-    assert shown_attempts(page, "he-factor") == before + 1
+    before = db_attempts(server, "initialization", "he-derivation")
+    assert shown_attempts(page, "he-derivation") == before
+    editor(page, "he-derivation").fill("import math\nprint('trying', math.sqrt(2.0 / 512))\n")
+    assert run(page, "he-derivation").strip() == f"trying {(2.0 / 512) ** 0.5}"
+    editor(page, "he-derivation").fill("print(sum(range(10)))\n")
+    assert run(page, "he-derivation", keys=True).strip() == "45"  # Ctrl+Enter runs, not checks
+    assert card(page, "he-derivation").locator(".nl-feedback").inner_text() == ""  # no verdict
+    assert db_attempts(server, "initialization", "he-derivation") == before  # nothing counted
+    assert shown_attempts(page, "he-derivation") == before
+    editor(page, "he-derivation").fill(HE_RIGHT)
+    assert "all 7 checks passed" in check(page, "he-derivation")  # Check counts
+    assert db_attempts(server, "initialization", "he-derivation") == before + 1
+    assert shown_attempts(page, "he-derivation") == before + 1
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    card(page, "he-factor").screenshot(path=str(SCREENSHOTS / "exercise-editor-run.png"))
+    card(page, "he-derivation").screenshot(path=str(SCREENSHOTS / "exercise-editor-run.png"))
 
 
 # -- kept code, across a restart of the lab ----------------------------------------------------
@@ -205,27 +205,28 @@ def test_run_and_ctrl_enter_show_the_output_without_an_attempt(page: Any, learne
 def test_code_typed_in_an_exercise_is_there_after_a_lab_restart(page: Any, learner_a: Lab) -> None:
     page.goto(learner_a.base + INIT)
     page.wait_for_function(READY)
-    box = editor(page, "he-factor")
+    box = editor(page, "he-derivation")
     starter = box.input_value()
-    assert "def he_std" in starter
+    assert "def kept_fraction" in starter
     box.click()
     page.keyboard.press("Control+End")
     page.keyboard.type("\n# my derivation: ReLU keeps half of E[z^2]")
     mine = box.input_value()
-    wait_kept(page, learner_a.base, "he-factor", mine)  # saved as typed, no Check needed
-    assert db_attempts(learner_a.base, "initialization", "he-factor") == 0
+    wait_kept(page, learner_a.base, "he-derivation", mine)  # saved as typed, no Check needed
+    assert db_attempts(learner_a.base, "initialization", "he-derivation") == 0
 
     learner_a.stop()
     learner_a.start()  # a new process on the same --db
     page.goto(learner_a.base + INIT)
     page.wait_for_function(READY)
-    assert editor(page, "he-factor").input_value() == mine
+    assert editor(page, "he-derivation").input_value() == mine
     page.evaluate(
-        "() => { document.querySelector('#exercise-he-factor .nl-saved-note').textContent = ''; }"
+        "() => { document.querySelector('#exercise-he-derivation .nl-saved-note')"
+        ".textContent = ''; }"
     )
-    card(page, "he-factor").locator("button.nl-reset-btn").click()  # back to the starter
-    assert editor(page, "he-factor").input_value() == starter
-    wait_kept(page, learner_a.base, "he-factor", starter)
+    card(page, "he-derivation").locator("button.nl-reset-btn").click()  # back to the starter
+    assert editor(page, "he-derivation").input_value() == starter
+    wait_kept(page, learner_a.base, "he-derivation", starter)
 
 
 # -- each learner their own order of choices ---------------------------------------------------

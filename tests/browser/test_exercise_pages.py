@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from labpage import SCREENSHOTS
+from labpage import HE_RIGHT, SCREENSHOTS
 
 from normlab.lab import exercises
 from normlab.lab.exercises import ChoiceExercise
@@ -21,18 +21,6 @@ CHECKED = """(id) => {
   const f = document.querySelector(`#exercise-${id} .nl-feedback`);
   return f && (f.dataset.passed === 'true' || f.dataset.passed === 'false');
 }"""
-
-HE_RIGHT = """import math
-
-import torch
-
-def kept_fraction(activation):
-    z = torch.randn(10**6)
-    return ((activation(z) ** 2).mean() / (z**2).mean()).item()
-
-def init_std(fan_in, kept):
-    return math.sqrt(1.0 / (kept * fan_in))
-"""
 
 
 def card(page: Any, exercise_id: str) -> Any:
