@@ -30,6 +30,7 @@ import torch
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.config import SchemathesisConfig
+from schemathesis.core import NotSet
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
     response_schema_conformance,
@@ -88,22 +89,26 @@ def _experiment(path: str) -> str | None:
 def _bounded(case: Any) -> None:
     """Set a training experiment's integer parameters (not its seed) to at most a quarter of
     their default, in the body or the query, whichever the operation takes: those left out
-    too, since their defaults train for seconds each (its defaults are tested elsewhere)."""
+    too, since their defaults train for seconds each (its defaults are tested elsewhere).
+    Invalid values (out of range, not integers) stay as generated, to be refused."""
     name = _experiment(case.operation.path)
     if name is None:
         return
     where = "body" if case.operation.method.upper() == "POST" else "query"
     values = getattr(case, where)
-    if not isinstance(values, dict):
+    if isinstance(values, NotSet) or values is None:  # none sent: the defaults would run
         values = {}
         setattr(case, where, values)
         if where == "body":
             case.media_type = "application/json"
+    if not isinstance(values, dict):
+        return  # not an object of parameters: refused before anything runs
     for p in get_experiment(name).parameters:
-        if p.kind == "int" and p.name != "seed":
-            cap = max(int(p.min or 0), p.default // 4)
-            given = values.get(p.name, p.default)
-            values[p.name] = min(given, cap) if isinstance(given, int) else given
+        given = values.get(p.name, p.default)
+        if p.kind != "int" or p.name == "seed" or type(given) is not int:
+            continue
+        if p.min is not None and p.max is not None and p.min <= given <= p.max:
+            values[p.name] = min(given, max(int(p.min), p.default // 4))
 
 
 @schema.parametrize()
