@@ -56,8 +56,8 @@ def show(result: dict[str, Any]) -> None:
     """Print the class sizes and the per-feature mean and std."""
     sizes = [len(points[0]) for points in result["classes"]]
     print(f"points: {sum(sizes)} (class 0: {sizes[0]}, class 1: {sizes[1]})")
-    print("per-feature mean:", [round(m, 3) + 0.0 for m in result["means"]])
-    print("per-feature std: ", [round(s, 3) for s in result["stds"]])
+    for j, (m, s) in enumerate(zip(result["means"], result["stds"], strict=True), start=1):
+        print(f"x{j}: mean {round(m, 3) + 0.0:.3f}, std {s:.3f}")  # + 0.0: no "-0.000"
 
 
 # -- the result ---------------------------------------------------------------------------------
