@@ -5,11 +5,10 @@ from __future__ import annotations
 import html
 import json
 import re
-import subprocess
-import sys
 import urllib.parse
 import warnings
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -23,6 +22,7 @@ from normlab.lab.app import create_app
 from normlab.lab.lessons import LESSONS, find, neighbours
 from normlab.lab.lessons.markup import MathExtension, code, highlight, num, sci, tex
 from normlab.lab.runner import Runner
+from normlab.lab.sandbox import Limits, Sandbox
 
 # the lab answers loopback Host names only (DNS-rebinding guard); TestClient says "testserver"
 LAB = "http://127.0.0.1"
@@ -177,16 +177,6 @@ _LISTING = re.compile(
     r'(?:<pre class="nl-out" aria-label="output">(.*?)</pre>)?',
     re.S,
 )
-_RUN_ALL = """
-import contextlib, io, json, sys
-out = []
-for name, source in json.load(sys.stdin):
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        exec(compile(source, name, "exec"), {"__name__": "__listing__"})
-    out.append(buf.getvalue())
-sys.stdout.write(json.dumps(out))
-"""
 
 
 def _text(markup: str) -> str:
@@ -201,27 +191,22 @@ def _listings(page: str) -> list[tuple[str, str | None]]:
     ]
 
 
+LISTING_LIMITS = Limits(wall_s=240.0, cpu_s=480.0)
+"""The lab's sandbox limits but for time: the training listings (bn-lr, the symmetry MLP) take
+seconds alone and far longer on a loaded test machine; a learner's Run has 10 s."""
+
+
 @pytest.fixture(scope="module")
 def listings_printed(lesson_pages: dict[str, str]) -> dict[str, list[str]]:
-    """What every lesson's listings print, each run on its own globals, all in one interpreter
-    (one per lesson would cost a torch import apiece)."""
-    named = [
-        (f"<{slug} listing {i + 1}>", src)
-        for slug, page in lesson_pages.items()
-        for i, (src, _) in enumerate(_listings(page))
-    ]
-    # Same environment as this process (and its app): torch's thread count can change the
-    # last digits of a training run, so the listing must run under the same setting.
-    done = subprocess.run(
-        [sys.executable, "-c", _RUN_ALL],
-        input=json.dumps(named),
-        capture_output=True,
-        text=True,
-        timeout=540,  # below pytest-timeout's 600; the training listings (bn-lr, sweep) dominate
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    printed = iter(json.loads(done.stdout))
+    """What every lesson's listings print, each run as a learner's Run runs it: as ``__main__``
+    of a fresh process in the lab's sandbox, with the lab's thread count (torch's thread count
+    can change the last digits of a training run). Two at a time, as two cores allow."""
+    named = [src for page in lesson_pages.values() for src, _ in _listings(page)]
+    with Sandbox(LISTING_LIMITS, max_runs=2) as sandbox, ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(sandbox.run, named))
+    for src, run in zip(named, runs, strict=True):
+        assert run.status == "ok", f"{run.status}: {run.stderr[-2000:]}\n{src}"
+    printed = iter(run.stdout for run in runs)
     return {slug: [next(printed) for _ in _listings(page)] for slug, page in lesson_pages.items()}
 
 
