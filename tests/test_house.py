@@ -62,12 +62,14 @@ def test_one_training_loop() -> None:
     names = {p.relative_to(PACKAGE).as_posix() for p in steppers}
     # symmetry's loop records every unit's weights as it goes, as the seed's train_track does;
     # the doctor's trial trains a user's model (any output) on a proxy task, not the moons;
-    # the training view steps one optimizer step at a time (Play, Pause, Step), any optimizer
+    # the training view steps one optimizer step at a time (Play, Pause, Step), any optimizer;
+    # bn-regularization draws minibatches (their noise is what it measures), train.train has one
     assert names == {
         "train.py",
         "experiments/symmetry.py",
         "doctor/training.py",
         "trainview/code.py",
+        "experiments/bn_regularization.py",
     }
 
 

@@ -171,6 +171,7 @@ def test_dependent_bounds_are_declared_and_named_with_their_partner() -> None:
         ("init-compare", "hist_layer"): {"relation": "<=", "partner": "depth"},
         ("bn-lr-sweep", "lr_max"): {"relation": ">", "partner": "lr_min"},
         ("bn-lr-sweep", "tail"): {"relation": "<", "partner": "steps"},
+        ("bn-regularization", "batch_size"): {"relation": "<=", "partner": "n_train"},
     }
     with pytest.raises(ParameterError, match=r"'hist_layer': 8 must be at most depth \(5\)"):
         run_experiment("init-compare", depth=5, hist_layer=8)

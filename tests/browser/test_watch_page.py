@@ -118,7 +118,7 @@ def test_watch_draws_the_log_and_redraws_it_as_it_grows(
     assert [t["name"] for t in traces[0]][:3] == ["0", "2", "4"]  # the weight layers
     assert traces[0][0]["x"] == [0, 5, 10, 15]
     rows = page.evaluate(ROWS)
-    assert [r[0] for r in rows] == ["0", "1", "2", "3", "4"] and rows[3][-1] == "ok"
+    assert [r[0] for r in rows] == [f"model[{k}]" for k in range(5)] and rows[3][-1] == "ok"
     assert page.locator(".nl-watch-events li").all_inner_texts() == ["none so far"]
     page.evaluate("() => { window.nlStillHere = true; }")  # gone if the page reloads
 

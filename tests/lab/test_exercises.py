@@ -229,6 +229,7 @@ def test_answer_key_a_linear_bias_before_batchnorm_changes_nothing() -> None:
 
 # -- number exercises --------------------------------------------------------------------------
 
+
 def _bn_weight_gradient_ratio(scale: float = 10.0) -> float:
     """By autograd: |grad of the loss w.r.t. W| at scale * W over that at W, BatchNorm after."""
     g = torch.Generator().manual_seed(3)

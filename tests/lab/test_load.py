@@ -144,7 +144,8 @@ def test_waiting_runs_hold_no_thread_and_the_queue_is_bounded() -> None:
                 await anyio.sleep(0.1)
                 borrowed.append(pool.borrowed_tokens)
 
-    anyio.run(main)
+    with ThreadPoolExecutor(1) as own:  # a thread of its own: no event loop of the test's
+        own.submit(anyio.run, main).result()
     busy = [o for o in outcomes if o.startswith("busy")]
     assert len(busy) == 20 - 7 and len(outcomes) == 20  # 2 run, 5 wait, 13 refused at once
     assert "5 runs wait for the sandbox already" in busy[0]

@@ -58,7 +58,7 @@ def test_a_real_log_is_read_whole_and_shown(lines: list[str], tmp_path: Path) ->
     assert state["events"] == events(records) and any("became dead" in e for e in state["events"])
     assert state["figures"] == [json.loads(json.dumps(training_figure(records).to_dict()))]
     table = state["tables"][0]
-    assert [row[0] for row in table["rows"]] == ["0", "1", "2", "3", "4"]
+    assert [row[0] for row in table["rows"]] == [f"model[{k}]" for k in range(5)]
     assert table["columns"][-1] == "labels" and table["rows"][3][-1] == "dead"
     json.dumps(state, allow_nan=False)  # strict JSON
     assert not tail.poll()  # nothing new: nothing changed
