@@ -309,19 +309,29 @@ def test_ctrl_c_exits_130_with_one_line() -> None:
     assert (status, err, out) == (130, "normlab: interrupted\n", "")
 
 
-def test_lab_warns_that_a_token_flag_is_visible_to_others(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+@pytest.fixture
+def fake_lab(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, object]]:
+    """``normlab lab`` without a lab: the keywords each ``create_app`` call was given."""
     from normlab.lab import app as lab_app
 
     made: list[dict[str, object]] = []
 
-    def create_app(**kw: object) -> object:  # no lab: the flag is the point
+    def create_app(**kw: object) -> object:  # no lab: the flags are the point
         made.append(kw)
         return types.SimpleNamespace(state=types.SimpleNamespace(watch=None))
 
     monkeypatch.setattr(lab_app, "create_app", create_app)
     monkeypatch.setattr(lab_app, "serve", lambda app, host, port: None)
+    return made
+
+
+def test_lab_warns_that_a_token_flag_is_visible_to_others(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    fake_lab: list[dict[str, object]],
+) -> None:
+    made = fake_lab
     token = "a-token-of-twenty-chars"
     status, _, err = in_process(
         capsys, "lab", "--host", "0.0.0.0", "--token", token, "--db", str(tmp_path / "p.db")
@@ -334,18 +344,9 @@ def test_lab_warns_that_a_token_flag_is_visible_to_others(
 
 
 def test_lab_warms_the_lessons_unless_told_not_to(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, fake_lab: list[dict[str, object]]
 ) -> None:
-    from normlab.lab import app as lab_app
-
-    made: list[dict[str, object]] = []
-
-    def create_app(**kw: object) -> object:  # no lab: the flag is the point
-        made.append(kw)
-        return types.SimpleNamespace(state=types.SimpleNamespace(watch=None))
-
-    monkeypatch.setattr(lab_app, "create_app", create_app)
-    monkeypatch.setattr(lab_app, "serve", lambda app, host, port: None)
+    made = fake_lab
     assert in_process(capsys, "lab", "--db", str(tmp_path / "p.db"))[0] == 0
     assert in_process(capsys, "lab", "--no-warm", "--db", str(tmp_path / "p.db"))[0] == 0
     assert [kw["warm"] for kw in made] == [True, False]
