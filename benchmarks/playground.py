@@ -82,8 +82,8 @@ def main(argv: list[str] | None = None) -> int:
                     out = ways[way](code)
                     times[(snippet, way)].append(time.perf_counter() - t)
                     answers[snippet].setdefault(way, out.strip())
-        for first in answers.values():  # the same answer both ways (torch: the same form)
-            assert len({o.split("(")[0] for o in first.values()}) == 1, first
+        for both in answers.values():  # the same answer both ways (torch: the same form)
+            assert len({o.split("(")[0] for o in both.values()}) == 1, both
 
     load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
     print(
