@@ -44,8 +44,8 @@ from normlab.experiments import (
     script,
 )
 from normlab.experiments.base import params_dict
-from normlab.lab import errors, schemas, sse
-from normlab.lab.errors import bad_input, read_body
+from normlab.lab import errors, schemas
+from normlab.lab.errors import bad_input, busy, read_body
 from normlab.lab.lessons.markup import highlight
 from normlab.lab.progress import ProgressStore, default_db_path
 from normlab.lab.runner import RunAbandoned, RunBusy, RunCancelled, Runner
@@ -311,7 +311,7 @@ REFUSED = (
 def _refusal(exc: Exception) -> JSONResponse:
     """422 naming the parameter (or the experiment's name); 503 for a run that was stopped."""
     if isinstance(exc, RunBusy):
-        return sse.busy(str(exc))  # 503 with Retry-After
+        return busy(str(exc))  # 503 with Retry-After
     if isinstance(exc, RunCancelled | RunAbandoned):  # (abandoned: nobody is there to read it)
         return bad_input(None, str(exc), status=503)
     if isinstance(exc, UnknownExperiment):

@@ -63,10 +63,19 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     return bad_input(None, f"the lab failed on this request: {type(exc).__name__}: {exc}", 500)
 
 
-async def _sandbox_busy(request: Request, exc: Exception) -> JSONResponse:
-    refusal = bad_input(None, str(exc), 503)
-    refusal.headers["Retry-After"] = str(SandboxBusy.retry_after_s)
+RETRY_AFTER_S = 5
+"""What a refusal's ``Retry-After`` asks a client to wait, in seconds."""
+
+
+def busy(message: str, retry_after_s: int = RETRY_AFTER_S) -> JSONResponse:
+    """503 with ``message`` in the lab's error shape, and ``Retry-After``."""
+    refusal = bad_input(None, message, status=503)
+    refusal.headers["Retry-After"] = str(retry_after_s)
     return refusal
+
+
+async def _sandbox_busy(request: Request, exc: Exception) -> JSONResponse:
+    return busy(str(exc))
 
 
 def install(app: FastAPI) -> None:

@@ -202,8 +202,6 @@ class SandboxBusy(Exception):
     """More runs wait for a slot than :attr:`Sandbox.max_waiting`: this one is refused at once
     (the lab answers 503 with ``Retry-After``) instead of queueing without bound."""
 
-    retry_after_s = 5
-
 
 class SandboxWarning(RuntimeWarning):
     """The sandbox runs with less containment than it could (it says what is missing)."""
@@ -263,7 +261,7 @@ class Sandbox:
             self._slots.put(slot)
         self._lock = threading.Lock()
         self._admitted = 0  # arun calls running or waiting for a slot
-        self._limiters: dict[int, anyio.CapacityLimiter] = {}  # per event loop, by id
+        self._limiter_of: tuple[asyncio.AbstractEventLoop, anyio.CapacityLimiter] | None = None
         self._worker: _Worker | None = None
         self._cgroup_parents: dict[str, Path] | None = None  # found at start()
 
@@ -377,11 +375,11 @@ class Sandbox:
 
     def _limiter(self) -> anyio.CapacityLimiter:
         """The running event loop's limiter of :attr:`max_runs` threads for this sandbox."""
-        loop = id(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
         with self._lock:
-            if loop not in self._limiters:
-                self._limiters = {loop: anyio.CapacityLimiter(self.max_runs)}  # the lab has one
-            return self._limiters[loop]
+            if self._limiter_of is None or self._limiter_of[0] is not loop:  # the lab has one
+                self._limiter_of = (loop, anyio.CapacityLimiter(self.max_runs))
+            return self._limiter_of[1]
 
     def _run_cgroup(self) -> cgroups.RunCgroup | None:
         """A cgroup for one run (its memory and tasks together), or None where there is none."""

@@ -4,8 +4,8 @@ A stream is a ``text/event-stream`` response: a ``retry:`` line first (how long 
 waits before it reconnects), then events (``event: NAME``, ``data: JSON``) and, in long
 silences, comment lines that keep proxies and the browser patient. Every stream holds a slot of
 a bounded pool; :class:`EventStream` gives it back however the response ends (the client gone,
-the lab stopping, an error, even before the first byte), and :func:`busy` is the refusal when
-the pool is full: 503 in the lab's error shape, with ``Retry-After``.
+the lab stopping, an error, even before the first byte), and :func:`normlab.lab.errors.busy`
+is the refusal when the pool is full: 503 in the lab's error shape, with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -14,17 +14,13 @@ import json
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
-
-from normlab.lab.errors import bad_input
 
 KEEPALIVE_S = 15.0
 """Longest silence on a stream: a comment line then keeps proxies and the browser patient."""
 RETRY_MS = 2000
 """How long the browser waits before it reconnects a dropped stream."""
-RETRY_AFTER_S = 5
-"""What a refusal's ``Retry-After`` asks a client to wait, in seconds."""
 HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 
@@ -81,13 +77,6 @@ class EventStream(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             self._release()
-
-
-def busy(message: str, retry_after_s: int = RETRY_AFTER_S) -> JSONResponse:
-    """503 with ``message`` in the lab's error shape, and ``Retry-After``."""
-    refusal = bad_input(None, message, status=503)
-    refusal.headers["Retry-After"] = str(retry_after_s)
-    return refusal
 
 
 STREAM_RESPONSE: dict[int | str, dict[str, Any]] = {200: {"content": {"text/event-stream": {}}}}

@@ -38,7 +38,7 @@ from normlab.experiments import ParameterError, ParameterTypeError
 from normlab.experiments.base import Parameter, make_params
 from normlab.lab import schemas, sse, trainlesson
 from normlab.lab.app import _json_schema, _query_schema, _read_params
-from normlab.lab.errors import bad_input
+from normlab.lab.errors import bad_input, busy
 from normlab.lab.lessons.markup import highlight
 from normlab.lab.pages import _script_json
 from normlab.lab.trainruns import ACTIONS, MAX_RUNS, PLAY, Play, Run, Runs
@@ -137,8 +137,8 @@ async def train_stream(request: Request) -> Any:
     run = Run(setups, play)
     if not runs.add(run, replaces=request.query_params.get("replaces")):
         if runs.closed:
-            return sse.busy("the lab is stopping")
-        return sse.busy(
+            return busy("the lab is stopping")
+        return busy(
             f"the lab trains at most {runs.limit} sessions at once and {len(runs)} are going "
             "(a compared run counts two): close another page that trains, then try again"
         )

@@ -26,7 +26,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, StreamingResponse
 
 from normlab.lab import schemas, sse
-from normlab.lab.errors import bad_input
+from normlab.lab.errors import bad_input, busy
 from normlab.lab.pages import _script_json
 from normlab.lab.sse import KEEPALIVE_S, RETRY_MS
 from normlab.lab.watchlog import POLL_S, WatchLog
@@ -76,7 +76,7 @@ async def watch_stream(request: Request) -> Any:
     if watch is None:
         return bad_input("watch_log", _NO_LOG, status=404)
     if request.app.state.watch_streams >= MAX_STREAMS:
-        return sse.busy(f"{MAX_STREAMS} pages already follow this log: close one and reload")
+        return busy(f"{MAX_STREAMS} pages already follow this log: close one and reload")
     app = request.app
     app.state.watch_streams += 1
 

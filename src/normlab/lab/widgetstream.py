@@ -22,6 +22,7 @@ from fastapi.responses import StreamingResponse
 from normlab.experiments import Experiment, list_experiments, params_dict
 from normlab.lab import schemas, sse
 from normlab.lab.app import REFUSED, _query_params, _query_schema, _refusal
+from normlab.lab.errors import busy
 from normlab.lab.runner import Runner
 
 MAX_STREAMS = 16
@@ -47,7 +48,7 @@ async def stream(name: str, request: Request) -> Any:
         return _refusal(exc)
     app = request.app
     if app.state.widget_streams >= MAX_STREAMS:
-        return sse.busy(f"{MAX_STREAMS} widgets are training already: wait for one to finish")
+        return busy(f"{MAX_STREAMS} widgets are training already: wait for one to finish")
     app.state.widget_streams += 1
 
     def release() -> None:
