@@ -9,7 +9,9 @@
   its index in the learner's order; number: a JSON number or the text as typed, ``"10,355"``)
   or ``{"code": "..."}`` (code exercises, run in the sandbox): stores the attempt and answers
   ``{"passed", "feedback", "attempts", "solved"}``, the last two as the store counts them after
-  this attempt (code also ``"output"``, what the code printed; its code is kept as by PUT);
+  this attempt (code also ``"output"``, what the code printed; its code is kept as by PUT),
+  and, in a passing verdict only, ``"explanation"`` (HTML: the worked answer, the closed form or
+  the derivation, which the page shows once the exercise is solved and never before);
 - ``PUT /api/exercises/{id}/code`` with ``{"code": "..."}`` keeps the code in a code exercise's
   editor (trying it with Run, ``POST /api/run``, is no attempt); ``GET`` answers ``{"id",
   "code"}`` (404 if none);
@@ -149,6 +151,13 @@ async def _check(request: Request, exercise: Exercise, submission: Any) -> Verdi
 
 
 async def submit(exercise_id: ANY_ID, request: Request) -> Any:
+    """``POST /api/exercises/{id}/submit``: check the submission and record the attempt.
+
+    Answers ``{"passed", "feedback", "saved"}`` with ``"attempts"`` and ``"solved"`` as the
+    store counts them after this attempt (or ``"unsaved"``, why it could not be kept); a code
+    exercise adds ``"output"``. A passing verdict adds ``"explanation"`` (HTML) where the
+    exercise has one: the answer worked out, held back until the learner has solved it.
+    """
     exercise = _exercise(exercise_id, request)
     if isinstance(exercise, JSONResponse):
         return exercise
@@ -315,7 +324,11 @@ _VERDICT: schemas.JSON = {
     "properties": {
         "passed": {"type": "boolean"},
         "feedback": {"type": "string"},
-        "explanation": {"type": "string", "description": "HTML"},
+        "explanation": {
+            "type": "string",
+            "description": "HTML: the answer worked out (the closed form, the derivation); "
+            "only in a passing verdict, so shown once the exercise is solved",
+        },
         "output": {"type": "string", "description": "what a code exercise's code printed"},
         "attempts": {"type": "integer", "minimum": 1},
         "solved": {"type": "boolean"},
@@ -379,7 +392,11 @@ def install(app: FastAPI) -> None:
         "/api/exercises/{exercise_id}/submit",
         tags=["exercises"],
         summary="Check an answer (or code) and record the attempt",
-        responses=ok(_VERDICT, "the verdict, and the exercise's standing after it"),
+        responses=ok(
+            _VERDICT,
+            "the verdict (with its explanation once it passes), and the exercise's standing "
+            "after it",
+        ),
         openapi_extra=_body(_SUBMISSION),
     )(submit)
     app.put(
