@@ -115,7 +115,11 @@ def test_watch_draws_the_log_and_redraws_it_as_it_grows(
     _records(page, 4)
     page.wait_for_function("() => document.querySelector('.nl-watch').dataset.link === 'live'")
     traces = page.evaluate(TRACES)
-    assert [t["name"] for t in traces[0]][:3] == ["0", "2", "4"]  # the weight layers
+    # the weight layers, named as the table and the doctor name them (torch's "0" read as 0)
+    names = [t["name"] for plot in traces for t in plot]  # panel by panel
+    layers = ["model[0]", "model[2]", "model[4]"]
+    assert names[:6] == layers + layers  # activation scale, then gradient ratio
+    assert "dead" in names[6:] and not {"0", "2", "4"} & set(names)  # label counts keep theirs
     assert traces[0][0]["x"] == [0, 5, 10, 15]
     rows = page.evaluate(ROWS)
     assert [r[0] for r in rows] == [f"model[{k}]" for k in range(5)] and rows[3][-1] == "ok"
@@ -139,6 +143,8 @@ def test_watch_draws_the_log_and_redraws_it_as_it_grows(
     with urllib.request.urlopen(f"{server}/api/watch", timeout=10) as r:
         state = json.loads(r.read())
     assert state["records"] == 10 and state["skipped"] == 1
+    scale = state["figures"][0]["panels"][0]["series"]
+    assert [s["name"] for s in scale] == ["0", "2", "4"]  # the JSON keeps torch's names
     page.set_viewport_size({"width": 390, "height": 800})  # a phone: nothing scrolls sideways
     page.wait_for_timeout(400)  # render.js redraws 200 ms after a resize
     assert page.evaluate("() => document.scrollingElement.scrollWidth") <= 390
