@@ -47,10 +47,12 @@ def test_code_prints_the_script_of_the_setup(capsys: pytest.CaptureFixture[str])
 def test_plot_writes_the_curves_and_the_boundary(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    target = tmp_path / "train.png"
+    folder = tmp_path / ("a-folder-with-a-long-name-" * 4)  # the path is wider than 80 columns
+    folder.mkdir()
+    target = folder / "train.png"
     assert cli.main(["train", *FAST, "--steps", "3", "--plot", str(target)]) == 0
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert f"plot written to {target}" in capsys.readouterr().out
+    assert f"plot written to {target}\n" in capsys.readouterr().out  # on one line, to copy
     run = tv.run(tv.make_setup({"depth": 2, "width": 8}), 3)
     [figure] = run.figures()
     kinds = [[s.kind for s in panel.series] for panel in figure.panels]

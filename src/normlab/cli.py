@@ -490,13 +490,13 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> None:
         from normlab import plots
 
         plots.save(result, plot_path)
-        said.print(f"plot written to {plot_path}")
+        said.print(f"plot written to {plot_path}", soft_wrap=True)
     if notebook_path is not None:
         from normlab import notebook
 
         nb = notebook.notebook(experiment, params, script.output(experiment, result))
         notebook_path.write_text(notebook.dumps(nb))
-        said.print(f"notebook written to {notebook_path}")
+        said.print(f"notebook written to {notebook_path}", soft_wrap=True)
 
 
 def _check_notebook_path(path: str) -> Path:
@@ -562,7 +562,7 @@ def _cmd_train(args: argparse.Namespace, console: Console) -> None:
         from normlab import plots
 
         plots.save(run, plot_path)
-        (err if args.json else console).print(f"plot written to {plot_path}")
+        (err if args.json else console).print(f"plot written to {plot_path}", soft_wrap=True)
 
 
 def _train(setup: trainview.Setup, steps: int, as_json: bool, err: Console) -> trainview.Run:
@@ -862,7 +862,9 @@ def _cmd_doctor_log(args: argparse.Namespace, console: Console) -> None:
             console.print(change, markup=False, highlight=False)
     if html_path is not None:
         html_path.write_text(page, encoding="utf-8")
-        (Console(stderr=True) if args.json else console).print(f"report written to {html_path}")
+        (Console(stderr=True) if args.json else console).print(
+            f"report written to {html_path}", soft_wrap=True
+        )
 
 
 def _cmd_doctor(args: argparse.Namespace, console: Console) -> None:
@@ -907,7 +909,7 @@ def _cmd_doctor(args: argparse.Namespace, console: Console) -> None:
             _print_tables(console, diagnosis_tables(exam.after, title))
             _print_fix(console, exam)
     if out_path is not None:
-        notes.print(f"re-initialized ({args.fix}) state_dict written to {out_path}")
+        notes.print(f"re-initialized ({args.fix}) state_dict written to {out_path}", soft_wrap=True)
     if html_path is not None:
         from normlab import report as html_report
 
@@ -919,7 +921,7 @@ def _cmd_doctor(args: argparse.Namespace, console: Console) -> None:
             fix=exam.fix,
             trial=exam.trial,
         )
-        notes.print(f"report written to {html_path}")
+        notes.print(f"report written to {html_path}", soft_wrap=True)
 
 
 PIPE_WIDTH = 160
