@@ -564,3 +564,28 @@ def test_layer_names_are_written_as_the_python_that_reaches_them() -> None:
         assert eval(path) is module, (name, path)
     assert doctor.module_path("head.0") == "model.head[0]"
     assert doctor.module_path("encoder.layer.11.attention") == "model.encoder.layer[11].attention"
+
+
+@pytest.mark.parametrize("shape", [(16, 8), (3, 5, 7), (4, 6, 5, 5), (1, 10), (2, 3, 4, 5)])
+def test_dead_fraction_counts_the_units_zero_on_every_element(shape: tuple[int, ...]) -> None:
+    """The two-look dead-unit statistic against its definition, read off every element: units
+    zeroed on the whole batch, units zero on the first item only (alive), nan (alive)."""
+    from normlab.doctor.stats import _dead_frac
+
+    g = torch.Generator().manual_seed(len(shape))
+    for trial in range(50):
+        y = torch.relu(torch.randn(shape, generator=g) - 3 * torch.rand((), generator=g))
+        y[:, torch.rand(shape[1], generator=g) < 0.3] = 0.0  # dead along dim 1
+        y[..., torch.rand(shape[-1], generator=g) < 0.3] = 0.0  # dead along the last dim
+        y[:1, 0] = 0.0  # unit 0 looks dead on the first item
+        if trial % 5 == 0:
+            y.view(-1)[-1] = math.nan
+        for dim in (1, -1):
+            d = dim % y.dim()
+            per_unit = y.movedim(d, 0).reshape(y.shape[d], -1)  # (units, elements)
+            expected = (per_unit == 0).all(dim=1).double().mean().item()
+            got = _dead_frac(dim)(y).item()
+            if dim == -1 and y.dim() == 2:
+                assert math.isnan(got)
+            else:
+                assert got == pytest.approx(expected, abs=1e-15), (trial, dim)

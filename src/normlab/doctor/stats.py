@@ -16,15 +16,21 @@ _NAN = torch.tensor(math.nan)  # "not applicable", returned without computing an
 def _dead_frac(dim: int) -> Callable[[torch.Tensor], torch.Tensor]:
     """Fraction of the units along ``dim`` that are exactly 0 on every element of the output.
 
-    The ``dim=-1`` version skips 2-D outputs (``nan``), where dim 1 is the last dim already.
+    Exact, in two looks: a unit with a nonzero element in the batch's first item is alive, and
+    only the units that are 0 on all of it (at random init, rarely any but the dead) are read
+    over the whole batch. The ``dim=-1`` version skips 2-D outputs (``nan``), where dim 1 is the
+    last dim already.
     """
 
     def dead(y: torch.Tensor) -> torch.Tensor:
         if y.dim() < 2 or (dim == -1 and y.dim() == 2):
             return _NAN
-        others = [i for i in range(y.dim()) if i != dim % y.dim()]
-        alive = y.amax(dim=others).ne(0) | y.amin(dim=others).ne(0)  # (units,)
-        return 1.0 - alive.double().mean()
+        d = dim % y.dim()
+        others = [i for i in range(y.dim()) if i != d]
+        suspects = y[:1].eq(0).all(dim=others).nonzero().squeeze(1)  # 0 on the first item
+        rest = y.index_select(d, suspects)  # (N, ..., suspects, ...)
+        dead_units = rest.eq(0).all(dim=others).sum()  # 0 on every element
+        return dead_units.double() / y.shape[d]
 
     return dead
 
