@@ -41,8 +41,14 @@ lint: install
 typecheck: install
 	$(PY) -m mypy
 
+# The suite in two parts: every test file but the `serial` ones on JOBS workers (pytest-xdist, a
+# file to a worker, so a file's fixtures are made once), then the `serial` ones alone, as their
+# timings and sandbox limits assume no other test shares the cores. Either part failing, or
+# collecting nothing (pytest's status 5), fails make.
+JOBS ?= 2
 unit: install chromium
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(JOBS) --dist loadfile -m "not serial"
+	$(PY) -m pytest -m serial
 
 test: lint typecheck unit
 

@@ -30,6 +30,8 @@ import pytest
 import normlab.lab.app
 from normlab.lab.sandbox import Limits
 
+pytestmark = pytest.mark.serial  # attacks stopped at wall-clock and CPU limits: cores to itself
+
 LIMITS = Limits(wall_s=3.0, processes=64)
 
 SERVER = """

@@ -29,6 +29,8 @@ from normlab.lab.sandbox import RunResult, Sandbox, SandboxBusy
 
 from .real_server import free_port, wait_until_serving
 
+pytestmark = pytest.mark.serial  # timed latencies: no other test may share the cores
+
 RUNS, SLEEP_S, TRAININGS = 48, 8, 50
 P95_MS = 250.0
 """The bound on the reads' 95th percentile latency under this load (issue 19)."""

@@ -39,6 +39,8 @@ from normlab.lab.sandbox import (
     SandboxWarning,
 )
 
+pytestmark = pytest.mark.serial  # wall-clock and CPU limits: no other test may share the cores
+
 LAB = "http://127.0.0.1"  # the lab answers loopback Host names only
 
 
