@@ -153,7 +153,9 @@ def test_edits_are_kept_and_reset_restores(page: Any, server: str) -> None:
         "() => document.querySelectorAll('.nl-code')[0].querySelector('.nl-saved-note')"
         ".textContent.includes('saved')"
     )
-    assert "batch-norm-1" in _saved(server)
+    # kept under the listing's own id (its data-listing, from the template), not its place
+    assert box.get_attribute("data-listing") == "batch-norm-columns"
+    assert "batch-norm-columns" in _saved(server)
     page.reload()
     page.wait_for_function(READY)
     assert listing(page, 0).locator("textarea").input_value() == mine

@@ -90,18 +90,32 @@ def test_lesson_shows_live_seed_figures(lesson_pages: dict[str, str], slug: str)
     assert not missing, f"{slug} lacks the figures {missing}"
 
 
-def test_bn_from_scratch_tells_the_live_sweep(lesson_pages: dict[str, str], runner: Runner) -> None:
-    """The sweep's numbers in the text are the run's: largest stable rates, counts, their ratio."""
-    text = lesson_pages["bn-from-scratch"]
-    sweep = runner.run("bn-lr-sweep", {})  # what the page rendered (a cache hit)
-    n = len(sweep["lrs"])
-    best = {}
+def _largest_stable(sweep: dict[str, Any]) -> dict[bool, tuple[int, float]]:
+    """Per setting (batch_norm): how many rates are stable, and the largest stable one."""
+    out = {}
     for c in sweep["curves"]:
         stable = [i for i, ok in enumerate(c["stable"]) if ok]
-        best[c["batch_norm"]] = lr = sweep["lrs"][stable[-1]]
-        which = "with" if c["batch_norm"] else "without"
-        printed = f"{which} BN: {len(stable)} of {n} rates stable, the largest {lr:.3g}"
-        assert printed in text  # the listing's output
+        out[c["batch_norm"]] = len(stable), sweep["lrs"][stable[-1]]
+    return out
+
+
+def test_bn_from_scratch_tells_the_live_sweep(lesson_pages: dict[str, str], runner: Runner) -> None:
+    """The sweep's numbers in the text are the run's: largest stable rates, counts, their ratio;
+    the plain listing prints every other rate of it (6 of 12), which the text says."""
+    text = lesson_pages["bn-from-scratch"]
+    sweep = runner.run("bn-lr-sweep", {})  # what the page rendered (a cache hit)
+    half = {
+        "lrs": sweep["lrs"][::2],
+        "curves": [{**c, "stable": c["stable"][::2]} for c in sweep["curves"]],
+    }
+    for part in (sweep, half):
+        n = len(part["lrs"])
+        for bn, (count, lr) in _largest_stable(part).items():
+            which = "with" if bn else "without"
+            printed = f"{which} BN: {count} of {n} rates stable, the largest {lr:.3g}"
+            assert printed in text  # the listings' output
+    assert re.search(r"every\s+other rate of the widget's grid", text)  # the page says so
+    best = {bn: lr for bn, (_, lr) in _largest_stable(sweep).items()}
     plain, bn = best[False], best[True]
     assert plain < bn
     assert f"the stable region ends at a learning rate of {sci(plain)}." in text
@@ -227,7 +241,8 @@ def test_code_listings_run_and_print_what_the_page_shows(
 # -- every listing is plain PyTorch, or marked as the normlab version of the one before ----------
 
 _BOX = re.compile(
-    r'<div class="nl-code(?P<normlab> nl-code-normlab" data-normlab="true)?">'
+    r'<div class="nl-code(?P<normlab> nl-code-normlab" data-normlab="true)?"'
+    r' data-listing="(?P<id>[^"]+)">'
     r'(?:<p class="nl-code-label">(?P<label>.*?)</p>)?'
     r'<pre class="nl-src"[^>]*><code class="language-python">(?P<src>.*?)</code></pre>',
     re.S,
@@ -262,6 +277,32 @@ def test_listings_are_plain_pytorch_or_marked_normlab(
                 assert any(not m for m, _ in listings[:i]), (
                     f"{slug}: no plain listing before\n{src}"
                 )
+
+
+@pytest.mark.parametrize("slug", [lesson.slug for lesson in LESSONS])
+def test_every_listing_has_a_stable_id(lesson_pages: dict[str, str], slug: str) -> None:
+    """Saved edits are kept by listing id, so each listing names its own (``code(..., id=)``):
+    ``<slug>-<a name>``, never its position (``<slug>-3`` would move when a listing is added
+    above it), and no two listings of the lab share one (the progress store keys them alone)."""
+    page = lesson_pages[slug]
+    boxes = re.findall(r'<div class="nl-code[ "][^>]*>', page)
+    ids = [m.group("id") for m in _BOX.finditer(page)]
+    assert len(ids) == len(boxes), f"{slug}: a listing without data-listing"
+    for listing_id in ids:
+        assert listing_id.startswith(f"{slug}-"), f"{slug}: {listing_id!r} lacks the lesson's slug"
+        assert not re.fullmatch(rf"{re.escape(slug)}-\d+", listing_id), f"positional {listing_id!r}"
+    everywhere = [m.group("id") for text in lesson_pages.values() for m in _BOX.finditer(text)]
+    shared = sorted({i for i in ids if everywhere.count(i) > 1})
+    assert not shared, f"listing ids used twice: {shared}"
+
+
+def test_code_needs_a_valid_id() -> None:
+    with pytest.raises(TypeError, match="id"):
+        code("print(1)")  # type: ignore[call-arg]
+    for bad in ("", "Drift-Stack", "drift stack", "x" * 65, 3):
+        with pytest.raises(ValueError, match="listing id"):
+            code("print(1)", id=bad)  # type: ignore[arg-type]
+    assert 'data-listing="drift-stack"' in str(code("print(1)", id="drift-stack"))
 
 
 def _has(*needles: str) -> Any:
@@ -331,6 +372,18 @@ PIECES = [
             "opt.step()",
         ),
     ),
+    (
+        "the learning-rate sweep: the bn-lr loop over log-spaced rates, stable or not",
+        "bn-from-scratch",
+        _has(
+            "torch.logspace(math.log10(0.1), math.log10(3.0), 12)",
+            "torch.nn.BatchNorm1d(64)",
+            "range(150)",
+            "losses[-10:]",
+            "peak <= losses[0]",
+            "opt.step()",
+        ),
+    ),
     ("forward hooks, what the doctor measures", "doctor", _has("register_forward_hook")),
 ]
 
@@ -380,14 +433,14 @@ def test_math_delimiters_become_tex_calls() -> None:
 
 
 def test_code_listing_escapes_and_highlights() -> None:
-    listing = str(code("    x = '<b>'  # tag\n    print(x)\n", output="<b>"))
+    listing = str(code("    x = '<b>'  # tag\n    print(x)\n", output="<b>", id="a"))
     assert "&lt;b&gt;" in listing and "<b>" not in listing
     assert 'class="tok-c"' in listing and 'class="tok-b"' in listing
     assert 'data-check="run"' in listing
-    assert "data-check" not in str(code("h = relu(", check=False))
-    same = str(code("print(1)", output="1", normlab=True))
+    assert "data-check" not in str(code("h = relu(", check=False, id="b"))
+    same = str(code("print(1)", output="1", normlab=True, id="c"))
     assert 'data-normlab="true"' in same and ">The same in normlab</p>" in same
-    assert ">In normlab</p>" in str(code("print(1)", normlab="In normlab"))
+    assert ">In normlab</p>" in str(code("print(1)", normlab="In normlab", id="d"))
     assert "data-normlab" not in listing and "nl-code-label" not in listing
     assert str(highlight("if (")) == "if ("  # a fragment comes back escaped, unhighlighted
 

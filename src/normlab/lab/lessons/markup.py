@@ -27,6 +27,7 @@ from latex2mathml.converter import convert
 from markupsafe import Markup, escape
 
 from normlab.experiments.base import fmt
+from normlab.lab.progress import LISTING_ID
 
 
 def num(x: float | int | Sequence[float] | None, digits: int = 4) -> str:
@@ -167,10 +168,29 @@ def highlight(source: str) -> Markup:
 NORMLAB_LABEL = "The same in normlab"
 
 
+def _check_id(listing_id: object) -> str:
+    if not isinstance(listing_id, str) or not LISTING_ID.fullmatch(listing_id):
+        raise ValueError(
+            f"listing id {listing_id!r} not valid, use 1 to 64 lowercase letters, digits or dashes"
+        )
+    return listing_id
+
+
 def code(
-    source: str, output: str | None = None, check: bool = True, normlab: bool | str = False
+    source: str,
+    output: str | None = None,
+    check: bool = True,
+    normlab: bool | str = False,
+    *,
+    id: str,
 ) -> Markup:
     """A Python listing, dedented and highlighted; ``output`` is shown under it as what it prints.
+
+    ``id`` names the listing for good (``data-listing`` on its box): the learner's saved edits
+    are kept under it, so it is given in the template, never derived from the listing's place
+    on the page (inserting a listing must not hand a later one's edits to another). Lessons
+    write ``<slug>-<what it shows>``; a page test checks that ids are unique. Renaming one
+    leaves the edits saved under the old id behind, unread.
 
     ``check`` marks the listing with ``data-check``: the page tests run every marked listing and
     compare what it prints with ``output``. Unmark fragments that cannot run on their own.
@@ -181,14 +201,15 @@ def code(
     """
     text = textwrap.dedent(str.__str__(source)).strip("\n")
     attrs = ' data-check="run"' if check else ""
+    box = f'data-listing="{escape(_check_id(id))}"'
     if normlab:
         label = NORMLAB_LABEL if normlab is True else str(normlab)
         parts = [
-            '<div class="nl-code nl-code-normlab" data-normlab="true">',
+            f'<div class="nl-code nl-code-normlab" data-normlab="true" {box}>',
             f'<p class="nl-code-label">{escape(label)}</p>',
         ]
     else:
-        parts = ['<div class="nl-code">']
+        parts = [f'<div class="nl-code" {box}>']
     parts.append(
         f'<pre class="nl-src"{attrs}><code class="language-python">{highlight(text)}</code></pre>'
     )

@@ -4,7 +4,9 @@
 // /api/run, which executes it in a contained process, and shows what came back: stdout, stderr
 // with the traceback, the matplotlib figures, and the run's status and time. The learner's last
 // code per listing is saved to the lab's progress store (PUT /api/listings/{id}) and comes back
-// on the next visit; Reset brings back the lesson's own code.
+// on the next visit; Reset brings back the lesson's own code. The id is the listing's own
+// (data-listing, given in the lesson template), never its place on the page, so a listing
+// added above another leaves the other's saved edits where they were.
 "use strict";
 
 (function () {
@@ -71,7 +73,6 @@
   function makePlayground(listing, id) {
     const pre = listing.querySelector("pre.nl-src");
     const original = pre.textContent.replace(/\n$/, "");
-    listing.dataset.listing = id;
     const host = el("div", { class: "nl-src nl-src-edit" });
     pre.replaceWith(host);
     let saveTimer = null;
@@ -151,10 +152,9 @@
   function init() {
     const article = document.querySelector("article.lesson[data-lesson]");
     if (!article || !window.NLEditor) return;
-    const slug = article.dataset.lesson;
-    const listings = Array.from(article.querySelectorAll(".nl-code"))
+    const listings = Array.from(article.querySelectorAll(".nl-code[data-listing]"))
       .filter((l) => l.querySelector("pre.nl-src"));
-    const playgrounds = listings.map((l, i) => makePlayground(l, `${slug}-${i + 1}`));
+    const playgrounds = listings.map((l) => makePlayground(l, l.dataset.listing));
     fetch("/api/progress")
       .then((res) => (res.ok ? res.json() : null))
       .then((p) => {
