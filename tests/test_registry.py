@@ -15,7 +15,7 @@ from normlab.experiments import (
     list_experiments,
     run_experiment,
 )
-from normlab.experiments.base import DEVICES, Parameter, param
+from normlab.experiments.base import DEVICES, Cost, Parameter, param
 
 NAMES = [
     "linear-scale",
@@ -193,6 +193,37 @@ def test_cuda_is_refused_clearly_where_there_is_none() -> None:
     assert DEVICES == ("cpu",)  # only the devices there are are offered
     with pytest.raises(ParameterError, match="'cuda' is not allowed, use one of 'cpu'"):
         run_experiment("drift", device="cuda")
+
+
+def test_every_experiment_states_its_cost_where_its_sizes_are_chosen() -> None:
+    assert (
+        str(Cost(5.0))
+        == "at every setting's maximum a run takes at most about 5 s of CPU and 1 GiB"
+    )
+    assert str(Cost(0.5, 256)).endswith("0.5 s of CPU and 256 MiB")
+    for e in list_experiments():
+        e.make_params(e.maxima())  # the costliest request is an allowed one
+        sized = [p for p in e.parameters if p.sized]
+        assert sized, e.name
+        assert all(p.help.endswith(f" ({e.cost})") for p in sized), e.name
+        assert all(str(e.cost) not in p.help for p in e.parameters if not p.sized), e.name
+        assert e.cost.cpu_s <= 15 and e.cost.mib <= 1024, e.name  # issue 19: about 10 s, 1 GiB
+        schemas = {p.name: p.schema() for p in e.parameters}  # what the CLI and the lab show
+        assert all(str(e.cost) in schemas[p.name]["help"] for p in sized), e.name
+
+
+def test_an_integer_parameter_takes_an_integral_float_from_json() -> None:
+    # JSON has one number type: a client that sends 2.0 means 2 (2.5 is still refused)
+    depth = next(p for p in get_experiment("drift").parameters if p.name == "depth")
+    assert depth.validate(2.0) == 2 and type(depth.validate(2.0)) is int
+    assert get_experiment("drift").make_params({"depth": 3.0, "batch": 8.0}).depth == 3
+    with pytest.raises(ParameterTypeError, match=r"'depth': 2.5 \(float\) is not an integer"):
+        depth.validate(2.5)
+    with pytest.raises(ParameterError, match=r"'depth': 101 is not allowed, .* \[1, 100\]"):
+        depth.validate(101.0)
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ParameterTypeError, match="is not an integer"):
+            depth.validate(bad)
 
 
 def test_parse_reads_command_line_text() -> None:

@@ -143,6 +143,11 @@ class Parameter:
     follows: tuple[str, str] | None = None  # (relation, partner): see param()
 
     @property
+    def sized(self) -> bool:
+        """Whether it sizes the run (an integer other than a seed): its help states the cost."""
+        return self.kind == "int" and self.max is not None and self.max < MAX_SEED
+
+    @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
 
@@ -173,6 +178,8 @@ class Parameter:
                 raise self._value_error(value)
             return value
         if self.kind == "int":
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)  # JSON's 2.0 is the integer 2 (2.5 stays refused)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise self._type_error(value)
             self._check_range(value, value)
@@ -400,6 +407,25 @@ def _jsonable(value: Any) -> Any:
 
 
 @dataclass(frozen=True)
+class Cost:
+    """The most one run of an experiment may cost, at every setting's maximum: CPU seconds (one
+    torch thread) and resident memory above the lab's own, on a loaded 2-core machine, with
+    margin. ``tests/lab/test_maxima.py`` walks every experiment at :meth:`Experiment.maxima`
+    and holds it to this (``benchmarks/maxima.py`` measures the same); the help of each of its
+    sized parameters states it (:attr:`Parameter.sized`)."""
+
+    cpu_s: float
+    mib: int = 1024
+
+    def __str__(self) -> str:
+        memory = f"{self.mib / 1024:g} GiB" if self.mib >= 1024 else f"{self.mib} MiB"
+        return (
+            f"at every setting's maximum a run takes at most about {self.cpu_s:g} s of CPU"
+            f" and {memory}"
+        )
+
+
+@dataclass(frozen=True)
 class Experiment:
     """A registered experiment: its declared parameters, its plain-PyTorch code, its result.
 
@@ -410,7 +436,8 @@ class Experiment:
     ``entry`` itself and builds ``result_type`` from its dict, and :mod:`~normlab.experiments.
     script` renders the same objects' source as a script, so what normlab reports is what the
     code prints. ``total_steps(params)`` counts the optimizer steps a training run takes (for a
-    progress bar).
+    progress bar). ``cost`` bounds its costliest allowed run, :meth:`maxima`, whose choices
+    ``heaviest`` names where the last one is not the costliest.
     """
 
     name: str
@@ -421,12 +448,17 @@ class Experiment:
     entry: Callable[..., dict[str, Any]]
     show: Callable[[dict[str, Any]], None]
     code: tuple[Any, ...]
+    cost: Cost
+    heaviest: Mapping[str, Any] = field(default_factory=dict)
     total_steps: Callable[[Any], int] | None = None
 
     def __post_init__(self) -> None:
         for needed in (self.entry, self.show):
             if needed not in self.code:
                 raise ValueError(f"experiment {self.name!r}: {needed.__name__} is not in its code")
+        unknown = set(self.heaviest) - {p.name for p in parameters_of(self.params_type)}
+        if unknown:
+            raise ValueError(f"experiment {self.name!r}: heaviest names no parameter {unknown}")
 
     @property
     def trains(self) -> bool:
@@ -440,11 +472,36 @@ class Experiment:
 
     @property
     def parameters(self) -> tuple[Parameter, ...]:
-        return parameters_of(self.params_type)
+        """The declared parameters; a sized one's help states the experiment's :attr:`cost`."""
+        return _with_cost(parameters_of(self.params_type), self.cost)
+
+    def maxima(self) -> dict[str, Any]:
+        """The costliest allowed request: every number at its maximum (a list as long as
+        allowed), every bool true, every choice its last, except what :attr:`heaviest` names
+        (the choices that cost most, found with ``benchmarks/maxima.py``)."""
+        out: dict[str, Any] = {}
+        for p in parameters_of(self.params_type):
+            if p.kind in ("int", "float"):
+                assert p.max is not None, f"{self.name}: {p.name} declares no maximum"
+                out[p.name] = int(p.max) if p.kind == "int" else p.max
+            elif p.kind == "float_list":
+                out[p.name] = [p.max] * (p.max_len or 1)
+            elif p.kind == "bool":
+                out[p.name] = True
+            else:
+                out[p.name] = (p.choices or ())[-1]
+        return {**out, **self.heaviest}
 
     def make_params(self, values: Mapping[str, object]) -> Any:
         """Validate ``values`` (names and each value) and build the ``Params`` instance."""
         return make_params(self.params_type, values, self.name)
+
+
+@functools.cache
+def _with_cost(parameters: tuple[Parameter, ...], cost: Cost) -> tuple[Parameter, ...]:
+    return tuple(
+        dataclasses.replace(p, help=f"{p.help} ({cost})") if p.sized else p for p in parameters
+    )
 
 
 def make_params(params_type: type, values: Mapping[str, object], owner: str) -> Any:

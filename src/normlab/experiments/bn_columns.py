@@ -14,6 +14,7 @@ from torch import nn
 
 from normlab import figures as fig
 from normlab.experiments.base import (
+    Cost,
     Experiment,
     Result,
     Table,
@@ -129,4 +130,5 @@ EXPERIMENT = Experiment(
     entry=bn_columns,
     show=show,
     code=(bn_columns, show),
+    cost=Cost(2.0),
 )

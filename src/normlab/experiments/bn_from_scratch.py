@@ -20,6 +20,7 @@ from torch import nn
 
 from normlab import figures as fig
 from normlab.experiments.base import (
+    Cost,
     Experiment,
     Histogram,
     Result,
@@ -208,4 +209,5 @@ EXPERIMENT = Experiment(
     entry=bn_from_scratch,
     show=show,
     code=(*BATCH_NORM_CODE, histogram, skewed_batch, parity, bn_from_scratch, show),
+    cost=Cost(3.0),
 )

@@ -25,6 +25,7 @@ from torch import nn
 from normlab import figures as fig
 from normlab.data import two_moons
 from normlab.experiments.base import (
+    Cost,
     Experiment,
     Result,
     Table,
@@ -47,9 +48,9 @@ zero weight matrix gives BatchNorm a batch of zeros to divide by its own spread)
 class Params:
     batch_norm: bool = param(False, "insert BatchNorm1d before every ReLU")
     lr: float = param(2.0, "SGD learning rate", min=0.01, max=5.0, step=0.01)
-    steps: int = param(150, "training steps", min=1, max=2000, step=1)
-    hidden_layers: int = param(4, "hidden blocks", min=1, max=12, step=1)
-    width: int = param(64, "units per hidden block", min=2, max=256, step=1)
+    steps: int = param(150, "training steps", min=1, max=500, step=1)
+    hidden_layers: int = param(4, "hidden blocks", min=1, max=6, step=1)
+    width: int = param(64, "units per hidden block", min=2, max=128, step=1)
     init: str = param(
         "default", "how every Linear weight starts (default: nn.Linear's)", choices=INITS
     )
@@ -200,5 +201,6 @@ EXPERIMENT = Experiment(
     entry=bn_lr,
     show=show,
     code=(two_moons, mlp, xavier_uniform, he_normal, apply_init, train, bn_lr, show),
+    cost=Cost(10.0),
     total_steps=lambda p: 2 * p.steps,
 )

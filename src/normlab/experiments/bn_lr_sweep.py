@@ -20,6 +20,7 @@ import torch
 from normlab import figures as fig
 from normlab.data import two_moons
 from normlab.experiments.base import (
+    Cost,
     Experiment,
     Result,
     Table,
@@ -41,16 +42,16 @@ class Params:
     lr_max: float = param(
         3.0, "largest learning rate", min=0.02, max=5.0, step=0.01, follows=(">", "lr_min")
     )
-    points: int = param(12, "learning rates tried (log-spaced)", min=2, max=24, step=1)
-    steps: int = param(150, "training steps per run", min=10, max=500, step=1)
+    points: int = param(12, "learning rates tried (log-spaced)", min=2, max=12, step=1)
+    steps: int = param(150, "training steps per run", min=10, max=150, step=1)
     tail: int = param(
         10, "steps averaged for the final loss", min=1, max=50, step=1, follows=("<", "steps")
     )
     stable_loss: float = param(
         0.3, "final loss below which a run counts as trained", min=0.01, max=1.0, step=0.01
     )
-    hidden_layers: int = param(4, "hidden blocks", min=1, max=8, step=1)
-    width: int = param(64, "units per hidden block", min=2, max=128, step=1)
+    hidden_layers: int = param(4, "hidden blocks", min=1, max=4, step=1)
+    width: int = param(64, "units per hidden block", min=2, max=64, step=1)
     seed: int = seed_param()
     device: str = device_param()
 
@@ -257,5 +258,6 @@ EXPERIMENT = Experiment(
     entry=bn_lr_sweep,
     show=show,
     code=(two_moons, mlp, train, summarize, bn_lr_sweep, show),
+    cost=Cost(12.0),
     total_steps=lambda p: 2 * p.points * p.steps,
 )

@@ -32,6 +32,7 @@ from torch import nn
 
 from normlab import figures as fig
 from normlab.experiments.base import (
+    Cost,
     Experiment,
     Result,
     Table,
@@ -42,19 +43,22 @@ from normlab.experiments.base import (
 )
 from normlab.experiments.bn_lr import mlp
 
+BATCH_MIN = 8
+"""The smallest minibatch: the cost grows as the batches shrink (more steps per epoch)."""
+
 
 @dataclass(frozen=True)
 class Params:
-    n_train: int = param(100, "training points", min=20, max=1000, step=1)
+    n_train: int = param(100, "training points", min=20, max=150, step=1)
     n_test: int = param(500, "held-out test points", min=20, max=2000, step=1)
     noise: float = param(0.3, "std of the noise added to the moons", min=0.0, max=1.0, step=0.01)
-    hidden_layers: int = param(3, "hidden blocks", min=1, max=6, step=1)
-    width: int = param(64, "units per hidden block", min=2, max=128, step=1)
+    hidden_layers: int = param(3, "hidden blocks", min=1, max=4, step=1)
+    width: int = param(64, "units per hidden block", min=2, max=64, step=1)
     lr: float = param(0.1, "SGD learning rate", min=0.001, max=2.0, step=0.001)
     batch_size: int = param(
-        16, "minibatch size", min=2, max=1000, step=1, follows=("<=", "n_train")
+        16, "minibatch size", min=BATCH_MIN, max=150, step=1, follows=("<=", "n_train")
     )
-    epochs: int = param(100, "passes over the training points", min=1, max=400, step=1)
+    epochs: int = param(100, "passes over the training points", min=1, max=120, step=1)
     probes: int = param(32, "random batches the batch noise is measured in", min=2, max=256, step=1)
     seed: int = seed_param()
     device: str = device_param()
@@ -266,5 +270,7 @@ EXPERIMENT = Experiment(
     entry=bn_regularization,
     show=show,
     code=(split_moons, mlp, evaluate, train_minibatch, batch_noise, bn_regularization, show),
+    cost=Cost(12.0),
+    heaviest={"batch_size": BATCH_MIN},  # the most steps per epoch
     total_steps=lambda p: 2 * p.epochs * (p.n_train // p.batch_size),
 )

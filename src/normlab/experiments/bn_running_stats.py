@@ -18,6 +18,7 @@ from torch import nn
 
 from normlab import figures as fig
 from normlab.experiments.base import (
+    Cost,
     Experiment,
     Result,
     Table,
@@ -38,7 +39,7 @@ class Params:
     cumulative: bool = param(False, "keep a cumulative average instead (momentum=None)")
     passes: int = param(1, "training passes, each with a fresh batch", min=1, max=500, step=1)
     batch: int = param(4, "rows per batch", min=2, max=4096, step=1)
-    features: int = param(3, "columns (channels)", min=1, max=256, step=1)
+    features: int = param(3, "columns (channels)", min=1, max=32, step=1)
     scale: float = param(10.0, "std of the data", min=0.01, max=1000.0, step=0.01)
     seed: int = seed_param()
     device: str = device_param()
@@ -201,4 +202,5 @@ EXPERIMENT = Experiment(
     entry=running_stats,
     show=show,
     code=(running_stats, rounded, show),
+    cost=Cost(5.0),
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from normlab.experiments import drift
-from normlab.experiments.base import Experiment, param
+from normlab.experiments.base import Cost, Experiment, param
 
 
 @dataclass(frozen=True)
@@ -27,4 +27,6 @@ EXPERIMENT = Experiment(
     entry=drift.drift,
     show=drift.show,
     code=drift.EXPERIMENT.code,
+    cost=Cost(6.0),
+    heaviest={"activation": "sigmoid"},
 )

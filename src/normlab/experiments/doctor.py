@@ -30,6 +30,7 @@ from normlab.doctor import (
     LayerDiagnosis,
 )
 from normlab.experiments.base import (
+    Cost,
     Experiment,
     ParameterError,
     Result,
@@ -50,9 +51,9 @@ class Params:
         "none", "normalization after each hidden Linear (MLP models only)", choices=zoo.NORMS
     )
     steps: int = param(
-        3, "forward and backward passes (a fresh random batch each)", min=1, max=20, step=1
+        3, "forward and backward passes (a fresh random batch each)", min=1, max=4, step=1
     )
-    batch: int = param(64, "examples per batch", min=2, max=512, step=1)
+    batch: int = param(64, "examples per batch", min=2, max=128, step=1)
     seed: int = seed_param()
     device: str = device_param()
 
@@ -366,4 +367,6 @@ EXPERIMENT = Experiment(
     entry=doctor_zoo,
     show=show,
     code=(doctor_zoo, show),
+    cost=Cost(10.0),
+    heaviest={"model": "pre-ln", "norm": "none"},  # a 12-layer transformer
 )

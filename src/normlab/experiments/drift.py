@@ -15,6 +15,7 @@ from torch import nn
 
 from normlab import figures as fig
 from normlab.experiments.base import (
+    Cost,
     Experiment,
     Result,
     Table,
@@ -33,8 +34,8 @@ class Params:
     depth: int = param(
         10, "number of Linear -> [Norm] -> activation blocks", min=1, max=100, step=1
     )
-    width: int = param(16, "features per layer", min=1, max=1024, step=1)
-    batch: int = param(64, "rows in the input batch", min=2, max=4096, step=1)
+    width: int = param(16, "features per layer", min=1, max=512, step=1)
+    batch: int = param(64, "rows in the input batch", min=2, max=2048, step=1)
     activation: str = param("relu", "nonlinearity after each layer", choices=ACTIVATIONS)
     norm: str = param("none", "normalization after each Linear layer", choices=NORMS)
     seed: int = seed_param()
@@ -151,4 +152,6 @@ EXPERIMENT = Experiment(
     entry=drift,
     show=show,
     code=(make_block, drift, show),
+    cost=Cost(6.0),
+    heaviest={"activation": "sigmoid"},
 )

@@ -29,6 +29,7 @@ from torch import nn
 from normlab import figures as fig
 from normlab.data import two_moons
 from normlab.experiments.base import (
+    Cost,
     Experiment,
     Result,
     Table,
@@ -46,7 +47,7 @@ class Params:
     width: int = param(16, "units per hidden layer", min=2, max=64, step=1)
     hidden_layers: int = param(2, "hidden ReLU layers", min=1, max=4, step=1)
     lr: float = param(0.5, "SGD learning rate", min=0.01, max=2.0, step=0.01)
-    steps: int = param(400, "training steps of each start", min=1, max=2000, step=1)
+    steps: int = param(400, "training steps of each start", min=1, max=1000, step=1)
     points: int = param(41, "points along the slice", min=5, max=201, step=1)
     seed: int = seed_param()
     device: str = device_param()
@@ -195,5 +196,6 @@ EXPERIMENT = Experiment(
     entry=error_surface,
     show=show,
     code=(two_moons, mlp, train, slice_losses, error_surface, show),
+    cost=Cost(10.0),
     total_steps=lambda p: 2 * p.steps,
 )

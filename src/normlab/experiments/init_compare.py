@@ -19,6 +19,7 @@ from torch import nn
 
 from normlab import figures as fig
 from normlab.experiments.base import (
+    Cost,
     Experiment,
     Histogram,
     Result,
@@ -288,4 +289,5 @@ EXPERIMENT = Experiment(
         init_compare,
         show,
     ),
+    cost=Cost(8.0),
 )

@@ -23,6 +23,7 @@ from torch import nn
 from normlab import figures as fig
 from normlab.data import two_moons
 from normlab.experiments.base import (
+    Cost,
     Experiment,
     Result,
     Table,
@@ -43,9 +44,9 @@ LOG_FLOOR = 1e-12
 class Params:
     method: str = param("he", "how every Linear weight starts", choices=METHODS)
     hidden_layers: int = param(5, "hidden ReLU layers", min=1, max=20, step=1)
-    width: int = param(32, "units per hidden layer", min=2, max=256, step=1)
+    width: int = param(32, "units per hidden layer", min=2, max=64, step=1)
     lr: float = param(0.2, "SGD learning rate", min=0.001, max=5.0, step=0.001)
-    steps: int = param(150, "training steps", min=1, max=2000, step=1)
+    steps: int = param(150, "training steps", min=1, max=500, step=1)
     seed: int = seed_param()
     device: str = device_param()
 
@@ -241,5 +242,6 @@ EXPERIMENT = Experiment(
         init_train,
         show,
     ),
+    cost=Cost(10.0),
     total_steps=lambda p: p.steps,
 )

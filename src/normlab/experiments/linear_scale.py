@@ -14,6 +14,7 @@ from torch import nn
 
 from normlab import figures as fig
 from normlab.experiments.base import (
+    Cost,
     Experiment,
     Result,
     Table,
@@ -122,4 +123,5 @@ EXPERIMENT = Experiment(
     entry=linear_scale,
     show=show,
     code=(linear_scale, show),
+    cost=Cost(2.0),
 )

@@ -20,6 +20,7 @@ from torch import nn
 from normlab import figures as fig
 from normlab.data import two_moons
 from normlab.experiments.base import (
+    Cost,
     Experiment,
     Result,
     Table,
@@ -239,5 +240,6 @@ EXPERIMENT = Experiment(
     entry=symmetry,
     show=show,
     code=(two_moons, TinyMLP, init_net, train_track, distinct_units, summarize, symmetry, show),
+    cost=Cost(10.0),
     total_steps=lambda p: 2 * p.steps,
 )

@@ -20,6 +20,7 @@ from typing import Any
 from normlab import figures as fig
 from normlab.data import two_moons
 from normlab.experiments.base import (
+    Cost,
     Experiment,
     Result,
     Table,
@@ -104,4 +105,5 @@ EXPERIMENT = Experiment(
     entry=draw_moons,
     show=show,
     code=(two_moons, draw_moons, show),
+    cost=Cost(2.0),
 )

@@ -16,6 +16,7 @@ import torch
 
 from normlab import figures as fig
 from normlab.experiments.base import (
+    Cost,
     Experiment,
     Result,
     Table,
@@ -41,7 +42,7 @@ class Params:
     )
     depth: int = param(40, "number of layers", min=1, max=100, step=1)
     width: int = param(128, "fan-in n = width of every layer", min=2, max=512, step=1)
-    batch: int = param(256, "rows in the batch", min=2, max=1024, step=1)
+    batch: int = param(256, "rows in the batch", min=2, max=512, step=1)
     activation: str = param("linear", "activation after each layer", choices=("linear", "relu"))
     seed: int = seed_param()
     device: str = device_param()
@@ -167,4 +168,5 @@ EXPERIMENT = Experiment(
     entry=variance,
     show=show,
     code=(linear_variance, relu_variance, layer_variances, variance, show),
+    cost=Cost(6.0),
 )
