@@ -1,7 +1,7 @@
 """The training widgets streamed (GET .../stream) beside the finished answer (POST), through HTTP.
 
-Why. A training widget used to show nothing until its run was over: a 12 x 256 ``bn-lr`` of
-2000 steps trains for most of a minute. Streamed, its curve is drawn from the first frames
+Why. A training widget used to show nothing until its run was over: the longest ``bn-lr``
+allowed (6 x 128, 500 steps) trains for seconds. Streamed, its curve is drawn from the first frames
 while the run goes on. Frames cost something (each is the partial result's figures as JSON, at
 most every ``FRAME_S``), so this script measures both what the learner gains and what it costs.
 
@@ -40,9 +40,9 @@ SEEDS = itertools.count(1000)  # a seed never used before: no cached answer
 def cases(quick: bool) -> list[tuple[str, dict[str, Any]]]:
     scale = 4 if quick else 1
     return [
-        ("bn-lr", {"steps": 2000 // scale, "hidden_layers": 8, "width": 128}),
-        ("init-train", {"steps": 2000 // scale, "hidden_layers": 10, "width": 128}),
-        ("bn-lr-sweep", {"points": 12, "steps": 480 // scale}),
+        ("bn-lr", {"steps": 500 // scale, "hidden_layers": 6, "width": 128}),  # the maxima
+        ("init-train", {"steps": 500 // scale, "hidden_layers": 20, "width": 64}),
+        ("bn-lr-sweep", {"points": 12, "steps": 150 // scale}),
         ("symmetry", {"steps": 500, "hidden": 64}),
     ]
 

@@ -289,22 +289,22 @@ def _ctrl_c(
 def test_ctrl_c_while_importing_exits_130_with_one_line(command: list[str]) -> None:
     # Ctrl+C during the first seconds, while torch is being imported (before normlab.cli.main
     # runs): the same one line and status as later, not a traceback through the imports.
-    args = [*command, "run", "bn-lr", "--steps", "2000"]
+    args = [*command, "run", "bn-lr", "--steps", "500"]
     status, out, err = _ctrl_c(args, _wait_until_importing_torch)
     assert (status, err, out) == (130, "normlab: interrupted\n", "")
 
 
 def test_ctrl_c_exits_130_with_one_line() -> None:
-    # A long run (12 x 256 blocks, 2000 steps: most of a minute), interrupted 4 s after torch
+    # The longest bn-lr (6 x 128 blocks, 500 steps: seconds), interrupted 2 s after torch
     # began to load, while still importing on a slow machine or while training here; either
     # way one line, no traceback, and the run on the other thread stops too (the timeout
     # guards a hang). Counted from torch, not from the start: before its entry point, normlab
     # has no handler yet, however loaded the machine.
     def wait(proc: subprocess.Popen[str]) -> None:
         _wait_until_importing_torch(proc)
-        time.sleep(4.0)
+        time.sleep(2.0)
 
-    args = ["run", "bn-lr", "--steps", "2000", "--hidden-layers", "12", "--width", "256"]
+    args = ["run", "bn-lr", "--steps", "500", "--hidden-layers", "6", "--width", "128"]
     status, out, err = _ctrl_c([sys.executable, "-m", "normlab", *args], wait)
     assert (status, err, out) == (130, "normlab: interrupted\n", "")
 

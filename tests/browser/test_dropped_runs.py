@@ -24,7 +24,7 @@ from labpage import ALLOWED_HOST, api
 from normlab.lab.app import create_app
 from normlab.lab.runner import Runner
 
-HEAVY = "bn-lr.steps=2000&bn-lr.hidden_layers=12&bn-lr.width=256"  # most of a minute to train
+HEAVY = "bn-lr.steps=500&bn-lr.hidden_layers=6&bn-lr.width=128"  # the longest bn-lr: seconds
 
 
 def _wait_for(
@@ -96,7 +96,7 @@ def test_superseded_and_left_requests_stop_their_runs(page: Any, lab: tuple[str,
     first = _drawn_steps(page)
     _wait_for(lambda: _drawn_steps(page) > first > 0, "the curve to grow", page)
     assert widget.get_attribute("data-state") == "loading"
-    assert "of 4000" in widget.locator(".nl-msg").inner_text()  # training… step k of 4000
+    assert "of 1000" in widget.locator(".nl-msg").inner_text()  # training… step k of 1000
     # one step of the learning-rate slider supersedes it: the widget aborts its stream
     slider = widget.locator('input[data-param="lr"]')
     with page.expect_request(_streams_bn_lr):
@@ -113,16 +113,16 @@ def test_superseded_and_left_requests_stop_their_runs(page: Any, lab: tuple[str,
 
 def test_a_streamed_run_ends_drawn_as_its_answer(page: Any, lab: tuple[str, Runner]) -> None:
     base, _ = lab
-    page.goto(f"{base}/lessons/bn-from-scratch?bn-lr.steps=600&bn-lr.width=96")
+    page.goto(f"{base}/lessons/bn-from-scratch?bn-lr.steps=400&bn-lr.width=96")
     widget = page.locator('.nl-widget[data-widget="bn-lr"]')
     _wait_for(lambda: widget.get_attribute("data-state") == "ready", "the answer", page)
     assert widget.evaluate("(n) => n.nlFrames") >= 1
-    assert _drawn_steps(page) == 600 == len(widget.evaluate("(n) => n.nlLastResult.losses"))
+    assert _drawn_steps(page) == 400 == len(widget.evaluate("(n) => n.nlLastResult.losses"))
     assert widget.locator(".nl-table tbody tr").count() == 2  # the answer's table: BN, no BN
 
 
 def _long_runs(runner: Runner) -> int:
-    """How many 2000-step runs the lab is computing now."""
+    """How many runs of :data:`HEAVY` the lab is computing now."""
     with runner._lock:
         entries = list(runner._cache.items())
-    return sum('"steps": 2000' in key and not e.future.done() for key, e in entries)
+    return sum('"width": 128' in key and not e.future.done() for key, e in entries)

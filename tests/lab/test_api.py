@@ -284,7 +284,7 @@ def test_runner_evicts_the_least_recently_used() -> None:
         Runner(max_entries=0)
 
 
-LONG_BN_LR = {"steps": 2000, "hidden_layers": 12, "width": 256}  # most of a minute
+LONG_BN_LR = {"steps": 500, "hidden_layers": 6, "width": 128}  # the longest bn-lr: seconds
 
 
 def test_runner_cancel_stops_runs_and_refuses_new_ones_until_resumed() -> None:
@@ -353,7 +353,7 @@ def test_a_run_every_request_has_left_stops_and_is_not_cached() -> None:
 @pytest.mark.parametrize("stays", ["a request", "the warm-up"])
 def test_a_run_goes_on_while_anyone_still_waits(stays: str) -> None:
     runner = Runner()
-    params = {"steps": 2000, "seed": 11}  # about a second or two
+    params = {"steps": 500, "seed": 11}  # under a second
     leaving = Waiter(runner)
     staying = Waiter(runner) if stays == "a request" else None  # the warm-up waits without one
     first, first_out = _in_thread(runner.run, "bn-lr", params, leaving)
@@ -400,7 +400,7 @@ def _abandon(port: int, name: str, body: dict, runner: Runner) -> None:
 
 @pytest.mark.slow
 def test_ctrl_c_cancels_a_long_run_in_progress(tmp_path: Path) -> None:
-    """Ctrl+C used to wait for the run in progress (41.9 s for this one) before the lab ended."""
+    """Ctrl+C used to wait for the run in progress to finish before the lab ended."""
     port = free_port()
     cmd = [sys.executable, "-m", "normlab", "lab", "--port", str(port), "--no-warm"]
     answers: list[int] = []
@@ -430,7 +430,7 @@ def test_ctrl_c_cancels_a_long_run_in_progress(tmp_path: Path) -> None:
             assert wait_until_serving(server, f"http://127.0.0.1:{port}") == 200
             client = threading.Thread(target=long_request)
             client.start()
-            time.sleep(3)  # into the run
+            time.sleep(1)  # into the run (the longest bn-lr trains for seconds)
             server.send_signal(signal.SIGINT)
             _, err = server.communicate(timeout=120)
             client.join(timeout=120)
@@ -522,7 +522,7 @@ def test_a_real_server_keeps_answering_while_a_training_runs() -> None:
         done: dict[str, float] = {}
 
         def slow() -> None:
-            _post(base + "/api/experiments/bn-lr", {"steps": 1000, "width": 128, "seed": 11})
+            _post(base + "/api/experiments/bn-lr", {**LONG_BN_LR, "seed": 11})
             done["train"] = time.monotonic()
 
         worker = threading.Thread(target=slow)

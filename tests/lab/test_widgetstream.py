@@ -90,7 +90,7 @@ def test_a_run_stopped_by_shutdown_ends_its_stream_with_an_error_event() -> None
     with TestClient(create_app(runner), base_url=LAB) as c:
         timer = threading.Timer(0.5, runner.cancel)
         timer.start()
-        got = events(c, "/api/experiments/bn-lr/stream?steps=2000&width=256")
+        got = events(c, "/api/experiments/bn-lr/stream?steps=500&hidden_layers=6&width=128")
         timer.join()
     assert got[-1][0] == "error" and "shutting down" in got[-1][1]["message"]
 
