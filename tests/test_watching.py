@@ -105,7 +105,7 @@ def test_units_that_die_during_training_are_found_when_they_die() -> None:
     with watch(net, every=5) as w:
         train(net, w, 40, kill_at=22)
     assert w.records[4]["problems"] == [] and "dead" in w.records[5]["problems"]  # steps 20, 25
-    assert "step 25: '3' became dead" in w.events()
+    assert "step 25: model[3] became dead" in w.events()
     assert events(list(w.records)) == w.events()
 
 
@@ -176,7 +176,7 @@ def test_doctor_log_reports_a_watch_log(tmp_path: Path) -> None:
         train(net, w, 40, kill_at=22)
     out = run_cli("--log", "run.jsonl", "--html", "run.html", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert "step 25: '3' became dead" in out.stdout and "run.jsonl: step 35" in out.stdout
+    assert "step 25: model[3] became dead" in out.stdout and "run.jsonl: step 35" in out.stdout
     page = (tmp_path / "run.html").read_text()
     assert "8 records, steps 0..35" in page and "data:image/png;base64," in page
     assert "became dead" in page and "://" not in page

@@ -196,7 +196,8 @@ def read_log(path: str | Path) -> Iterator[dict[str, Any]]:
 
 
 def events(records: list[dict[str, Any]]) -> list[str]:
-    """Each problem label a layer gained or lost from one record to the next, in words."""
+    """Each problem label a layer gained or lost from one record to the next, in words (the
+    layer named as :func:`normlab.doctor.module_path` writes it: ``model[3]``, not ``'3'``)."""
     out = []
     before: dict[str, set[str]] = {}
     for record in records:
@@ -204,7 +205,7 @@ def events(records: list[dict[str, Any]]) -> list[str]:
             now = set(layer["labels"]) - {"ok"}
             was = before.get(layer["name"], set())
             if record is not records[0]:
-                at = f"step {record['step']}: {layer['name']!r}"
+                at = f"step {record['step']}: {doctor.module_path(layer['name'])}"
                 out += [f"{at} became {p}" for p in sorted(now - was)]
                 out += [f"{at} is no longer {p}" for p in sorted(was - now)]
             before[layer["name"]] = now

@@ -132,7 +132,7 @@ def test_watch_draws_the_log_and_redraws_it_as_it_grows(
     assert page.evaluate("() => window.nlStillHere") is True
     assert page.locator(".nl-watch-summary").inner_text() == "10 records, steps 0 to 45"
     assert page.evaluate(TRACES)[0][0]["x"] == [0, 5, 10, 15, 20, 25, 30, 35, 40, 45]
-    assert "step 30: '3' became dead" in page.locator(".nl-watch-events li").all_inner_texts()
+    assert "step 30: model[3] became dead" in page.locator(".nl-watch-events li").all_inner_texts()
     assert page.evaluate(ROWS)[3][-1] == "dead"
     errors = page.locator(".nl-watch-errors")
     assert (
@@ -144,7 +144,7 @@ def test_watch_draws_the_log_and_redraws_it_as_it_grows(
         state = json.loads(r.read())
     assert state["records"] == 10 and state["skipped"] == 1
     scale = state["figures"][0]["panels"][0]["series"]
-    assert [s["name"] for s in scale] == ["0", "2", "4"]  # the JSON keeps torch's names
+    assert [s["name"] for s in scale] == ["model[0]", "model[2]", "model[4]"]  # as drawn
     page.set_viewport_size({"width": 390, "height": 800})  # a phone: nothing scrolls sideways
     page.wait_for_timeout(400)  # render.js redraws 200 ms after a resize
     assert page.evaluate("() => document.scrollingElement.scrollWidth") <= 390

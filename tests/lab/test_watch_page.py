@@ -147,7 +147,7 @@ def test_the_page_s_example_writes_a_log_where_a_layer_dies(
     with _client(tmp_path / "train.jsonl") as c:
         state = c.get("/api/watch").json()
     assert state["records"] == 40 and state["last_step"] == 390
-    assert any(re.fullmatch(r"step 2\d\d: '\d' became dead", e) for e in state["events"])
+    assert any(re.fullmatch(r"step 2\d\d: model\[\d\] became dead", e) for e in state["events"])
 
 
 def test_a_log_that_appears_later(lines: list[str], tmp_path: Path) -> None:

@@ -263,7 +263,7 @@ def training_figure(records: list[dict[str, Any]]) -> fig.Figure:
                 next((la[key] for la in r["layers"] if la["name"] == name), None) for r in records
             ]
             y = fig.floored([None if v is None else float(v) for v in values], FLOOR)
-            series.append(fig.Series(name or "(model)", steps, y, kind="line"))
+            series.append(fig.Series(doctor.module_path(name), steps, y, kind="line"))
         return series
 
     step_axis = fig.Axis("training step")

@@ -7,9 +7,6 @@
  * browser's EventSource reconnects by itself when the stream drops; a stream the lab refused
  * (too many pages follow the log) is asked for again a few seconds later.
  *
- * The plot names each layer as the table and the doctor do, by the Python that reaches it
- * (model[1][0]); the state's figure, like all of the lab's JSON, keeps torch's names ("1.0").
- *
  * For tests, the section exposes data-state (the log's status), data-records and data-version
  * (of the state drawn last) and data-link ("live", "reconnecting" or "refused").
  */
@@ -32,28 +29,11 @@
     );
   }
 
-  /** A qualified module name as normlab.doctor.module_path writes it: "1.0" -> "model[1][0]". */
-  function modulePath(name) {
-    const parts = String(name).split(".").filter(Boolean);
-    return "model" + parts.map((p) => (/^[0-9]+$/.test(p) ? `[${p}]` : `.${p}`)).join("");
-  }
-
-  /** The figures with each layer's series named as the table's rows name the layers; a series
-   * that is no layer (the label counts) keeps its name. */
-  function layersNamed(figures, tables) {
-    const rows = new Set(((tables[0] && tables[0].rows) || []).map((r) => String(r[0])));
-    const rename = (s) => (rows.has(modulePath(s.name)) ? { ...s, name: modulePath(s.name) } : s);
-    return figures.map((f) => ({
-      ...f, panels: f.panels.map((p) => ({ ...p, series: p.series.map(rename) })),
-    }));
-  }
-
   async function draw(root, state) {
     root.querySelector(".nl-watch-summary").textContent = state.summary;
     skipped(root.querySelector(".nl-watch-errors"), state);
     list(root.querySelector(".nl-watch-events"), state.events, "none so far");
-    const figures = layersNamed(state.figures, state.tables);
-    await window.NLRender.draw(root.querySelector(".nl-watch-plot"), figures);
+    await window.NLRender.draw(root.querySelector(".nl-watch-plot"), state.figures);
     window.NLRender.tables(root.querySelector(".nl-watch-table"), state.tables);
     Object.assign(root.dataset, { state: state.status, records: state.records, version: state.version });
   }
