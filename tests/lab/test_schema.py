@@ -2,8 +2,8 @@
 
 Each operation gets a few requests generated from its schema (its parameters, bodies and
 ids): valid ones, and invalid ones (a wrong type, a value out of range, an unknown field),
-which the lab must refuse in its documented error shape. Every answer must be one the
-document declares: a documented status code (``status_code_conformance``), a body that
+which the lab must refuse in its documented error shape (``negative_data_rejection``: a
+request the document calls invalid gets a 4xx). Every answer must be one the document declares: a documented status code (``status_code_conformance``), a body that
 matches that response's schema (``response_schema_conformance``), a declared content type,
 and never a 5xx (``not_a_server_error``). What the document says is then what the API does.
 
@@ -33,6 +33,7 @@ from schemathesis.config import SchemathesisConfig
 from schemathesis.core import NotSet
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
+    negative_data_rejection,
     response_schema_conformance,
     status_code_conformance,
 )
@@ -48,6 +49,7 @@ CHECKS = [
     not_a_server_error,
     status_code_conformance,
     content_type_conformance,
+    negative_data_rejection,
     response_schema_conformance,
 ]
 TRAINS = {e.name for e in list_experiments() if e.trains}
