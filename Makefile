@@ -44,8 +44,11 @@ typecheck: install
 # The suite in two parts: every test file but the `serial` ones on JOBS workers (pytest-xdist, a
 # file to a worker, so a file's fixtures are made once), then the `serial` ones alone, as their
 # timings and sandbox limits assume no other test shares the cores. Either part failing, or
-# collecting nothing (pytest's status 5), fails make.
+# collecting nothing (pytest's status 5), fails make. OMP_WAIT_POLICY=PASSIVE: torch's idle
+# OpenMP threads sleep rather than spin, which changes no arithmetic but keeps two workers' thread
+# pools (and the labs and scripts they start) from spinning against each other on two cores.
 JOBS ?= 2
+unit: export OMP_WAIT_POLICY = PASSIVE
 unit: install chromium
 	$(PY) -m pytest -n $(JOBS) --dist loadfile -m "not serial"
 	$(PY) -m pytest -m serial
