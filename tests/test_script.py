@@ -109,42 +109,59 @@ Ran = tuple[int, str, str]  # exit status, stdout, stderr
 
 @pytest.fixture(scope="module")
 def run_script(no_normlab: Path) -> Iterator[Callable[[Path], Ran]]:
-    """Run a script in a fresh process forked from :data:`FORK_SERVER` (300 s at most)."""
+    """Run a script in a fresh process forked from :data:`FORK_SERVER` (300 s at most).
+
+    A run that does not answer (past 300 s, or the test stopped by pytest-timeout while it
+    waits) takes its fork server with it: the next test gets a new one, never the late answer
+    of another test's script."""
     log = no_normlab / "fork-server.err"
-    with log.open("w") as server_err:
-        server = subprocess.Popen(
-            [sys.executable, "-c", FORK_SERVER],
-            cwd=no_normlab,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=server_err,
-            text=True,
-            start_new_session=True,  # its children in its process group: one kill ends all
-        )
+    servers: list[subprocess.Popen[str]] = []
+
+    def server() -> subprocess.Popen[str]:
+        if servers and servers[-1].poll() is None:
+            return servers[-1]
+        with log.open("a") as server_err:
+            servers.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", FORK_SERVER],
+                    cwd=no_normlab,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=server_err,
+                    text=True,
+                    start_new_session=True,  # its children in its process group: one kill ends all
+                )
+            )
+        return servers[-1]
 
     def run(path: Path) -> Ran:
-        out, err = path.with_suffix(".out"), path.with_suffix(".err")
-        assert server.stdin is not None and server.stdout is not None
-        server.stdin.write(json.dumps([str(path), str(out), str(err)]) + "\n")
-        server.stdin.flush()
-        if not select.select([server.stdout], [], [], 300)[0]:
-            os.killpg(server.pid, signal.SIGKILL)
-            pytest.fail(f"{path.name} ran past 300 s")
-        status = server.stdout.readline()
+        out, err, forks = path.with_suffix(".out"), path.with_suffix(".err"), server()
+        assert forks.stdin is not None and forks.stdout is not None
+        forks.stdin.write(json.dumps([str(path), str(out), str(err)]) + "\n")
+        forks.stdin.flush()
+        try:
+            if not select.select([forks.stdout], [], [], 300)[0]:
+                pytest.fail(f"{path.name} ran past 300 s")
+            status = forks.stdout.readline()
+        except BaseException:
+            os.killpg(forks.pid, signal.SIGKILL)
+            forks.wait()
+            raise
         assert status, f"the fork server ended: {log.read_text()}"
         return int(status), out.read_text(), err.read_text()
 
     try:
         yield run
     finally:
-        assert server.stdin is not None and server.stdout is not None
-        server.stdin.close()
-        server.stdout.close()
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+        for forks in servers:
+            assert forks.stdin is not None and forks.stdout is not None
+            forks.stdin.close()
+            forks.stdout.close()
+            try:
+                forks.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(forks.pid, signal.SIGKILL)
+                forks.wait()
 
 
 def test_every_experiment_but_the_doctor_has_settings_here() -> None:
