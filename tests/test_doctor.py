@@ -589,3 +589,21 @@ def test_dead_fraction_counts_the_units_zero_on_every_element(shape: tuple[int, 
                 assert math.isnan(got)
             else:
                 assert got == pytest.approx(expected, abs=1e-15), (trial, dim)
+
+
+def test_unit_spread_reads_the_first_items_holding_32_values_of_each_unit() -> None:
+    """A Linear output (N, F) is compared on its first 32 rows, a conv output (N, C, 8, 8) on
+    its first image (64 values of each channel): what comes after does not move the spread."""
+    from normlab.doctor.stats import _unit_spread
+
+    g = torch.Generator().manual_seed(0)
+    for shape, items in [((64, 5), 32), ((4, 3, 8, 8), 1), ((8, 6, 2, 3), 6)]:  # 32 / 6: 6
+        y = torch.randn(shape, generator=g)
+        y[: items + 1] = y[:1]  # units differ, and the first items repeat item 0
+        same = y.clone()
+        same[items:] = 100.0  # later items: far from all of it
+        assert _unit_spread(1)(y).item() == _unit_spread(1)(same).item()
+        moved = y.clone()
+        moved[items - 1] = 0.0  # the last item the spread reads: unit 1 alone, and far out
+        moved[items - 1, 1] = 1000.0
+        assert _unit_spread(1)(moved).item() == 1.0 != _unit_spread(1)(y).item()

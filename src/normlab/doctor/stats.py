@@ -35,21 +35,23 @@ def _dead_frac(dim: int) -> Callable[[torch.Tensor], torch.Tensor]:
     return dead
 
 
-SPREAD_ITEMS = 32
-"""Items of the batch the unit spread compares units on (a ReLU layer of equal units is 0 on
-all of them with odds of about 2**-32)."""
+SPREAD_VALUES = 32
+"""Values of each unit the unit spread compares units on, at least: the batch's first items
+that hold as many (32 rows of a Linear layer's output, one image of a conv layer's channels).
+A ReLU layer of equal units is 0 on all of them with odds of about 2**-32."""
 
 
 def _unit_spread(dim: int) -> Callable[[torch.Tensor], torch.Tensor]:
-    """``max |y_u - y_0| / max |y|`` over the units along ``dim`` on the batch's first
-    :data:`SPREAD_ITEMS` items: 0 when all are identical. Weights that make units equal do so on
-    every input, so a few items tell; one would not do, as a ReLU layer of equal units is all 0
-    on about half of them (0 / 0: no verdict)."""
+    """``max |y_u - y_0| / max |y|`` over the units along ``dim`` on the batch's first items
+    holding :data:`SPREAD_VALUES` values of each unit: 0 when all are identical. Weights that
+    make units equal do so on every input, so a few values tell; one would not do, as a ReLU
+    layer of equal units is all 0 on about half of them (0 / 0: no verdict)."""
 
     def spread(y: torch.Tensor) -> torch.Tensor:
         if y.dim() < 2 or (dim == -1 and y.dim() == 2) or y.shape[dim] < 2:
             return _NAN
-        y = y[:SPREAD_ITEMS]  # (N, ...) -> (min(N, 32), ...)
+        per_item = y[0].numel() // y.shape[dim]  # values of one unit in one item
+        y = y[: -(-SPREAD_VALUES // per_item)]  # (N, ...) -> (items, ...)
         low, high = torch.aminmax(y - y.narrow(dim, 0, 1))  # unit 0 against every unit
         bottom, top = torch.aminmax(y)
         return torch.maximum(-low, high) / torch.maximum(-bottom, top)  # 0 / 0 = nan: all zero
