@@ -63,3 +63,4 @@ bench: install
 	$(PY) benchmarks/answers.py
 	$(PY) benchmarks/trainview.py
 	$(PY) benchmarks/widgetstream.py
+	$(PY) benchmarks/maxima.py
