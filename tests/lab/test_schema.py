@@ -3,9 +3,10 @@
 Each operation gets a few requests generated from its schema (its parameters, bodies and
 ids): valid ones, and invalid ones (a wrong type, a value out of range, an unknown field),
 which the lab must refuse in its documented error shape (``negative_data_rejection``: a
-request the document calls invalid gets a 4xx). Every answer must be one the document declares: a documented status code (``status_code_conformance``), a body that
-matches that response's schema (``response_schema_conformance``), a declared content type,
-and never a 5xx (``not_a_server_error``). What the document says is then what the API does.
+request the document calls invalid gets a 4xx). Every answer must be one the document
+declares: a documented status code (``status_code_conformance``), a body that matches that
+response's schema (``response_schema_conformance``), a declared content type, and never a
+5xx (``not_a_server_error``). What the document says is then what the API does.
 
 Bounds, so that the whole run stays near a minute on two busy cores:
 
