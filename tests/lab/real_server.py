@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -53,6 +56,23 @@ def wait_until_serving(
                 message = f"the lab did not answer at {base} within {timeout:g} s"
                 raise AssertionError(message) from exc
             time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def lab_process(data: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A ``normlab lab --no-warm`` process on a free port, its data in ``data``, its runs on
+    one torch thread; yields its base URL and the process once it serves, and ends it."""
+    port = free_port()
+    env = {**os.environ, "XDG_DATA_HOME": str(data), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "normlab", "lab", "--port", str(port), "--no-warm"]
+    server = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        assert wait_until_serving(server, base) == 200
+        yield base, server
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
 
 
 @contextlib.contextmanager

@@ -9,10 +9,7 @@ lasts. Waiting runs hold no thread of the pool the page routes use, so the reads
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -27,7 +24,7 @@ import pytest
 
 from normlab.lab.sandbox import RunResult, Sandbox, SandboxBusy
 
-from .real_server import free_port, wait_until_serving
+from .real_server import lab_process
 
 pytestmark = pytest.mark.serial  # timed latencies: no other test may share the cores
 
@@ -66,19 +63,10 @@ def _timed_reads(base: str, stop: threading.Event) -> list[float]:
 
 @pytest.fixture
 def lab(tmp_path: Path) -> Any:
-    port = free_port()
-    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "normlab", "lab", "--port", str(port), "--no-warm"]
-    server = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        assert wait_until_serving(server, base) == 200
+    with lab_process(tmp_path) as (base, _):
         # the fork server's imports finish before the load, as on a lab that has been up a while
         assert _post(base + "/api/run", {"code": "print(6 * 7)"})[1]["stdout"] == "42\n"
         yield base
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
 
 
 def test_pages_stay_fast_while_runs_and_trainings_queue(lab: str) -> None:

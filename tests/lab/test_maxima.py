@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,7 +35,7 @@ import pytest
 
 from normlab.experiments import list_experiments
 
-from .real_server import free_port, wait_until_serving
+from .real_server import lab_process
 
 pytestmark = pytest.mark.slow
 
@@ -78,17 +76,8 @@ def _reset_peak(pid: int) -> bool:
 
 @pytest.fixture
 def lab(tmp_path: Path) -> Iterator[tuple[str, int]]:
-    port = free_port()
-    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "normlab", "lab", "--port", str(port), "--no-warm"]
-    server = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        assert wait_until_serving(server, base) == 200
+    with lab_process(tmp_path) as (base, server):
         yield base, server.pid
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
 
 
 def test_every_experiment_at_its_maxima_stays_within_its_cost(lab: tuple[str, int]) -> None:
