@@ -28,11 +28,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import Tensor, nn
 
+import normlab.probe
 from normlab.probe import (
     SAMPLE_SIZE,
     ActivationProbe,
     ActivationStats,
     GradientProbe,
+    _sums,
     first_float_tensor,
     sample_indices,
     select_modules,
@@ -608,6 +610,63 @@ def test_no_activation_is_retained() -> None:
         assert len(refs) == 5 and all(ref() is None for ref in refs.values())
 
 
+class ScaledInPlace(nn.Module):
+    """Returns its child's output after doubling it in place: the same tensor, changed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Linear(12, 12)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.inner(x).mul_(2)
+
+
+def nested() -> nn.Sequential:
+    """Containers whose output is their last child's (``0``, ``0.1``), one that changes it in
+    place first (``1``), and an ``Identity`` (``3``), whose output is its input."""
+    block = nn.Sequential(nn.Linear(12, 12), nn.Sequential(nn.Linear(12, 12), nn.Tanh()))
+    return nn.Sequential(block, ScaledInPlace(), nn.ReLU(), nn.Identity(), nn.Linear(12, 3))
+
+
+def test_an_output_measured_again_gives_its_own_statistics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A container's output that is its last child's tensor, unchanged, is reduced once and its
+    row counted for both; the one changed in place since is reduced again. Every layer's
+    statistics, activations and gradients, equal direct ones."""
+    torch.manual_seed(0)
+    model, x = nested(), torch.randn(64, 12)
+    reduced: list[int] = []
+    real = normlab.probe._sums
+    monkeypatch.setattr(normlab.probe, "_sums", lambda t: reduced.append(t.numel()) or real(t))
+    outputs: dict[str, Tensor] = {}  # each layer's output as its hook saw it, and gradient
+    gradients: dict[str, Tensor] = {}
+
+    def keep(name: str) -> Callable[..., None]:
+        def hook(module: nn.Module, args: Any, y: Tensor) -> None:
+            outputs[name] = y.detach().clone()
+            y.register_hook(lambda g: gradients.__setitem__(name, g))
+
+        return hook
+
+    every = lambda name, module: name != ""  # noqa: E731  (containers too)
+    names = [n for n, _ in select_modules(model, every)]
+    for name, module in select_modules(model, every):
+        module.register_forward_hook(keep(name))
+    with (
+        ActivationProbe(model, every, sample_size=None, saturation=SATURATION) as act,
+        GradientProbe(model, every) as grads,
+    ):
+        model(x).pow(2).sum().backward()
+    stats, grad_stats = act.result(), grads.result()
+    assert len(names) == 10  # 0 is 0.1's output, which is 0.1.1's; 3 is 2's; 1 is 1.inner's
+    assert len(reduced) == 2 * 7  # once per distinct tensor and version, forward and back
+    assert torch.equal(outputs["1"], 2 * outputs["1.inner"])
+    for name in names:
+        check_layer(stats, 0, name, expected([outputs[name]], None))
+        g, j = gradients[name], grad_stats.layers.index(name)
+        assert grad_stats.grad_std[0][j] == pytest.approx(g.std().item(), rel=1e-5), name
+        assert grad_stats.grad_norm[0][j] == pytest.approx(g.norm().item(), rel=1e-5), name
+
+
 def test_one_host_transfer_per_step(monkeypatch: pytest.MonkeyPatch) -> None:
     model = mlp()
     x = torch.randn(8, 12)
@@ -617,7 +676,8 @@ def test_one_host_transfer_per_step(monkeypatch: pytest.MonkeyPatch) -> None:
         original = getattr(torch.Tensor, name)
 
         def method(self: Tensor, *args: Any, **kwargs: Any) -> Any:
-            seen.append(name)
+            if name != "item" or self.device.type != "cpu":  # a CPU item(): nothing waits
+                seen.append(name)
             return original(self, *args, **kwargs)
 
         return method
@@ -639,6 +699,53 @@ def test_one_host_transfer_per_step(monkeypatch: pytest.MonkeyPatch) -> None:
         seen.clear()
         grad.step()
         assert seen == ["cpu", "numpy"]
+
+
+def _two_pass(x: Tensor) -> tuple[float, float]:
+    wide = x.double()
+    return wide.sum().item(), (wide - wide.mean()).square().sum().item()
+
+
+SCALES = [1e-30, 1e-20, 1e-12, 1e-3, 1.0, 1e3, 1e6, 1e18, 1e25]
+IN_RANGE = [
+    (dtype, scale)
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+    for scale in SCALES
+    if torch.finfo(dtype).tiny < scale < torch.finfo(dtype).max / 16
+]
+
+
+@pytest.mark.parametrize(("dtype", "scale"), IN_RANGE)
+def test_sums_match_float64_at_every_scale(dtype: torch.dtype, scale: float) -> None:
+    """Float32 sums where their squares fit, float64 where they would underflow (a vanishing
+    gradient's 1e-20) or overflow (1e25): to 1e-6 of the float64 two-pass sums either way."""
+    x = (torch.randn(100_000, dtype=torch.float64) * scale + 3 * scale).to(dtype)
+    total, squares = _sums(x).tolist()
+    want_total, want_squares = _two_pass(x)
+    assert squares > 0 and squares == pytest.approx(want_squares, rel=1e-6)
+    assert total == pytest.approx(want_total, rel=1e-6)
+
+
+def test_a_constant_gradient_has_next_to_no_spread() -> None:
+    """``out.mean()``'s gradient, 1/n on every element: the two-pass sums give a std of 0 to
+    float32's rounding of the mean, where one pass would leave sqrt(eps) of it."""
+    net = nn.Sequential(nn.Linear(64, 4096))
+    with GradientProbe(net) as probe:
+        net(torch.randn(128, 64)).mean().backward()
+    got = probe.result()
+    assert got.grad_std[0][0] < 1e-6 / (128 * 4096)
+    assert got.grad_norm[0][0] == pytest.approx(1 / math.sqrt(128 * 4096), rel=1e-6)
+
+
+def test_the_sums_off_the_cpu_read_nothing_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Off the CPU, :func:`_sums` takes the float64 way without a look at the host (the CPU's
+    float32 check reads one number, which waits for no device): shown on the meta device."""
+    read: list[str] = []
+    for name in ("cpu", "item", "tolist", "numpy", "__bool__", "__float__", "__int__"):
+        monkeypatch.setattr(torch.Tensor, name, lambda self, *a, _n=name, **k: read.append(_n))
+    for dtype in (torch.float32, torch.float16, torch.float64):
+        assert _sums(torch.empty(100, device="meta", dtype=dtype)).dtype == torch.float64
+    assert read == []
 
 
 # -- modes, dtypes, in-place -----------------------------------------------------------------------

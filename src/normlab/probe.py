@@ -6,9 +6,11 @@ whose hooks go on ``__exit__``. A call of a watched module copies a sample of it
 kernel on its device); ``step()`` reduces the step's samples to rows of sums, copies them to the
 host at once, pools them per layer into a ring of the last ``keep`` steps (call it once per
 training step: samples wait until then). A row holds a call's :math:`m_c` elements' sum and, in
-two passes, their squared deviations from their own mean :math:`\bar x_c` (float64: a collapsed
-sigmoid's 0.5 +- 1e-9 keeps its std, which :math:`\sum x^2 - m\bar x^2` cancels away). Over
-the :math:`m = \sum_c m_c` elements pooled for a layer (Chan, Golub & LeVeque, 1979):
+two passes, their squared deviations from their own mean :math:`\bar x_c` (a collapsed
+sigmoid's float64 0.5 +- 1e-9 keeps its std, which :math:`\sum x^2 - m\bar x^2` cancels away),
+in float64, or in float32 on the CPU where the squares neither underflow nor overflow (see
+:func:`_sums`). Over the :math:`m = \sum_c m_c` elements pooled for a layer (Chan, Golub &
+LeVeque, 1979):
 
 .. math::
     \text{mean} = \frac{1}{m}\sum_c \sum_{i \in c} x_i, \qquad
@@ -23,6 +25,7 @@ from __future__ import annotations
 import fnmatch
 import math
 import re
+import weakref
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -168,11 +171,43 @@ def _user_value(name: str, value: object, device: torch.device) -> Tensor:
     return value.detach().reshape(()).to(device, torch.float64)
 
 
-def _std(total: FloatArray, squares: FloatArray, n: FloatArray) -> FloatArray:
-    """The unbiased std from the sums of n values and of their squares; ``nan`` for n <= 1."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        var = np.maximum(squares - total * (total / n), 0.0) / (n - 1)  # (L,)
-    return np.where(n > 1, np.sqrt(var), np.nan)
+_TINY = 2.0**-60
+"""The least float32 sum of squared deviations :func:`_sums` keeps: any square lost below
+float32's least normal number (2**-126) then weighs under n * 2**-66 of it."""
+
+
+def _sums(x: Tensor) -> Tensor:
+    r"""A flat tensor's :math:`\big(\sum_i x_i,\ \sum_i (x_i - \bar x)^2\big)` in two passes,
+    (n,) -> (2,) float64.
+
+    In float64 on a float64 copy, except on the CPU for narrower dtypes: there float32 sums come
+    first (torch adds them in cascades, to about 1e-7 relative, as close as its own
+    ``Tensor.std()``), kept when their squares neither underflow nor overflow (the second sum
+    in [:data:`_TINY`, inf)), a check the host reads at once. Tiny values (a vanishing
+    gradient), huge ones and ``nan`` take the float64 way, which costs twice the bytes.
+    """
+    n = x.numel()
+    if x.device.type == "cpu" and x.dtype != torch.float64:
+        x32 = x.float()  # (n,): x itself when float32
+        total = x32.sum()
+        squares = (x32 - total / n).square_().sum()  # (n,) -> (): the second pass
+        if _TINY <= squares.item() < math.inf:
+            return torch.stack([total, squares]).double()
+    wide = x.to(torch.float64, copy=True)  # (n,), ours to change
+    total = wide.sum()
+    centered = wide.sub_(total / n)  # (n,), in place
+    return torch.stack([total, torch.dot(centered, centered)])
+
+
+def _pool(rows: FloatArray, pooled: FloatArray, counts: npt.NDArray[np.int64]) -> FloatArray:
+    """Each layer's mean and sum of squared deviations (L, 2) from its calls' rows (C, 2+) of
+    sums and squared deviations: Chan, Golub & LeVeque's pooling (see :mod:`normlab.probe`)."""
+    m, slots = counts[:, 2], counts[:, 0]  # (C,): each call's elements summed, its layer
+    with np.errstate(divide="ignore", invalid="ignore"):  # layers not called: nan
+        mean = pooled[:, 0] / pooled[:, -2]  # (L,)
+        between = m * (rows[:, 0] / m - mean[slots]) ** 2  # (C,)
+    deviations = pooled[:, 1] + np.bincount(slots, between, minlength=len(pooled))  # (L,)
+    return np.column_stack([mean, deviations])
 
 
 def finite_or_none(value: Any) -> Any:
@@ -248,6 +283,17 @@ class _Probe:
         self._order: dict[int, None] = {}  # slots, by first call
         self._rows: list[Tensor] = []  # this step's rows, (W,) or blocks (R, W), on their devices
         self._calls: list[tuple[int, int, int]] = []  # each row's slot, numel, sampled
+        self._seen: dict[int, tuple[weakref.ref[Tensor], int, Any]] = {}  # see _measured
+
+    def _measured(self, y: Tensor) -> Any:
+        """What this step made of ``y`` already, if anything: the same tensor, unchanged since
+        (its version), as a container's output is its last child's (``Sequential``, HF's
+        ``ResNetConvLayer``). A weak reference tells a freed tensor's reused id apart."""
+        hit = self._seen.get(id(y))
+        return hit[2] if hit is not None and hit[0]() is y and hit[1] == y._version else None
+
+    def _remember(self, y: Tensor, value: Any) -> None:
+        self._seen[id(y)] = (weakref.ref(y), y._version, value)
 
     def __enter__(self) -> Self:
         if self._handles:
@@ -264,7 +310,7 @@ class _Probe:
         """Close a step: its rows (C, W) on the host (one copy), each layer's sums of them and
         counts (L, W + 3: numel, sampled, calls), each row's slot, numel and sampled (C, 3)."""
         rows, calls = self._rows, np.array(self._calls, dtype=np.int64).reshape(-1, 3)
-        self._rows, self._calls, self._stepped = [], [], self._stepped + 1
+        self._rows, self._calls, self._stepped, self._seen = [], [], self._stepped + 1, {}
         self._handles = [h for h in self._handles if h.hooks_dict_ref() is not None]  # alive
         here = [r.to(rows[0].device).view(-1, width) for r in rows]  # on the first's device
         host = torch.cat(here).cpu().numpy() if here else np.zeros((0, width))  # (C, W)
@@ -358,9 +404,9 @@ class ActivationProbe(_Probe):
                 return
             x, size, device = y.detach(), self.sample_size, y.device
             self._order.setdefault(slot)
-            user = [_user_value(k, f(x), device) for k, f in self.stats.items()]
             if size is None:  # every element: reduced now, as a copy would double the traffic
-                return self._add_whole(x.reshape(-1), ((slot, n, n), user))  # (n,)
+                return self._add_whole(y, slot)
+            user = [_user_value(k, f(x), device) for k, f in self.stats.items()]
             if (index := self._indices.get((n, device))) is None:
                 index = self._indices[(n, device)] = sample_indices(n, size).to(device)
             key = (index.shape[0], x.dtype, device)  # m = min(n, size)
@@ -394,21 +440,28 @@ class ActivationProbe(_Probe):
         self._rows.append(torch.stack(columns, dim=1))  # W x (G,) -> (G, W), float64
         self._calls += meta
 
-    def _add_whole(self, x: Tensor, call: _Call) -> None:
-        """Reduce one whole output (n,) to a row (W,) with one float64 copy of it: the sums in
-        float64, min and max in its own dtype, the counts on float flags (float32 counts 1s
-        exactly below 2**24 elements; float64 beyond)."""
-        wide, s = x.to(torch.float64, copy=True), self.saturation  # (n,), ours to change
+    def _add_whole(self, y: Tensor, slot: int) -> None:
+        """A row (1, W) for one whole output :math:`y`, or the row this step made of the same
+        tensor unchanged (see :meth:`_measured`): the statistics are functions of :math:`y`."""
+        if (row := self._measured(y)) is None:
+            row = self._whole_row(y.detach())
+            self._remember(y, row)
+        self._rows.append(row)
+        self._calls.append((slot, y.numel(), y.numel()))
+
+    def _whole_row(self, y: Tensor) -> Tensor:
+        """Reduce one whole output to a row (1, W): its sums by :func:`_sums`, min and max in its
+        own dtype, the counts on float flags (float32 counts 1s exactly below 2**24 elements;
+        float64 beyond), the user statistics."""
+        x, s = y.reshape(-1), self.saturation  # (n,)
         low, high = torch.aminmax(x)  # exact in x's dtype
-        flags = x.float() if x.numel() < _EXACT_COUNT else wide.clone()  # (n,), no copy for f32
-        total = wide.sum()
-        centered = wide.sub_(total / x.numel())  # (n,): the second pass, in place
-        columns = [total, torch.dot(centered, centered), low.double(), high.double()]
+        flags = x.float() if x.numel() < _EXACT_COUNT else x.double()  # (n,), no copy for f32
+        columns = [*_sums(x), low.double(), high.double()]
         columns.append(flags.abs().ne_(0).sum().double())  # a new tensor, flagged in place
-        columns.append(wide.new_zeros(()) if s is None else flags.abs().ge_(s).sum().double())
-        columns += call[1]
-        self._rows.append(torch.stack(columns)[None])  # W x () -> (1, W), float64
-        self._calls.append(call[0])
+        saturated = flags.abs().ge_(s).sum() if s is not None else flags.new_zeros(())
+        columns.append(saturated.double())
+        columns += [_user_value(k, f(y), y.device) for k, f in self.stats.items()]
+        return torch.stack(columns)[None]  # W x () -> (1, W), float64
 
     def step(self) -> None:
         """Close the current step (even an empty one: ``nan``); one copy to the host."""
@@ -421,9 +474,7 @@ class ActivationProbe(_Probe):
         with np.errstate(divide="ignore", invalid="ignore"):  # nan, and layers not called
             np.minimum.at(low, slots, rows[:, 2])  # (C,) -> (L,)
             np.maximum.at(high, slots, rows[:, 3])
-            mean = pooled[:, 0] / m
-            between = counts[:, 2] * (rows[:, 0] / counts[:, 2] - mean[slots]) ** 2  # (C,)
-            deviations = pooled[:, 1] + np.bincount(slots, between, minlength=len(m))  # (L,)
+            mean, deviations = _pool(rows, pooled, counts).T  # (L,) each
             std = np.where(m > 1, np.sqrt(deviations / (m - 1)), np.nan)
             zero_frac = (m - pooled[:, 4]) / m
             saturated_frac = pooled[:, 5] / m if self.saturation else np.full(len(m), np.nan)
@@ -450,12 +501,14 @@ class GradientProbe(_Probe):
 
     The forward hook of each selected module hooks its measured output :math:`y` (when it
     requires grad), to which the backward pass hands :math:`g = \partial L / \partial y` (that
-    of :math:`y` even if an in-place op changes :math:`y` later). A row of float64 sums (tiny
-    squares stay above 0) per gradient, pooled by :meth:`step` over a layer's :math:`n` elements:
+    of :math:`y` even if an in-place op changes :math:`y` later). Each gradient's row is its
+    sum and squared deviations (:func:`_sums`: a vanishing gradient's tiny squares stay above 0),
+    pooled by :meth:`step` over a layer's :math:`n` elements as the activations are (see
+    :mod:`normlab.probe`), :math:`D = \sum_i (g_i - \bar g)^2`:
 
     .. math::
-        \text{grad\_std} = \sqrt{\frac{\sum_i g_i^2 - (\sum_i g_i)^2 / n}{n - 1}}, \qquad
-        \text{grad\_norm} = \sqrt{\textstyle\sum_i g_i^2}
+        \text{grad\_std} = \sqrt{\frac{D}{n - 1}}, \qquad
+        \text{grad\_norm} = \sqrt{\textstyle\sum_i g_i^2} = \sqrt{D + n \bar g^2}
 
     A graph built inside the ``with`` block but run backward after it records nothing. The
     arguments are as for :class:`ActivationProbe`; a kept step is :math:`(L, 5)`.
@@ -472,26 +525,38 @@ class GradientProbe(_Probe):
     """
 
     def _hook(self, slot: int) -> Callable[[nn.Module, Any, Any], None]:
-        def on_grad(grad: Tensor) -> None:
-            if grad.numel() > 0:
-                g = grad.detach().reshape(-1).double()  # (n,)
-                self._rows.append(torch.stack([g.sum(), torch.dot(g, g)]))  # (2,)
-                self._calls.append((slot, g.numel(), g.numel()))
-
         def hook(module: nn.Module, args: Any, output: Any) -> None:
             y = output if type(output) is Tensor else first_float_tensor(output)
             if y is not None and y.is_floating_point():
                 self._order.setdefault(slot)
-                if y.requires_grad:
-                    self._handles.append(y.register_hook(on_grad))
+                if not y.requires_grad:
+                    return
+                if (slots := self._measured(y)) is not None:  # hooked already: one gradient
+                    slots.append(slot)
+                    return
+                self._remember(y, slots := [slot])
+                self._handles.append(y.register_hook(self._on_grad(slots)))
 
         return hook
 
+    def _on_grad(self, slots: list[int]) -> Callable[[Tensor], None]:
+        """The hook of one output's gradient: a row for each layer that output is of."""
+
+        def on_grad(grad: Tensor) -> None:
+            if (n := grad.numel()) > 0:
+                row = _sums(grad.detach().reshape(-1))  # (n,) -> (2,)
+                self._rows += [row] * len(slots)
+                self._calls += [(slot, n, n) for slot in slots]
+
+        return on_grad
+
     def step(self) -> None:
         """Close the current step; one copy to the host for all layers."""
-        _, pooled, _ = self._gather(2)  # (L, 2 + 3)
-        std, n = _std(pooled[:, 0], pooled[:, 1], pooled[:, 2]), pooled[:, 2]
-        norm = np.where(n > 0, np.sqrt(pooled[:, 1]), np.nan)
+        rows, pooled, counts = self._gather(2)  # (C, 2) (L, 2 + 3) (C, 3)
+        (mean, deviations), n = _pool(rows, pooled, counts).T, pooled[:, 2]  # (L,) each
+        with np.errstate(invalid="ignore"):  # layers not called: nan
+            std = np.where(n > 1, np.sqrt(deviations / (n - 1)), np.nan)
+            norm = np.where(n > 0, np.sqrt(deviations + n * mean**2), np.nan)
         self._ring.append(np.column_stack([std, norm, pooled[:, 2:]]))
 
     def result(self) -> GradientStats:

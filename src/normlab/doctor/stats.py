@@ -11,6 +11,7 @@ import torch
 from normlab.doctor.constants import SIGMOID_SATURATION
 
 _NAN = torch.tensor(math.nan)  # "not applicable", returned without computing anything
+_NONE_DEAD = torch.tensor(0.0, dtype=torch.float64)
 
 
 def _dead_frac(dim: int) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -27,9 +28,12 @@ def _dead_frac(dim: int) -> Callable[[torch.Tensor], torch.Tensor]:
             return _NAN
         d = dim % y.dim()
         others = [i for i in range(y.dim()) if i != d]
-        suspects = y[:1].eq(0).all(dim=others).nonzero().squeeze(1)  # 0 on the first item
+        first = y[:1].abs().amax(dim=others)  # (units,): bools would count slowly; nan stays
+        suspects = first.eq(0).nonzero().squeeze(1)  # 0 on the first item
+        if len(suspects) == 0:  # (nonzero() has read the device already)
+            return _NONE_DEAD
         rest = y.index_select(d, suspects)  # (N, ..., suspects, ...)
-        dead_units = rest.eq(0).all(dim=others).sum()  # 0 on every element
+        dead_units = rest.abs().amax(dim=others).eq(0).sum()  # 0 on every element
         return dead_units.double() / y.shape[d]
 
     return dead
@@ -52,9 +56,8 @@ def _unit_spread(dim: int) -> Callable[[torch.Tensor], torch.Tensor]:
             return _NAN
         per_item = y[0].numel() // y.shape[dim]  # values of one unit in one item
         y = y[: -(-SPREAD_VALUES // per_item)]  # (N, ...) -> (items, ...)
-        low, high = torch.aminmax(y - y.narrow(dim, 0, 1))  # unit 0 against every unit
-        bottom, top = torch.aminmax(y)
-        return torch.maximum(-low, high) / torch.maximum(-bottom, top)  # 0 / 0 = nan: all zero
+        apart = (y - y.narrow(dim, 0, 1)).abs_().amax()  # unit 0 against every unit
+        return apart / y.abs().amax()  # 0 / 0 = nan: all zero
 
     return spread
 
