@@ -168,7 +168,9 @@ def _user_value(name: str, value: object, device: torch.device) -> Tensor:
         got = f"shape {tuple(value.shape)}" if isinstance(value, Tensor) else type(value).__name__
         error = ValueError if isinstance(value, Tensor) else TypeError
         raise error(f"stats[{name!r}] must return a Tensor with one element, got {got}")
-    return value.detach().reshape(()).to(device, torch.float64)
+    if value.dtype != torch.float64 or value.device != device or value.dim() != 0:
+        value = value.reshape(()).to(device, torch.float64)  # each op costs even when a no-op
+    return value.detach() if value.requires_grad else value
 
 
 _TINY = 2.0**-60
@@ -188,7 +190,7 @@ def _sums(x: Tensor) -> Tensor:
     """
     n = x.numel()
     if x.device.type == "cpu" and x.dtype != torch.float64:
-        x32 = x.float()  # (n,): x itself when float32
+        x32 = x if x.dtype == torch.float32 else x.float()  # (n,)
         total = x32.sum()
         squares = (x32 - total / n).square_().sum()  # (n,) -> (): the second pass
         if _TINY <= squares.item() < math.inf:
@@ -197,6 +199,12 @@ def _sums(x: Tensor) -> Tensor:
     total = wide.sum()
     centered = wide.sub_(total / n)  # (n,), in place
     return torch.stack([total, torch.dot(centered, centered)])
+
+
+def _wide_flags(x: Tensor) -> Tensor:
+    """A copy of ``x`` (n,) to count flags on: float32 counts 1s exactly below 2**24 elements,
+    float64 beyond."""
+    return x.float() if x.numel() < _EXACT_COUNT else x.double()
 
 
 def _pool(rows: FloatArray, pooled: FloatArray, counts: npt.NDArray[np.int64]) -> FloatArray:
@@ -451,11 +459,10 @@ class ActivationProbe(_Probe):
 
     def _whole_row(self, y: Tensor) -> Tensor:
         """Reduce one whole output to a row (1, W): its sums by :func:`_sums`, min and max in its
-        own dtype, the counts on float flags (float32 counts 1s exactly below 2**24 elements;
-        float64 beyond), the user statistics."""
+        own dtype, the counts on float flags (see :func:`_wide_flags`), the user statistics."""
         x, s = y.reshape(-1), self.saturation  # (n,)
         low, high = torch.aminmax(x)  # exact in x's dtype
-        flags = x.float() if x.numel() < _EXACT_COUNT else x.double()  # (n,), no copy for f32
+        flags = x if x.dtype == torch.float32 and x.numel() < _EXACT_COUNT else _wide_flags(x)
         columns = [*_sums(x), low.double(), high.double()]
         columns.append(flags.abs().ne_(0).sum().double())  # a new tensor, flagged in place
         saturated = flags.abs().ge_(s).sum() if s is not None else flags.new_zeros(())

@@ -10,7 +10,7 @@ import torch
 
 from normlab.doctor.constants import SIGMOID_SATURATION
 
-_NAN = torch.tensor(math.nan)  # "not applicable", returned without computing anything
+_NAN = torch.tensor(math.nan, dtype=torch.float64)  # "not applicable": nothing computed
 _NONE_DEAD = torch.tensor(0.0, dtype=torch.float64)
 
 
@@ -57,7 +57,7 @@ def _unit_spread(dim: int) -> Callable[[torch.Tensor], torch.Tensor]:
         per_item = y[0].numel() // y.shape[dim]  # values of one unit in one item
         y = y[: -(-SPREAD_VALUES // per_item)]  # (N, ...) -> (items, ...)
         apart = (y - y.narrow(dim, 0, 1)).abs_().amax()  # unit 0 against every unit
-        return apart / y.abs().amax()  # 0 / 0 = nan: all zero
+        return (apart / y.abs().amax()).double()  # 0 / 0 = nan: all zero
 
     return spread
 
