@@ -201,21 +201,27 @@ def _sums(x: Tensor) -> Tensor:
     return torch.stack([total, torch.dot(centered, centered)])
 
 
-def _wide_flags(x: Tensor) -> Tensor:
-    """A copy of ``x`` (n,) to count flags on: float32 counts 1s exactly below 2**24 elements,
-    float64 beyond."""
-    return x.float() if x.numel() < _EXACT_COUNT else x.double()
+def _flags(x: Tensor) -> Tensor:
+    """``x`` (n,) as floats to count flags on: float32 counts 1s exactly below 2**24 elements
+    (``x`` itself when float32, no copy), float64 beyond."""
+    if x.numel() >= _EXACT_COUNT:
+        return x.double()
+    return x if x.dtype == torch.float32 else x.float()
 
 
-def _pool(rows: FloatArray, pooled: FloatArray, counts: npt.NDArray[np.int64]) -> FloatArray:
-    """Each layer's mean and sum of squared deviations (L, 2) from its calls' rows (C, 2+) of
-    sums and squared deviations: Chan, Golub & LeVeque's pooling (see :mod:`normlab.probe`)."""
-    m, slots = counts[:, 2], counts[:, 0]  # (C,): each call's elements summed, its layer
+def _pool(
+    rows: FloatArray, pooled: FloatArray, counts: npt.NDArray[np.int64]
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Each layer's mean, sum of squared deviations and unbiased std (``nan`` for m <= 1), (L,)
+    each, from its calls' rows (C, 2+) of sums and squared deviations: Chan, Golub & LeVeque's
+    pooling (see :mod:`normlab.probe`)."""
+    m, slots, pooled_m = counts[:, 2], counts[:, 0], pooled[:, -2]  # (C,) (C,) (L,)
     with np.errstate(divide="ignore", invalid="ignore"):  # layers not called: nan
-        mean = pooled[:, 0] / pooled[:, -2]  # (L,)
+        mean = pooled[:, 0] / pooled_m  # (L,)
         between = m * (rows[:, 0] / m - mean[slots]) ** 2  # (C,)
-    deviations = pooled[:, 1] + np.bincount(slots, between, minlength=len(pooled))  # (L,)
-    return np.column_stack([mean, deviations])
+        deviations = pooled[:, 1] + np.bincount(slots, between, minlength=len(pooled))  # (L,)
+        std = np.where(pooled_m > 1, np.sqrt(deviations / (pooled_m - 1)), np.nan)
+    return mean, deviations, std
 
 
 def finite_or_none(value: Any) -> Any:
@@ -459,10 +465,10 @@ class ActivationProbe(_Probe):
 
     def _whole_row(self, y: Tensor) -> Tensor:
         """Reduce one whole output to a row (1, W): its sums by :func:`_sums`, min and max in its
-        own dtype, the counts on float flags (see :func:`_wide_flags`), the user statistics."""
+        own dtype, the counts on float flags (see :func:`_flags`), the user statistics."""
         x, s = y.reshape(-1), self.saturation  # (n,)
         low, high = torch.aminmax(x)  # exact in x's dtype
-        flags = x if x.dtype == torch.float32 and x.numel() < _EXACT_COUNT else _wide_flags(x)
+        flags = _flags(x)  # (n,)
         columns = [*_sums(x), low.double(), high.double()]
         columns.append(flags.abs().ne_(0).sum().double())  # a new tensor, flagged in place
         saturated = flags.abs().ge_(s).sum() if s is not None else flags.new_zeros(())
@@ -481,8 +487,7 @@ class ActivationProbe(_Probe):
         with np.errstate(divide="ignore", invalid="ignore"):  # nan, and layers not called
             np.minimum.at(low, slots, rows[:, 2])  # (C,) -> (L,)
             np.maximum.at(high, slots, rows[:, 3])
-            mean, deviations = _pool(rows, pooled, counts).T  # (L,) each
-            std = np.where(m > 1, np.sqrt(deviations / (m - 1)), np.nan)
+            mean, _, std = _pool(rows, pooled, counts)  # (L,) each
             zero_frac = (m - pooled[:, 4]) / m
             saturated_frac = pooled[:, 5] / m if self.saturation else np.full(len(m), np.nan)
             extra = pooled[:, 6:-3] / calls[:, None]  # (L, E)
@@ -560,9 +565,8 @@ class GradientProbe(_Probe):
     def step(self) -> None:
         """Close the current step; one copy to the host for all layers."""
         rows, pooled, counts = self._gather(2)  # (C, 2) (L, 2 + 3) (C, 3)
-        (mean, deviations), n = _pool(rows, pooled, counts).T, pooled[:, 2]  # (L,) each
+        (mean, deviations, std), n = _pool(rows, pooled, counts), pooled[:, 2]  # (L,) each
         with np.errstate(invalid="ignore"):  # layers not called: nan
-            std = np.where(n > 1, np.sqrt(deviations / (n - 1)), np.nan)
             norm = np.where(n > 0, np.sqrt(deviations + n * mean**2), np.nan)
         self._ring.append(np.column_stack([std, norm, pooled[:, 2:]]))
 
