@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -210,6 +211,21 @@ def test_every_experiment_states_its_cost_where_its_sizes_are_chosen() -> None:
         assert e.cost.cpu_s <= 15 and e.cost.mib <= 1024, e.name  # issue 19: about 10 s, 1 GiB
         schemas = {p.name: p.schema() for p in e.parameters}  # what the CLI and the lab show
         assert all(str(e.cost) in schemas[p.name]["help"] for p in sized), e.name
+
+
+def test_an_experiment_must_bound_every_number_and_name_real_heavy_choices() -> None:
+    """A number with no maximum leaves the cost unbounded and :meth:`Experiment.maxima`
+    unbuildable; both, and a ``heaviest`` that names no parameter, are refused when declared."""
+    drift = get_experiment("drift")
+
+    @dataclasses.dataclass(frozen=True)
+    class Unbounded:
+        depth: int = param(10, "layers", min=1)
+
+    with pytest.raises(ValueError, match=r"'x': \['depth'\] declare no maximum"):
+        dataclasses.replace(drift, name="x", params_type=Unbounded, heaviest={})
+    with pytest.raises(ValueError, match=r"'x': heaviest names no parameter \{'widht'\}"):
+        dataclasses.replace(drift, name="x", heaviest={"widht": 512})
 
 
 def test_an_integer_parameter_takes_an_integral_float_from_json() -> None:

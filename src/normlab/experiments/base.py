@@ -19,7 +19,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, cast
 
 import numpy as np
 import torch
@@ -456,9 +456,13 @@ class Experiment:
         for needed in (self.entry, self.show):
             if needed not in self.code:
                 raise ValueError(f"experiment {self.name!r}: {needed.__name__} is not in its code")
-        unknown = set(self.heaviest) - {p.name for p in parameters_of(self.params_type)}
+        declared = parameters_of(self.params_type)
+        unknown = set(self.heaviest) - {p.name for p in declared}
         if unknown:
             raise ValueError(f"experiment {self.name!r}: heaviest names no parameter {unknown}")
+        unbounded = [p.name for p in declared if p.kind in ("int", "float") and p.max is None]
+        if unbounded:  # its cost could not be bounded, nor maxima() built
+            raise ValueError(f"experiment {self.name!r}: {unbounded} declare no maximum")
 
     @property
     def trains(self) -> bool:
@@ -482,8 +486,8 @@ class Experiment:
         out: dict[str, Any] = {}
         for p in parameters_of(self.params_type):
             if p.kind in ("int", "float"):
-                assert p.max is not None, f"{self.name}: {p.name} declares no maximum"
-                out[p.name] = int(p.max) if p.kind == "int" else p.max
+                top = cast(float, p.max)  # every number declares one: see __post_init__
+                out[p.name] = int(top) if p.kind == "int" else top
             elif p.kind == "float_list":
                 out[p.name] = [p.max] * (p.max_len or 1)
             elif p.kind == "bool":
