@@ -470,12 +470,15 @@ def _status(url: str, body: dict | None = None) -> tuple[int, Any]:
 
 def test_pages_answer_at_once_while_many_runs_queue_and_a_full_queue_is_refused() -> None:
     """Requests waiting for runs take the Runner's own threads, never the ones page routes are
-    answered in; beyond the queue's bound, 503 with Retry-After."""
+    answered in; beyond the queue's bound, 503 with Retry-After. The runs hold their threads
+    until the pages are timed: with runs of a fixed length, a loaded machine sent the 50
+    requests so slowly that the first runs ended and let later ones in (6 refused, not 10)."""
     runner = Runner()
     runner.max_queued = 40
+    release = threading.Event()
 
     def slow(name: str, params: dict, waiter: Waiter | None) -> bytes:
-        time.sleep(0.5)  # a run that holds its thread (the engine is taken in turns)
+        release.wait(60)  # a run that holds its thread (the engine is taken in turns)
         return b"{}"
 
     runner._run_json = slow  # type: ignore[method-assign]
@@ -486,12 +489,14 @@ def test_pages_answer_at_once_while_many_runs_queue_and_a_full_queue_is_refused(
             for seed in range(50)
         ]
         _wait(lambda: runner.queued == 40, "the queue to fill")
+        _wait(lambda: sum(f.done() for f in posts) == 10, "the requests over the bound")
         timings = []
         for path in ["/api/experiments", "/"] * 10:
             started = time.perf_counter()
             assert _status(base + path)[0] == 200
             timings.append(time.perf_counter() - started)
-        assert runner.queued > 0, "the runs ended before the pages were timed"
+        assert runner.queued == 40, "the runs ended before the pages were timed"
+        release.set()
         statuses = [f.result() for f in posts]
     p95 = sorted(timings)[int(0.95 * len(timings)) - 1]
     assert p95 < 0.25, f"pages took {p95 * 1e3:.0f} ms (p95) while runs queued"
