@@ -718,12 +718,14 @@ IN_RANGE = [
 @pytest.mark.parametrize(("dtype", "scale"), IN_RANGE)
 def test_sums_match_float64_at_every_scale(dtype: torch.dtype, scale: float) -> None:
     """Float32 sums where their squares fit, float64 where they would underflow (a vanishing
-    gradient's 1e-20) or overflow (1e25): to 1e-6 of the float64 two-pass sums either way."""
+    gradient's 1e-20) or overflow (1e25): to 1e-6 of the float64 two-pass sums either way, for
+    a flat tensor and a view that is not contiguous."""
     x = (torch.randn(100_000, dtype=torch.float64) * scale + 3 * scale).to(dtype)
-    total, squares = _sums(x).tolist()
     want_total, want_squares = _two_pass(x)
-    assert squares > 0 and squares == pytest.approx(want_squares, rel=1e-6)
-    assert total == pytest.approx(want_total, rel=1e-6)
+    for layout in (x, x.view(1000, 100).t()):  # flat, and a transposed view: not contiguous
+        total, squares = _sums(layout).tolist()
+        assert squares > 0 and squares == pytest.approx(want_squares, rel=1e-6)
+        assert total == pytest.approx(want_total, rel=1e-6)
 
 
 def test_a_constant_gradient_has_next_to_no_spread() -> None:
@@ -857,6 +859,39 @@ def test_gradient_statistics_equal_direct(
     np.testing.assert_allclose(got.grad_std, want_std, rtol=1e-5)
     np.testing.assert_allclose(got.grad_norm, want_norm, rtol=1e-5)
     assert got.calls == [[1] * len(names)] * 3
+
+
+def test_channels_last_outputs_equal_direct() -> None:
+    """Outputs in channels-last layout (dense, not contiguous) are reduced as they are, with no
+    flat copy; their statistics and gradients equal direct ones."""
+    model = cnn().to(memory_format=torch.channels_last).train()
+    x = torch.randn(4, 3, 8, 8).to(memory_format=torch.channels_last)
+    outs: dict[str, Tensor] = {}
+
+    def keep(name: str) -> Callable[..., None]:
+        def hook(module: nn.Module, args: Any, out: Tensor) -> None:
+            out.retain_grad()
+            outs[name] = out
+
+        return hook
+
+    names = [n for n, _ in select_modules(model)]
+    for n in names:
+        model.get_submodule(n).register_forward_hook(keep(n))
+    with (
+        ActivationProbe(model, sample_size=None, saturation=SATURATION) as act,
+        GradientProbe(model) as grad,
+    ):
+        model(x).pow(2).sum().backward()
+    assert not outs["0"].is_contiguous()
+    stats, grads = act.result(), grad.result()
+    for name in names:
+        y, g = outs[name].detach(), outs[name].grad
+        check_layer(stats, 0, name, expected([y], None))
+        assert g is not None
+        j = grads.layers.index(name)
+        assert grads.grad_std[0][j] == pytest.approx(g.double().std().item(), rel=1e-5), name
+        assert grads.grad_norm[0][j] == pytest.approx(g.double().norm().item(), rel=1e-5), name
 
 
 def test_gradient_probe_pools_backward_calls() -> None:

@@ -179,8 +179,8 @@ float32's least normal number (2**-126) then weighs under n * 2**-66 of it."""
 
 
 def _sums(x: Tensor) -> Tensor:
-    r"""A flat tensor's :math:`\big(\sum_i x_i,\ \sum_i (x_i - \bar x)^2\big)` in two passes,
-    (n,) -> (2,) float64.
+    r"""A tensor's :math:`\big(\sum_i x_i,\ \sum_i (x_i - \bar x)^2\big)` in two passes, any
+    shape -> (2,), in the dtype they were summed in (the step's rows widen it to float64).
 
     In float64 on a float64 copy, except on the CPU for narrower dtypes: there float32 sums come
     first (torch adds them in cascades, to about 1e-7 relative, as close as its own
@@ -190,20 +190,20 @@ def _sums(x: Tensor) -> Tensor:
     """
     n = x.numel()
     if x.device.type == "cpu" and x.dtype != torch.float64:
-        x32 = x if x.dtype == torch.float32 else x.float()  # (n,)
+        x32 = x if x.dtype == torch.float32 else x.float()
         total = x32.sum()
-        squares = (x32 - total / n).square_().sum()  # (n,) -> (): the second pass
+        squares = (x32 - total / n).square_().sum()  # the second pass
         if _TINY <= squares.item() < math.inf:
-            return torch.stack([total, squares]).double()
-    wide = x.to(torch.float64, copy=True)  # (n,), ours to change
+            return torch.stack([total, squares])  # float32; exact in float64 later
+    wide = x.to(torch.float64, memory_format=torch.contiguous_format, copy=True).view(-1)  # (n,)
     total = wide.sum()
     centered = wide.sub_(total / n)  # (n,), in place
     return torch.stack([total, torch.dot(centered, centered)])
 
 
 def _flags(x: Tensor) -> Tensor:
-    """``x`` (n,) as floats to count flags on: float32 counts 1s exactly below 2**24 elements
-    (``x`` itself when float32, no copy), float64 beyond."""
+    """``x`` (any shape) as floats to count flags on: float32 counts 1s exactly below 2**24
+    elements (``x`` itself when float32, no copy), float64 beyond."""
     if x.numel() >= _EXACT_COUNT:
         return x.double()
     return x if x.dtype == torch.float32 else x.float()
@@ -295,7 +295,7 @@ class _Probe:
         self._ring: deque[FloatArray] = deque(maxlen=self.keep)  # (L, K) per step, by slot
         self._stepped = 0  # steps closed since made or reset, dropped ones included
         self._order: dict[int, None] = {}  # slots, by first call
-        self._rows: list[Tensor] = []  # this step's rows, (W,) or blocks (R, W), on their devices
+        self._rows: list[Tensor] = []  # this step's rows, flat: (W,) or (R * W,), on their devices
         self._calls: list[tuple[int, int, int]] = []  # each row's slot, numel, sampled
         self._seen: dict[int, tuple[weakref.ref[Tensor], int, Any]] = {}  # see _measured
 
@@ -326,8 +326,10 @@ class _Probe:
         rows, calls = self._rows, np.array(self._calls, dtype=np.int64).reshape(-1, 3)
         self._rows, self._calls, self._stepped, self._seen = [], [], self._stepped + 1, {}
         self._handles = [h for h in self._handles if h.hooks_dict_ref() is not None]  # alive
-        here = [r.to(rows[0].device).view(-1, width) for r in rows]  # on the first's device
-        host = torch.cat(here).cpu().numpy() if here else np.zeros((0, width))  # (C, W)
+        if any(r.device != rows[0].device for r in rows):  # a model across devices
+            rows = [r.to(rows[0].device) for r in rows]
+        wide = torch.cat(rows).view(-1, width) if rows else torch.zeros(0, width)  # (C, W)
+        host = wide.cpu().numpy().astype(np.float64, copy=False)  # float32 rows widen exactly
         pooled = np.zeros((len(self._layers), width + 3))
         np.add.at(pooled, calls[:, 0], np.column_stack([host, calls[:, 1:], np.ones(len(calls))]))
         return host, pooled, calls
@@ -451,11 +453,11 @@ class ActivationProbe(_Probe):
         columns.append(x.new_zeros(len(x)) if s is None else x.abs().ge_(s).sum(1))
         meta, user = zip(*calls, strict=True)
         columns += [torch.stack(f) for f in zip(*user, strict=True)]  # G x E -> E x (G,)
-        self._rows.append(torch.stack(columns, dim=1))  # W x (G,) -> (G, W), float64
+        self._rows.append(torch.stack(columns, dim=1).view(-1))  # W x (G,) -> (G * W,), float64
         self._calls += meta
 
     def _add_whole(self, y: Tensor, slot: int) -> None:
-        """A row (1, W) for one whole output :math:`y`, or the row this step made of the same
+        """A row (W,) for one whole output :math:`y`, or the row this step made of the same
         tensor unchanged (see :meth:`_measured`): the statistics are functions of :math:`y`."""
         if (row := self._measured(y)) is None:
             row = self._whole_row(y.detach())
@@ -464,17 +466,16 @@ class ActivationProbe(_Probe):
         self._calls.append((slot, y.numel(), y.numel()))
 
     def _whole_row(self, y: Tensor) -> Tensor:
-        """Reduce one whole output to a row (1, W): its sums by :func:`_sums`, min and max in its
+        """Reduce one whole output to a row (W,): its sums by :func:`_sums`, min and max in its
         own dtype, the counts on float flags (see :func:`_flags`), the user statistics."""
-        x, s = y.reshape(-1), self.saturation  # (n,)
-        low, high = torch.aminmax(x)  # exact in x's dtype
-        flags = _flags(x)  # (n,)
-        columns = [*_sums(x), low.double(), high.double()]
-        columns.append(flags.abs().ne_(0).sum().double())  # a new tensor, flagged in place
+        s = self.saturation
+        low, high = torch.aminmax(y)  # exact in y's dtype; any shape, no flat copy
+        flags = _flags(y)  # y's shape
+        nonzero = flags.abs().ne_(0).sum()  # a new tensor, flagged in place
         saturated = flags.abs().ge_(s).sum() if s is not None else flags.new_zeros(())
-        columns.append(saturated.double())
-        columns += [_user_value(k, f(y), y.device) for k, f in self.stats.items()]
-        return torch.stack(columns)[None]  # W x () -> (1, W), float64
+        user = [_user_value(k, f(y), y.device) for k, f in self.stats.items()]
+        rest = torch.stack([low, high, nonzero, saturated, *user])  # (W - 2,), widest dtype
+        return torch.cat([_sums(y), rest])  # (W,): widened exactly with the step's rows
 
     def step(self) -> None:
         """Close the current step (even an empty one: ``nan``); one copy to the host."""
@@ -556,7 +557,7 @@ class GradientProbe(_Probe):
 
         def on_grad(grad: Tensor) -> None:
             if (n := grad.numel()) > 0:
-                row = _sums(grad.detach().reshape(-1))  # (n,) -> (2,)
+                row = _sums(grad.detach())  # (...) -> (2,)
                 self._rows += [row] * len(slots)
                 self._calls += [(slot, n, n) for slot in slots]
 
