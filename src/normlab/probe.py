@@ -201,12 +201,12 @@ def _sums(x: Tensor) -> Tensor:
     return torch.stack([total, torch.dot(centered, centered)])
 
 
-def _flags(x: Tensor) -> Tensor:
-    """``x`` (any shape) as floats to count flags on: float32 counts 1s exactly below 2**24
-    elements (``x`` itself when float32, no copy), float64 beyond."""
-    if x.numel() >= _EXACT_COUNT:
-        return x.double()
-    return x if x.dtype == torch.float32 else x.float()
+def _count(flag: Callable[..., Tensor], x: Tensor, *args: Any) -> Tensor:
+    """How many elements of ``x`` ``flag`` (a comparison: ``torch.ne``, ``torch.ge``) holds for,
+    as a 0-dim float: the comparison writes 1.0 or 0.0 straight into a float buffer (summing
+    bools is slow), float32 below 2**24 elements, where it adds 1s exactly, float64 beyond."""
+    wide = torch.float32 if x.numel() < _EXACT_COUNT else torch.float64
+    return flag(x, *args, out=torch.empty(x.shape, dtype=wide, device=x.device)).sum()
 
 
 def _pool(
@@ -467,12 +467,11 @@ class ActivationProbe(_Probe):
 
     def _whole_row(self, y: Tensor) -> Tensor:
         """Reduce one whole output to a row (W,): its sums by :func:`_sums`, min and max in its
-        own dtype, the counts on float flags (see :func:`_flags`), the user statistics."""
+        own dtype, the counts by :func:`_count`, the user statistics."""
         s = self.saturation
-        low, high = torch.aminmax(y)  # exact in y's dtype; any shape, no flat copy
-        flags = _flags(y)  # y's shape
-        nonzero = flags.abs().ne_(0).sum()  # a new tensor, flagged in place
-        saturated = flags.abs().ge_(s).sum() if s is not None else flags.new_zeros(())
+        low, high = y.amin(), y.amax()  # exact in y's dtype; two passes beat aminmax's one
+        nonzero = _count(torch.ne, y, 0)  # any shape, no flat copy
+        saturated = _count(torch.ge, y.abs(), s) if s is not None else y.new_zeros(())
         user = [_user_value(k, f(y), y.device) for k, f in self.stats.items()]
         rest = torch.stack([low, high, nonzero, saturated, *user])  # (W - 2,), widest dtype
         return torch.cat([_sums(y), rest])  # (W,): widened exactly with the step's rows
