@@ -305,6 +305,26 @@ def test_saturation_of_tanh_and_sigmoid() -> None:
     assert "saturated" in doctor.diagnose(net, x).problems
 
 
+def test_the_doctor_counts_only_what_it_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whole outputs get no zero count (dead units are judged per unit), and a saturation count
+    only where the model has a tanh-like layer: each is a pass over every output."""
+    import normlab.probe
+
+    counted: list[str] = []
+    real = normlab.probe._count
+
+    def count(flag: Any, *args: Any) -> torch.Tensor:
+        counted.append(flag.__name__)
+        return real(flag, *args)
+
+    monkeypatch.setattr(normlab.probe, "_count", count)
+    x = torch.randn(32, 16, generator=torch.Generator().manual_seed(0))
+    relu = doctor.diagnose(nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 2)), x)
+    assert counted == [] and math.isnan(relu.layers[1].saturated_frac)
+    tanh = doctor.diagnose(nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 2)), x)
+    assert set(counted) == {"ge"} and tanh.layers[1].saturated_frac >= 0
+
+
 def test_constant_relu_units_are_symmetric_where_one_item_is_all_zero() -> None:
     """Equal ReLU units are all 0 on an item whose pre-activation is negative (about half of
     them): the spread reads more than the first item, so the layer is still found symmetric."""

@@ -212,6 +212,27 @@ def test_saturation_setting_and_outliers() -> None:
     assert math.isnan(default.result().saturated_frac[0][0])
 
 
+@pytest.mark.parametrize("sample_size", [16, None])
+def test_zeros_off_leaves_zero_frac_nan_and_every_other_number_as_it_was(
+    sample_size: int | None,
+) -> None:
+    """``zeros=False`` counts no zeros (``nan``) and changes nothing else: both probes watch the
+    same passes, sampled and whole."""
+    model = mlp()
+    with (
+        ActivationProbe(model, sample_size=sample_size, saturation=SATURATION) as counted,
+        ActivationProbe(model, sample_size=sample_size, saturation=SATURATION, zeros=False) as not_,
+    ):
+        for _ in range(2):
+            model(torch.randn(9, 12))
+            counted.step()
+            not_.step()
+    got, want = not_.result().to_dict(), counted.result().to_dict()
+    assert got.pop("zero_frac") == [[None] * 5] * 2
+    assert any(f > 0 for f in want.pop("zero_frac")[0])  # the ReLU's zeros, when counted
+    assert got == want
+
+
 def test_several_forward_calls_in_one_step_pool() -> None:
     model = mlp()
     g = torch.Generator().manual_seed(3)
@@ -1021,6 +1042,8 @@ def test_sample_indices_none_is_everything() -> None:
         ({"saturation": math.nan}, ValueError, "saturation must be a finite positive number"),
         ({"saturation": "0.9"}, TypeError, "saturation must be a finite number or None"),
         ({"saturation": True}, TypeError, "saturation must be a finite number or None"),
+        ({"zeros": 0}, TypeError, "zeros must be True or False, got 0"),
+        ({"zeros": None}, TypeError, "zeros must be True or False, got None"),
         ({"sample_size": 0}, ValueError, "sample_size must be an integer in [1, "),
         ({"keep": 0}, ValueError, "keep must be an integer in [1, "),
         ({"keep": True}, TypeError, "keep must be an integer in [1, "),

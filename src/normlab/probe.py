@@ -372,6 +372,8 @@ class ActivationProbe(_Probe):
         stats: ``name -> function(Tensor) -> Tensor`` of one element (best on the output's
             device), given every call's whole detached output.
         saturation: :math:`s`, a positive number, or ``None`` (default): not measured, ``nan``.
+        zeros: count the elements that are exactly 0 (``zero_frac``, the default); ``False``:
+            not counted, ``nan`` (a pass fewer over each whole output).
         sample_size: elements sampled per output, at least 1 (until :meth:`step`, at most
             calls x ``sample_size`` wait); ``None``: every element, reduced at once (slower).
         keep: the most steps kept, in [1, 2**24]; the oldest go first.
@@ -397,10 +399,14 @@ class ActivationProbe(_Probe):
         stats: Mapping[str, Statistic] | None = None,
         *,
         saturation: float | None = None,
+        zeros: bool = True,
         sample_size: int | None = SAMPLE_SIZE,
         keep: int = KEEP,
     ) -> None:
         self.saturation = _check_saturation(saturation)
+        if not isinstance(zeros, bool):
+            raise TypeError(f"zeros must be True or False, got {zeros!r}")
+        self.zeros = zeros
         size = sample_size
         self.sample_size = size if size is None else _check_int("sample_size", size, 1)
         self.stats = _check_stats(stats)
@@ -449,7 +455,8 @@ class ActivationProbe(_Probe):
         total = x.sum(1)  # (G, m) -> (G,)
         centered = x - total[:, None] / x.shape[1]  # (G, m): the second pass
         columns = [total, (centered * centered).sum(1), x.amin(1), x.amax(1)]  # (G,) each
-        columns.append(x.abs().ne_(0).sum(1))  # flags as floats, in place: bools count slowly
+        nonzero = x.abs().ne_(0).sum(1) if self.zeros else x.new_zeros(len(x))  # float flags
+        columns.append(nonzero)  # flagged in place, as floats: bools count slowly
         columns.append(x.new_zeros(len(x)) if s is None else x.abs().ge_(s).sum(1))
         meta, user = zip(*calls, strict=True)
         columns += [torch.stack(f) for f in zip(*user, strict=True)]  # G x E -> E x (G,)
@@ -470,7 +477,7 @@ class ActivationProbe(_Probe):
         own dtype, the counts by :func:`_count`, the user statistics."""
         s = self.saturation
         low, high = y.amin(), y.amax()  # exact in y's dtype; two passes beat aminmax's one
-        nonzero = _count(torch.ne, y, 0)  # any shape, no flat copy
+        nonzero = _count(torch.ne, y, 0) if self.zeros else y.new_zeros(())  # no flat copy
         saturated = _count(torch.ge, y.abs(), s) if s is not None else y.new_zeros(())
         user = [_user_value(k, f(y), y.device) for k, f in self.stats.items()]
         rest = torch.stack([low, high, nonzero, saturated, *user])  # (W - 2,), widest dtype
@@ -488,7 +495,7 @@ class ActivationProbe(_Probe):
             np.minimum.at(low, slots, rows[:, 2])  # (C,) -> (L,)
             np.maximum.at(high, slots, rows[:, 3])
             mean, _, std = _pool(rows, pooled, counts)  # (L,) each
-            zero_frac = (m - pooled[:, 4]) / m
+            zero_frac = (m - pooled[:, 4]) / m if self.zeros else np.full(len(m), np.nan)
             saturated_frac = pooled[:, 5] / m if self.saturation else np.full(len(m), np.nan)
             extra = pooled[:, 6:-3] / calls[:, None]  # (L, E)
         constant = (low == high) & (m > 1)  # exactly 0, not the one-pass formula's rounding

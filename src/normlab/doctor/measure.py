@@ -37,13 +37,15 @@ def _max(rows: Sequence[Sequence[float]], j: int) -> float:
 def probe_settings(model: nn.Module) -> dict[str, Any]:
     """The :class:`~normlab.probe.ActivationProbe` arguments the doctor measures ``model`` with:
     every element, the per-unit statistics, and saturation only where the model has a tanh- or
-    sigmoid-like layer (each costs a pass over every layer's output)."""
+    sigmoid-like layer; no count of zero elements, as dead units are judged per unit (each costs
+    a pass over every layer's output)."""
     stats = dict(_STATS)
     modules = list(model.modules())
     if any(isinstance(m, _SIGMOID_LIKE) for m in modules):
         stats["sigmoid_saturated"] = _sigmoid_saturated
     tanh = any(isinstance(m, _TANH_LIKE) for m in modules)
-    return {"stats": stats, "saturation": TANH_SATURATION if tanh else None, "sample_size": None}
+    saturation = TANH_SATURATION if tanh else None
+    return {"stats": stats, "saturation": saturation, "zeros": False, "sample_size": None}
 
 
 def _measure(
