@@ -1,7 +1,9 @@
 """ActivationProbe on every layer: its cost next to the plain forward and the notebook way.
 
 Two models, each timed in one process with the variants interleaved (each repeat runs all of
-them, in rotating order), reported as median times and ratios to the plain forward:
+them, in rotating order), reported as median times and ratios to the plain forward. A ratio is
+paired: the median over the rounds of the two variants' times in the same round, so that a
+change in the machine's speed between rounds (other work, a slower core) cancels out.
 
 - a 50-layer, 256-wide MLP (Linear + ReLU per layer: 100 probed modules), batch 256;
 - ``normlab.zoo``'s ResNet-style CNN (BatchNorm2d after every conv), batch 256 of 3x16x16.
@@ -76,6 +78,7 @@ PROBE, EXACT, NOTEBOOK = "ActivationProbe + step()", "  the same, every element"
 SATURATED, FLOOR = "  the same, + saturation", "copy only (the floor)"
 TARGET = 1.3  # the most probe / plain may be
 TRAIN_TARGET, DOCTOR_TARGET = 1.15, 1.5  # forward + backward: probes, the doctor's settings
+DOCTOR = "the doctor's settings"
 
 
 def mlp(depth: int = 50, width: int = 256) -> nn.Sequential:
@@ -155,21 +158,18 @@ def bench(name: str, model: nn.Module, x: torch.Tensor, repeats: int, clock: Clo
         "var_mean + aminmax hooks": with_hooks(copy.deepcopy(model), x, var_mean_hook(kept)),
         FLOOR: with_hooks(copy.deepcopy(model), x, copy_hook(len(select_modules(model)))),
     }
-    names = list(variants)
-    med = interleave(variants, repeats, clock, after=kept.clear)
+    times = interleave(variants, repeats, clock, after=kept.clear)
     print(f"\n{name}: {len(select_modules(model))} probed modules, input {tuple(x.shape)}")
-    base = med["plain forward"]
-    for n in names:
-        print(f"  {n:28s} median {med[n] * 1e3:8.2f} ms   {med[n] / base:5.2f}x plain")
-    ratio = med[PROBE] / base
-    verdict = "within" if ratio <= TARGET else "OVER"
+    show(times, "plain forward")
+    probe = paired(times, PROBE, "plain forward")
+    verdict = "within" if probe <= TARGET else "OVER"
     print(
-        f"  probe / plain {ratio:.2f}x: {verdict} the {TARGET}x target;  "
-        f"notebook / probe {med[NOTEBOOK] / med[PROBE]:.2f}x (target >= 2x);  "
-        f"notebook / probe every element {med[NOTEBOOK] / med[EXACT]:.2f}x;  "
-        f"probe / copy only {med[PROBE] / med[FLOOR]:.2f}x"
+        f"  probe / plain {probe:.2f}x: {verdict} the {TARGET}x target;  "
+        f"notebook / probe {paired(times, NOTEBOOK, PROBE):.2f}x (target >= 2x);  "
+        f"notebook / probe every element {paired(times, NOTEBOOK, EXACT):.2f}x;  "
+        f"probe / copy only {paired(times, PROBE, FLOOR):.2f}x"
     )
-    return ratio
+    return probe
 
 
 def real_models(quick: bool) -> list[tuple[str, nn.Module, torch.Tensor]]:
@@ -241,20 +241,29 @@ def bench_training(repeats: int, clock: Clock) -> list[tuple[str, float, float, 
         variants = {
             "plain forward + backward": train_step(model, x, lambda: None),
             "probes at their defaults": with_probes(copy.deepcopy(model), x),
-            "the doctor's settings": with_probes(
-                copy.deepcopy(model), x, **doctor.probe_settings(model)
-            ),
+            DOCTOR: with_probes(copy.deepcopy(model), x, **doctor.probe_settings(model)),
             "exact-gradient floor": with_gradient_floor(copy.deepcopy(model), x),
         }
-        med = interleave(variants, repeats, clock, grad=True)
-        base = med["plain forward + backward"]
+        times = interleave(variants, repeats, clock, grad=True)
         probed = len(select_modules(model))
         print(f"\ntraining {name}: {probed} probed modules, input {tuple(x.shape)}")
-        for n, t in med.items():
-            print(f"  {n:28s} median {t * 1e3:8.2f} ms   {t / base:5.2f}x plain")
-        probes, full = med["probes at their defaults"], med["the doctor's settings"]
-        out.append((name, probes / base, full / base, med["exact-gradient floor"] / base))
+        base = "plain forward + backward"
+        show(times, base)
+        probes, full = (paired(times, n, base) for n in ("probes at their defaults", DOCTOR))
+        out.append((name, probes, full, paired(times, "exact-gradient floor", base)))
     return out
+
+
+def paired(times: dict[str, list[float]], name: str, base: str) -> float:
+    """The median over rounds of ``name``'s time over ``base``'s in the same round."""
+    return statistics.median(t / b for t, b in zip(times[name], times[base], strict=True))
+
+
+def show(times: dict[str, list[float]], base: str) -> None:
+    """Each variant's median time and its paired ratio to ``base``."""
+    for n, ts in times.items():
+        ratio = paired(times, n, base)
+        print(f"  {n:28s} median {statistics.median(ts) * 1e3:8.2f} ms   {ratio:5.2f}x plain")
 
 
 def interleave(
@@ -263,8 +272,8 @@ def interleave(
     clock: Clock,
     grad: bool = False,
     after: Callable[[], None] = lambda: None,
-) -> dict[str, float]:
-    """Median time of each variant over ``repeats`` rounds in rotating order (two warm-ups:
+) -> dict[str, list[float]]:
+    """Each variant's time in each of ``repeats`` rounds, run in rotating order (two warm-ups:
     allocator, kernels, the probes' buffers); ``after`` runs untimed after each call."""
     names = list(variants)
     times: dict[str, list[float]] = {n: [] for n in names}
@@ -279,7 +288,7 @@ def interleave(
                 variants[n]()
                 times[n].append(clock() - t0)
                 after()
-    return {n: statistics.median(ts) for n, ts in times.items()}
+    return times
 
 
 def main(argv: list[str] | None = None) -> int:
