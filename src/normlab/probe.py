@@ -201,12 +201,14 @@ def _sums(x: Tensor) -> Tensor:
     return torch.stack([total, torch.dot(centered, centered)])
 
 
-def _count(flag: Callable[..., Tensor], x: Tensor, *args: Any) -> Tensor:
+def _count(flag: Callable[..., Tensor], x: Tensor, *args: Any, dim: int | None = None) -> Tensor:
     """How many elements of ``x`` ``flag`` (a comparison: ``torch.ne``, ``torch.ge``) holds for,
-    as a 0-dim float: the comparison writes 1.0 or 0.0 straight into a float buffer (summing
-    bools is slow), float32 below 2**24 elements, where it adds 1s exactly, float64 beyond."""
+    as a float: over all of ``x`` (0-dim), or along ``dim``. The comparison writes 1.0 or 0.0
+    straight into a float buffer (summing bools is slow), float32 below 2**24 elements, where it
+    adds 1s exactly, float64 beyond."""
     wide = torch.float32 if x.numel() < _EXACT_COUNT else torch.float64
-    return flag(x, *args, out=torch.empty(x.shape, dtype=wide, device=x.device)).sum()
+    flags = flag(x, *args, out=torch.empty(x.shape, dtype=wide, device=x.device))
+    return flags.sum() if dim is None else flags.sum(dim)
 
 
 def _pool(
@@ -424,10 +426,10 @@ class ActivationProbe(_Probe):
             y = output if type(output) is Tensor else first_float_tensor(output)
             if y is None or not y.is_floating_point() or (n := y.numel()) == 0:
                 return
-            x, size, device = y.detach(), self.sample_size, y.device
             self._order.setdefault(slot)
-            if size is None:  # every element: reduced now, as a copy would double the traffic
+            if self.sample_size is None:  # every element: reduced now, not copied
                 return self._add_whole(y, slot)
+            x, size, device = y.detach(), self.sample_size, y.device
             user = [_user_value(k, f(x), device) for k, f in self.stats.items()]
             if (index := self._indices.get((n, device))) is None:
                 index = self._indices[(n, device)] = sample_indices(n, size).to(device)
@@ -455,9 +457,9 @@ class ActivationProbe(_Probe):
         total = x.sum(1)  # (G, m) -> (G,)
         centered = x - total[:, None] / x.shape[1]  # (G, m): the second pass
         columns = [total, (centered * centered).sum(1), x.amin(1), x.amax(1)]  # (G,) each
-        nonzero = x.abs().ne_(0).sum(1) if self.zeros else x.new_zeros(len(x))  # float flags
-        columns.append(nonzero)  # flagged in place, as floats: bools count slowly
-        columns.append(x.new_zeros(len(x)) if s is None else x.abs().ge_(s).sum(1))
+        none = x.new_zeros(len(x))  # (G,): a count not made
+        columns.append(_count(torch.ne, x, 0, dim=1) if self.zeros else none)
+        columns.append(_count(torch.ge, x.abs(), s, dim=1) if s is not None else none)
         meta, user = zip(*calls, strict=True)
         columns += [torch.stack(f) for f in zip(*user, strict=True)]  # G x E -> E x (G,)
         self._rows.append(torch.stack(columns, dim=1).view(-1))  # W x (G,) -> (G * W,), float64
