@@ -273,6 +273,38 @@ def test_gradient_ratio_is_the_relative_weight_gradient_over_the_last_layer_s() 
     assert all(got[name] != got[name] for name in ("1", "3"))  # no weights: nan
 
 
+def test_the_relative_gradients_come_to_the_host_in_one_copy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One copy for all layers, not one per layer (each would wait for a GPU): shown on the
+    meta device, with a layer whose weights got no gradient among them."""
+    from normlab.doctor.measure import _relative_gradients, _weights
+
+    net = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 2)).to("meta")
+    for m in (net[0], net[2]):
+        m.weight.grad = torch.empty_like(m.weight)
+    read: list[str] = []
+    for name in ("item", "tolist", "numpy", "__bool__", "__float__"):
+        monkeypatch.setattr(torch.Tensor, name, lambda self, *a, _n=name, **k: read.append(_n))
+    monkeypatch.setattr(torch.Tensor, "cpu", lambda self: read.append("cpu") or self)
+    assert _relative_gradients(_weights(net)).shape == (3,)
+    assert read == ["cpu"]
+
+
+def test_relative_gradients_are_the_weight_gradient_norm_over_the_weight_norm() -> None:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(6, 5), nn.Linear(5, 3), nn.Linear(3, 2))
+    net(torch.randn(8, 6))[:, :1].sum().backward()
+    net[1].weight.grad = None  # no gradient: nan
+    from normlab.doctor.measure import _relative_gradients, _weights
+
+    got = _relative_gradients(_weights(net))
+    want = [float(m.weight.grad.norm() / m.weight.detach().norm()) for m in (net[0], net[2])]
+    assert got.dtype == torch.float64 and got.device.type == "cpu" and got.shape == (3,)
+    assert got[0].item() == pytest.approx(want[0], rel=1e-6) and math.isnan(got[1].item())
+    assert got[2].item() == pytest.approx(want[1], rel=1e-6)
+
+
 @pytest.mark.parametrize(("dead_units", "labelled"), [(4, False), (5, True)])
 def test_dead_threshold(dead_units: int, labelled: bool) -> None:
     layer = nn.Linear(8, 8)

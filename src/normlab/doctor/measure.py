@@ -106,20 +106,22 @@ def _weights(model: nn.Module) -> dict[str, list[nn.Parameter]]:
 
 
 def _relative_gradients(weights: dict[str, list[nn.Parameter]]) -> torch.Tensor:
-    """``|dL/dW| / |W|`` per weight layer after one backward pass, in float64, (layers,).
+    """``|dL/dW| / |W|`` per weight layer after one backward pass, in float64, (layers,), on
+    the host: one copy for all layers (each layer's own would wait for the device once each).
 
     A layer whose weights got no gradient (not used, or frozen) or are all 0 gives nan.
     """
-    out = []
+    out: list[torch.Tensor] = []  # 0-dim float64 per layer, on the first layer's device
     for ps in weights.values():
+        device = out[0].device if out else ps[0].device
         grads = [p.grad for p in ps if p.grad is not None]
         if not grads:
-            out.append(torch.tensor(math.nan, dtype=torch.float64))
+            out.append(torch.tensor(math.nan, dtype=torch.float64, device=device))
             continue
         g2 = sum(g.detach().double().square().sum() for g in grads)  # float64: 1e-20 squares
         w2 = sum(p.detach().double().square().sum() for p in ps)
-        out.append(torch.as_tensor(g2 / w2).sqrt().cpu())  # 0 / 0 = nan, x / 0 = inf
-    return torch.stack(out) if out else torch.empty(0, dtype=torch.float64)
+        out.append(torch.as_tensor(g2 / w2).sqrt().to(device))  # 0 / 0 = nan, x / 0 = inf
+    return torch.stack(out).cpu() if out else torch.empty(0, dtype=torch.float64)
 
 
 def _grad_ratios(
