@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from normlab import doctor, zoo
+from normlab.doctor.measure import _relative_gradients, _weights
 from normlab.experiments import ParameterError, get_experiment, run_experiment
 
 BATCH = 64
@@ -278,8 +279,6 @@ def test_the_relative_gradients_come_to_the_host_in_one_copy(
 ) -> None:
     """One copy for all layers, not one per layer (each would wait for a GPU): shown on the
     meta device, with a layer whose weights got no gradient among them."""
-    from normlab.doctor.measure import _relative_gradients, _weights
-
     net = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 2)).to("meta")
     for m in (net[0], net[2]):
         m.weight.grad = torch.empty_like(m.weight)
@@ -296,8 +295,6 @@ def test_relative_gradients_are_the_weight_gradient_norm_over_the_weight_norm() 
     net = nn.Sequential(nn.Linear(6, 5), nn.Linear(5, 3), nn.Linear(3, 2))
     net(torch.randn(8, 6))[:, :1].sum().backward()
     net[1].weight.grad = None  # no gradient: nan
-    from normlab.doctor.measure import _relative_gradients, _weights
-
     got = _relative_gradients(_weights(net))
     want = [float(m.weight.grad.norm() / m.weight.detach().norm()) for m in (net[0], net[2])]
     assert got.dtype == torch.float64 and got.device.type == "cpu" and got.shape == (3,)

@@ -111,9 +111,11 @@ def _relative_gradients(weights: dict[str, list[nn.Parameter]]) -> torch.Tensor:
 
     A layer whose weights got no gradient (not used, or frozen) or are all 0 gives nan.
     """
-    out: list[torch.Tensor] = []  # 0-dim float64 per layer, on the first layer's device
+    if not weights:
+        return torch.empty(0, dtype=torch.float64)
+    device = next(iter(weights.values()))[0].device  # where all layers' values are stacked
+    out: list[torch.Tensor] = []  # 0-dim float64 per layer, on that device
     for ps in weights.values():
-        device = out[0].device if out else ps[0].device
         grads = [p.grad for p in ps if p.grad is not None]
         if not grads:
             out.append(torch.tensor(math.nan, dtype=torch.float64, device=device))
@@ -121,7 +123,7 @@ def _relative_gradients(weights: dict[str, list[nn.Parameter]]) -> torch.Tensor:
         g2 = sum(g.detach().double().square().sum() for g in grads)  # float64: 1e-20 squares
         w2 = sum(p.detach().double().square().sum() for p in ps)
         out.append(torch.as_tensor(g2 / w2).sqrt().to(device))  # 0 / 0 = nan, x / 0 = inf
-    return torch.stack(out).cpu() if out else torch.empty(0, dtype=torch.float64)
+    return torch.stack(out).cpu()
 
 
 def _grad_ratios(
