@@ -48,6 +48,7 @@ infinite-width predictions; a layer of width :math:`n` wanders around them by a 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Sequence
@@ -121,12 +122,18 @@ def activation_pair(activation: Activation) -> tuple[Fn, Fn]:
     )
 
 
+@functools.cache
+def _unit_legendre(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    x, w = np.polynomial.legendre.leggauss(n)  # on [-1, 1]
+    return torch.from_numpy(x), torch.from_numpy(w)
+
+
 def _legendre(n: int, low: float, high: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Gauss-Legendre nodes and weights on ``[low, high]``: exact for polynomials of degree
     ``2n - 1``, exponentially accurate for a function smooth on the interval."""
-    x, w = np.polynomial.legendre.leggauss(n)  # on [-1, 1]
+    x, w = _unit_legendre(n)
     half = 0.5 * (high - low)
-    return torch.from_numpy(low + half * (x + 1.0)), torch.from_numpy(half * w)
+    return low + half * (x + 1.0), half * w
 
 
 R, R_WEIGHTS = _legendre(RADIAL_POINTS, 0.0, RADIUS)  # (Pr,), (Pr,)
@@ -247,6 +254,8 @@ def _bisect(f: Callable[[float], float], lo: float, hi: float, steps: int = 200)
     """A root of ``f`` between ``lo`` and ``hi`` where ``f`` changes sign, to 1e-13 relative
     (geometric midpoints when both are positive and far apart, so decades take few steps)."""
     f_lo = f(lo)
+    if f_lo == 0.0 or f(hi) == 0.0:  # a root on an end (the gap's rounding floor makes it 0)
+        return lo if f_lo == 0.0 else hi
     for _ in range(steps):
         if hi - lo <= 1e-13 * max(abs(lo), abs(hi)):
             break
