@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
+import types
+from typing import Any
 
 import pytest
 import torch
@@ -17,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from normlab import theory
+from normlab.experiments import script
 from normlab.theory import (
     ACTIVATIONS,
     bn_gradient_growth,
@@ -184,7 +188,34 @@ def test_bad_input_names_the_parameter_and_the_allowed_values() -> None:
 
 def test_every_named_activation_has_its_derivative() -> None:
     x = torch.linspace(-3, 3, 61, dtype=torch.float64, requires_grad=True)
-    for name, (phi, dphi) in ACTIVATIONS.items():
+    for name in ACTIVATIONS:
+        phi, dphi = theory.activation_pair(name)
         (grad,) = torch.autograd.grad(phi(x).sum(), x)
         torch.testing.assert_close(dphi(x.detach()), grad, atol=1e-12, rtol=0, msg=name)
     assert theory.activation_pair("gelu")[0] is torch.nn.functional.gelu
+    assert tuple(theory.PLACEMENTS) == ("post", "pre", "peri", "dyt", "none", "rezero")
+
+
+@pytest.mark.parametrize(
+    ("code", "call"),
+    [
+        (theory.MEAN_FIELD_CODE, 'critical_sigma_w2("tanh", 0.05), mean_field("erf", 1.3, 0.2)'),
+        (theory.JACOBIAN_CODE, 'jacobian_spectrum("tanh", 8, 100, "orthogonal", q_star=0.3)'),
+        (theory.BN_GROWTH_CODE, 'bn_gradient_growth("gelu")'),
+        (theory.RESIDUAL_CODE, 'residual_stream("dyt", 12, branch_scale=0.5)'),
+    ],
+)
+def test_the_code_an_experiment_pastes_runs_on_its_own(code: tuple[Any, ...], call: str) -> None:
+    """Each ``*_CODE`` tuple, pasted as a script pastes it (its sources and the imports they
+    use, no normlab), defines what it lists and computes what the module computes."""
+    sources = [script.source_of(obj) for obj in code]
+    body = "\n\n".join([*sources, f"answer = {call}"])
+    text = "\n".join([*script.imports(code, body), body])
+    assert "normlab" not in text
+    pasted = types.ModuleType("pasted")  # a module of its own, as a script's __main__ is
+    sys.modules["pasted"] = pasted
+    try:
+        exec(compile(text, "pasted.py", "exec"), vars(pasted))
+    finally:
+        del sys.modules["pasted"]
+    assert repr(pasted.answer) == repr(eval(call, vars(theory)))

@@ -57,59 +57,50 @@ from typing import Literal
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 Fn = Callable[[torch.Tensor], torch.Tensor]
 Activation = str | tuple[Fn, Fn]
 """An activation by name (:data:`ACTIVATIONS`) or as a pair ``(phi, dphi)`` of callables."""
-Phase = Literal["ordered", "critical", "chaotic"]
 
-RADIUS = 13.0
-"""Gaussian mass beyond 13 standard deviations (about 1e-38) is left out of every expectation."""
-RADIAL_POINTS, ANGULAR_POINTS = 96, 48
-"""Gauss-Legendre nodes along a radius and along each arc between two kinks; the expectations of
-:data:`ACTIVATIONS` agree with twice as many to 1e-13."""
-CRITICAL_TOLERANCE = 1e-6
-"""``|chi_1 - 1|`` below which a point counts as on the critical line (what the bisection of
-:func:`critical_sigma_w2` reaches, with room)."""
-Q_TINY, Q_HUGE = 1e-300, 1e300
-"""A length of 0 or inf is evaluated at these (the derivative's limit; a ReLU's is scale-free)."""
+ACTIVATIONS: tuple[str, ...] = ("tanh", "relu", "linear", "erf", "gelu", "silu", "sigmoid")
+"""The activations known by name (:func:`activation_pair` gives each with its derivative)."""
+
+# The functions below that an experiment's script pastes (``*_CODE`` at the end of the module)
+# read no module-level value: their constants are their own defaults and literals.
 
 
-def _gelu_grad(x: torch.Tensor) -> torch.Tensor:
+def gelu_grad(x: torch.Tensor) -> torch.Tensor:
+    """The derivative of the exact GELU :math:`x \\Phi(x)`: :math:`\\Phi(x) + x \\varphi(x)`."""
     cdf = 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))  # Phi(x)
     pdf = torch.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)  # phi(x)
     return cdf + x * pdf
 
 
-def _silu_grad(x: torch.Tensor) -> torch.Tensor:
-    s = torch.sigmoid(x)
-    return s * (1.0 + x * (1.0 - s))
-
-
-ACTIVATIONS: dict[str, tuple[Fn, Fn]] = {
-    "tanh": (torch.tanh, lambda x: 1.0 - torch.tanh(x) ** 2),
-    "relu": (torch.relu, lambda x: (x > 0).to(x.dtype)),
-    "linear": (lambda x: x, torch.ones_like),
-    "erf": (torch.erf, lambda x: 2.0 / math.sqrt(math.pi) * torch.exp(-x * x)),
-    "gelu": (torch.nn.functional.gelu, _gelu_grad),
-    "silu": (torch.nn.functional.silu, _silu_grad),
-    "sigmoid": (torch.sigmoid, lambda x: torch.sigmoid(x) * (1.0 - torch.sigmoid(x))),
-}
-"""Each activation with its derivative, as functions of a float64 tensor."""
-
-
 def activation_pair(activation: Activation) -> tuple[Fn, Fn]:
-    """``(phi, dphi)`` for a name in :data:`ACTIVATIONS` or a pair of callables.
+    """``(phi, dphi)``: the activation called ``activation`` (one of :data:`ACTIVATIONS`) and its
+    derivative, as functions of a float64 tensor, or a pair of callables as it is.
 
     >>> phi, dphi = activation_pair("tanh")
     >>> float(dphi(torch.tensor(0.0)))
     1.0
     """
+    pairs: dict[str, tuple[Fn, Fn]] = {
+        "tanh": (torch.tanh, lambda x: 1.0 - torch.tanh(x) ** 2),
+        "relu": (torch.relu, lambda x: (x > 0).to(x.dtype)),
+        "linear": (lambda x: x, torch.ones_like),
+        "erf": (torch.erf, lambda x: 2.0 / math.sqrt(math.pi) * torch.exp(-x * x)),
+        "gelu": (F.gelu, gelu_grad),
+        "silu": (
+            torch.nn.functional.silu,
+            lambda x: torch.sigmoid(x) * (1 + x * torch.sigmoid(-x)),
+        ),
+        "sigmoid": (torch.sigmoid, lambda x: torch.sigmoid(x) * torch.sigmoid(-x)),
+    }
     if isinstance(activation, str):
-        if activation not in ACTIVATIONS:
-            valid = list(ACTIVATIONS)
-            raise ValueError(f"activation {activation!r} not supported, use one of {valid}")
-        return ACTIVATIONS[activation]
+        if activation not in pairs:
+            raise ValueError(f"activation {activation!r} not supported, use one of {list(pairs)}")
+        return pairs[activation]
     if (
         isinstance(activation, tuple)
         and len(activation) == 2
@@ -117,9 +108,15 @@ def activation_pair(activation: Activation) -> tuple[Fn, Fn]:
     ):
         return activation
     raise TypeError(
-        f"activation {activation!r} is neither a name in {list(ACTIVATIONS)} "
+        f"activation {activation!r} is neither a name in {list(pairs)} "
         "nor a pair (phi, dphi) of callables"
     )
+
+
+def clamp_length(q: float) -> float:
+    """A length of 0 or inf as 1e-300 or 1e300: the derivative's limit there (a ReLU's is
+    scale-free, tanh's at 0 is 1)."""
+    return min(max(q, 1e-300), 1e300)
 
 
 @functools.cache
@@ -136,9 +133,6 @@ def _legendre(n: int, low: float, high: float) -> tuple[torch.Tensor, torch.Tens
     return low + half * (x + 1.0), half * w
 
 
-R, R_WEIGHTS = _legendre(RADIAL_POINTS, 0.0, RADIUS)  # (Pr,), (Pr,)
-
-
 def gauss_expect(f: Fn, q: float = 1.0) -> float:
     """:math:`\\mathbb{E}_z[f(\\sqrt{q} z)]`, :math:`z \\sim \\mathcal{N}(0, 1)`, by quadrature.
 
@@ -152,9 +146,10 @@ def gauss_expect(f: Fn, q: float = 1.0) -> float:
     >>> round(gauss_expect(torch.relu) * math.sqrt(2 * math.pi), 12)  # E[relu(z)] = 1/sqrt(2 pi)
     1.0
     """
-    density = torch.exp(-0.5 * R * R) / math.sqrt(2.0 * math.pi)  # (Pr,): phi(x)
-    u = math.sqrt(q) * R  # (Pr,)
-    return float((R_WEIGHTS * density * (f(u) + f(-u))).sum())
+    x, weights = _legendre(96, 0.0, 13.0)  # (P,): mass past 13 sd (1e-38) left out
+    density = torch.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)  # (P,): phi(x)
+    u = math.sqrt(q) * x  # (P,)
+    return float((weights * density * (f(u) + f(-u))).sum())
 
 
 def pair_expect(f: Fn, g: Fn, q: float, c: float) -> float:
@@ -180,14 +175,15 @@ def pair_expect(f: Fn, g: Fn, q: float, c: float) -> float:
         for a in (math.pi / 2, -math.pi / 2, theta0 + math.pi / 2, theta0 - math.pi / 2)
     )
     ends = [*rays, rays[0] + 2 * math.pi]
-    radial = R_WEIGHTS * R * torch.exp(-0.5 * R * R) / (2.0 * math.pi)  # (Pr,)
+    r, r_weights = _legendre(96, 0.0, 13.0)  # (Pr,)
+    radial = r_weights * r * torch.exp(-0.5 * r * r) / (2.0 * math.pi)  # (Pr,)
     total = 0.0
     for low, high in itertools.pairwise(ends):
         if high - low < 1e-15:
             continue
-        theta, t_weights = _legendre(ANGULAR_POINTS, low, high)  # (Pa,), (Pa,)
-        z1 = R[:, None] * torch.cos(theta)[None, :]  # (Pr, Pa)
-        z2 = R[:, None] * torch.sin(theta)[None, :]  # (Pr, Pa)
+        theta, t_weights = _legendre(48, low, high)  # (Pa,), (Pa,)
+        z1 = r[:, None] * torch.cos(theta)[None, :]  # (Pr, Pa)
+        z2 = r[:, None] * torch.sin(theta)[None, :]  # (Pr, Pa)
         u1, u2 = math.sqrt(q) * z1, math.sqrt(q) * (c * z1 + s * z2)
         total += float((radial[:, None] * t_weights[None, :] * f(u1) * g(u2)).sum())
     return total
@@ -212,7 +208,7 @@ def c_map(activation: Activation, c: float, q: float, sigma_w2: float, sigma_b2:
     0.5
     """
     phi, _ = activation_pair(activation)
-    q = min(max(q, Q_TINY), Q_HUGE)
+    q = clamp_length(q)
     covariance = sigma_w2 * pair_expect(phi, phi, q, c) + sigma_b2
     return covariance / q_map(activation, q, sigma_w2, sigma_b2)
 
@@ -291,12 +287,12 @@ def fixed_length(
     if g0 > 0:  # the length grows: double until the map falls below the diagonal
         while gap(hi) > 0:
             lo, hi = hi, hi * 2.0
-            if hi > Q_HUGE:
+            if hi > 1e300:
                 return math.inf
     else:  # it shrinks: halve until the map rises above the diagonal (the bias holds it up)
         while gap(lo) < 0:
             lo, hi = lo / 2.0, lo
-            if lo < Q_TINY:
+            if lo < 1e-300:
                 return 0.0
     return _bisect(gap, lo, hi)
 
@@ -305,7 +301,7 @@ def _chi(activation: Activation, q: float, sigma_w2: float, c: float = 1.0) -> f
     """:math:`\\sigma_w^2 \\mathbb{E}[\\phi'(u_1)\\phi'(u_2)]` at length ``q``, correlation ``c``
     (:math:`\\chi_1` at ``c = 1``, :math:`\\chi_c` at :math:`c^*`)."""
     _, dphi = activation_pair(activation)
-    q = min(max(q, Q_TINY), Q_HUGE)
+    q = clamp_length(q)
     if c >= 1.0:
         return sigma_w2 * gauss_expect(lambda u: dphi(u) ** 2, q)
     return sigma_w2 * pair_expect(dphi, dphi, q, c)
@@ -317,17 +313,18 @@ def _c_slope(
     """The correlation map's slope :math:`\\partial c^{l+1} / \\partial c^l` at ``c``:
     :math:`\\chi_c\\, q / q^{l+1}`, which is :math:`\\chi_c` at the fixed point and 1 for a
     length with none (ReLU without biases: its correlations settle slower than exponentially)."""
-    q = min(max(q, Q_TINY), Q_HUGE)
+    q = clamp_length(q)
     return _chi(activation, q, sigma_w2, c) * q / q_map(activation, q, sigma_w2, sigma_b2)
 
 
 def _fixed_correlation(activation: Activation, q: float, sigma_w2: float, sigma_b2: float) -> float:
     """:math:`c^*`: 1 unless the map's slope at 1 exceeds 1 (chaos), then the stable fixed point
     below 1, which attracts the correlation from any start."""
+
     def gap(c: float) -> float:
         return c_map(activation, c, q, sigma_w2, sigma_b2) - c
 
-    if _c_slope(activation, q, sigma_w2, sigma_b2) <= 1.0 + CRITICAL_TOLERANCE:
+    if _c_slope(activation, q, sigma_w2, sigma_b2) <= 1.0 + 1e-6:
         return 1.0
     lo = 0.0 if gap(0.0) > 0 else -1.0
     return _bisect(gap, lo, 1.0 - 1e-9)
@@ -341,7 +338,7 @@ class MeanField:
     chi_1: float  # sigma_w2 * E[phi'(sqrt(q*) z)^2]: growth of a perturbation per layer
     c_star: float  # the fixed-point correlation of two inputs
     xi_c: float  # -1 / ln chi_c: depth over which correlations settle (inf at criticality)
-    phase: Phase  # "ordered" (chi_1 < 1), "critical" or "chaotic" (chi_1 > 1)
+    phase: str  # "ordered" (chi_1 < 1), "critical" or "chaotic" (chi_1 > 1)
 
 
 def mean_field(activation: Activation, sigma_w2: float, sigma_b2: float) -> MeanField:
@@ -365,11 +362,10 @@ def mean_field(activation: Activation, sigma_w2: float, sigma_b2: float) -> Mean
     chi_1 = _chi(activation, q_star, sigma_w2)
     c_star = _fixed_correlation(activation, q_star, sigma_w2, sigma_b2)
     chi_c = _c_slope(activation, q_star, sigma_w2, sigma_b2, c_star)
-    xi_c = math.inf if abs(chi_c - 1.0) <= CRITICAL_TOLERANCE else -1.0 / math.log(chi_c)
-    if abs(chi_1 - 1.0) <= CRITICAL_TOLERANCE:
-        phase: Phase = "critical"
-    else:
-        phase = "ordered" if chi_1 < 1.0 else "chaotic"
+    xi_c = math.inf if abs(chi_c - 1.0) <= 1e-6 else -1.0 / math.log(chi_c)
+    phase = "ordered" if chi_1 < 1.0 else "chaotic"
+    if abs(chi_1 - 1.0) <= 1e-6:  # on the line, to what critical_sigma_w2's bisection reaches
+        phase = "critical"
     return MeanField(q_star, chi_1, c_star, xi_c, phase)
 
 
@@ -426,9 +422,6 @@ class JacobianSpectrum:
 
 
 Weights = Literal["gaussian", "orthogonal"]
-S1 = {"gaussian": -1.0, "orthogonal": 0.0}
-"""The first S-transform coefficient of :math:`W^\\top W / \\sigma_w^2`: Marchenko-Pastur's -1,
-and 0 for an orthogonal matrix, whose spectrum is a single point."""
 
 
 def jacobian_spectrum(
@@ -474,8 +467,11 @@ def jacobian_spectrum(
         raise ValueError(f"depth {depth!r} not allowed, use an integer at least 1")
     if not (isinstance(width, int) and width >= 1):
         raise ValueError(f"width {width!r} not allowed, use an integer at least 1")
-    if weights not in S1:
-        raise ValueError(f"weights {weights!r} not supported, use one of {list(S1)}")
+    # the first S-transform coefficient of W^T W / sigma_w2: Marchenko-Pastur's -1, and 0 for an
+    # orthogonal matrix, whose spectrum is a single point
+    s1 = {"gaussian": -1.0, "orthogonal": 0.0}
+    if weights not in s1:
+        raise ValueError(f"weights {weights!r} not supported, use one of {list(s1)}")
     _, dphi = activation_pair(activation)
     if q_star is None:
         if not _scale_free(dphi):
@@ -484,7 +480,7 @@ def jacobian_spectrum(
     mu1 = gauss_expect(lambda u: dphi(u) ** 2, q_star)
     mu2 = gauss_expect(lambda u: dphi(u) ** 4, q_star)
     chi = (1.0 / mu1 if sigma_w2 is None else sigma_w2) * mu1
-    ratio = max(mu2 / mu1**2 - 1.0 - S1[weights], 0.0)  # 0 up to rounding for linear orthogonal
+    ratio = max(mu2 / mu1**2 - 1.0 - s1[weights], 0.0)  # 0 up to rounding for linear orthogonal
     return JacobianSpectrum(chi**depth, chi ** (2 * depth) * depth * ratio, depth / width)
 
 
@@ -524,8 +520,7 @@ def bn_gradient_growth(activation: Activation) -> float:
 
 Placement = Literal["post", "pre", "peri", "dyt", "none", "rezero"]
 PLACEMENTS: tuple[str, ...] = ("post", "pre", "peri", "dyt", "none", "rezero")
-DYT_ALPHA = 0.5
-"""DyT's initial :math:`\\alpha` (Zhu et al. 2025)."""
+"""Where a residual stream's normalization sits (:func:`residual_stream`)."""
 
 
 def residual_stream(
@@ -555,8 +550,9 @@ def residual_stream(
     >>> [round(m, 4) for m in residual_stream("none", 2, branch_scale=0.5 ** 0.5)]
     [1.0, 1.25, 1.5625]
     """
-    if placement not in PLACEMENTS:
-        raise ValueError(f"placement {placement!r} not supported, use one of {list(PLACEMENTS)}")
+    valid = ("post", "pre", "peri", "dyt", "none", "rezero")
+    if placement not in valid:
+        raise ValueError(f"placement {placement!r} not supported, use one of {list(valid)}")
     if not (isinstance(depth, int) and depth >= 0):
         raise ValueError(f"depth {depth!r} not allowed, use an integer at least 0")
     s2 = branch_scale**2
@@ -568,7 +564,9 @@ def residual_stream(
         elif placement == "peri":
             m = m + s2
         elif placement == "dyt":
-            m = m + s2 * branch_gain * gauss_expect(lambda u: torch.tanh(DYT_ALPHA * u) ** 2, m)
+            m = m + s2 * branch_gain * gauss_expect(
+                lambda u: torch.tanh(0.5 * u) ** 2, m
+            )  # alpha0 = 0.5
         elif placement == "none":
             m = m * (1.0 + s2 * branch_gain)
         out.append(m)  # post-LN and ReZero keep 1
@@ -616,3 +614,35 @@ def relu_variance(gain: float, depth: int, input_variance: float = 1.0) -> list[
         out.append(relu_factor * pre)
         pre = gain**2 * pre / 2.0  # E[relu(a)^2] = Var(a) / 2
     return out
+
+
+MEAN_FIELD_CODE = (
+    gelu_grad,
+    activation_pair,
+    clamp_length,
+    _unit_legendre,
+    _legendre,
+    gauss_expect,
+    pair_expect,
+    q_map,
+    c_map,
+    q_trajectory,
+    c_trajectory,
+    _bisect,
+    fixed_length,
+    _chi,
+    _c_slope,
+    _fixed_correlation,
+    MeanField,
+    _check_variances,
+    mean_field,
+    critical_sigma_w2,
+    trainable_depth,
+)
+"""What a script that calls the mean-field predictions pastes, in dependency order (as
+``functional.BATCH_NORM_CODE``): an experiment's ``code`` starts with it."""
+QUADRATURE_CODE = (gelu_grad, activation_pair, _unit_legendre, _legendre, gauss_expect)
+"""The Gaussian expectations alone, for a script that needs no fixed point."""
+JACOBIAN_CODE = (*QUADRATURE_CODE, _scale_free, JacobianSpectrum, jacobian_spectrum)
+BN_GROWTH_CODE = (*QUADRATURE_CODE, bn_gradient_growth)
+RESIDUAL_CODE = (_unit_legendre, _legendre, gauss_expect, residual_stream)

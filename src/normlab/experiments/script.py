@@ -15,6 +15,7 @@ produced the numbers, so it prints what normlab reports.
 from __future__ import annotations
 
 import ast
+import builtins
 import contextlib
 import dataclasses
 import inspect
@@ -60,15 +61,19 @@ def _bound(alias: ast.alias) -> str:
 def imports(objects: Iterable[Any], body: str) -> list[str]:
     """The import lines ``body`` needs, taken from the modules that define ``objects``.
 
-    Each import is kept, trimmed to the names ``body`` uses, in the order the modules list them.
+    Each import is kept, trimmed to the names ``body`` uses, in the order the modules list them,
+    after ``from __future__ import annotations`` where a hint names something the script does not
+    define (a type alias of the code's module), so that hints stay unevaluated text.
     """
     used = {n.id for n in ast.walk(ast.parse(body)) if isinstance(n, ast.Name)}
     found: dict[str, tuple[bool, bool, str]] = {}  # line -> its sort key
+    bound: set[str] = set()
     for module in dict.fromkeys(obj.__module__ for obj in objects):
         for node in _imports(module):
             names = [a for a in node.names if _bound(a) in used]
             if not names:
                 continue
+            bound |= {_bound(a) for a in names}
             if isinstance(node, ast.ImportFrom):
                 line = ast.unparse(ast.ImportFrom(module=node.module, names=names, level=0))
                 top = str(node.module)
@@ -77,7 +82,33 @@ def imports(objects: Iterable[Any], body: str) -> list[str]:
                 top = names[0].name
             third_party = top.split(".")[0] not in sys.stdlib_module_names
             found[line] = (third_party, isinstance(node, ast.ImportFrom), top)
-    return sorted(found, key=lambda line: found[line])  # the standard library first, as isort
+    lines = sorted(found, key=lambda line: found[line])  # the standard library first, as isort
+    if _unbound_hints(body) - bound:  # a hint names a module's type alias: it stays text
+        lines.insert(0, "from __future__ import annotations")
+    return lines
+
+
+def _unbound_hints(body: str) -> set[str]:
+    """Names that ``body``'s annotations use and neither ``body`` nor the builtins define."""
+    tree = ast.parse(body)
+    hints: list[ast.expr] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            args = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+            hints += [a.annotation for a in args if a.annotation is not None]
+            hints += [node.returns] if node.returns is not None else []
+        elif isinstance(node, ast.ClassDef):  # a dataclass's fields (a function's locals' hints
+            # are never evaluated)
+            hints += [n.annotation for n in node.body if isinstance(n, ast.AnnAssign)]
+    used = {n.id for hint in hints for n in ast.walk(hint) if isinstance(n, ast.Name)}
+    defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)} | {
+        t.id
+        for n in tree.body
+        if isinstance(n, ast.Assign)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
+    return used - defined - set(dir(builtins))
 
 
 def call(experiment: Experiment, params: Mapping[str, Any]) -> str:
