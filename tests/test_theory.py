@@ -133,7 +133,8 @@ def test_jacobian_spectrum_moments() -> None:
         gaussian = jacobian_spectrum("linear", depth, 1000)
         orthogonal = jacobian_spectrum("linear", depth, 1000, "orthogonal")
         assert gaussian.mean == pytest.approx(1.0) and gaussian.variance == pytest.approx(depth)
-        assert orthogonal.variance == pytest.approx(0.0, abs=1e-13 * depth)  # L rounded ratios
+        # Var[phi'^2] of a constant: only (1 - mu1)^2 ~ 1e-32 of rounding per node is left
+        assert orthogonal.variance < 1e-20
         assert jacobian_spectrum("relu", depth, 1000).variance == pytest.approx(2 * depth)
         assert jacobian_spectrum("relu", depth, 1000, "orthogonal").variance == pytest.approx(depth)
     # tanh near the origin is nearly isometric with orthogonal weights, not with Gaussian ones
@@ -181,7 +182,7 @@ def test_bad_input_names_the_parameter_and_the_allowed_values() -> None:
     with pytest.raises(ValueError, match="sigma_b2"):
         critical_sigma_w2("tanh", float("nan"))
     with pytest.raises(ValueError, match="placement"):
-        residual_stream("middle", 3)  # type: ignore[arg-type]
+        residual_stream("middle", 3)
     with pytest.raises(ValueError, match="no critical sigma_w2"):
         critical_sigma_w2((torch.tanh, lambda u: 0.0 * u), 0.1)
 
