@@ -64,3 +64,4 @@ bench: install
 	$(PY) benchmarks/trainview.py
 	$(PY) benchmarks/widgetstream.py
 	$(PY) benchmarks/maxima.py
+	$(PY) benchmarks/theory.py

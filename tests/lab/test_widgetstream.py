@@ -102,7 +102,6 @@ def test_streams_beyond_the_bound_are_refused_while_pages_answer(client: TestCli
     assert r.headers["Retry-After"]
     assert client.get("/").status_code == 200
     client.app.state.widget_streams = 0
-    assert [name for name, _ in events(client, "/api/experiments/bn-lr/stream?steps=3")] == [
-        "result"
-    ]
+    names = [name for name, _ in events(client, "/api/experiments/bn-lr/stream?steps=3")]
+    assert names[-1] == "result" and set(names[:-1]) <= {"frame"}  # a frame, if it ran 10 ms
     assert client.app.state.widget_streams == 0  # the slot is given back

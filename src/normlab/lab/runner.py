@@ -71,8 +71,9 @@ class Waiter:
     :meth:`leave` when the client has gone. The run stops once every request waiting for it
     has left."""
 
-    def __init__(self, runner: Runner) -> None:
+    def __init__(self, runner: Runner, watches: bool = False) -> None:
         self.gone = False
+        self.watches = watches  # a stream reads the run's frames: make them from the start
         self._runner = runner
         self._entry: _Entry | None = None  # the run it waits for (set by Runner.run)
 
@@ -189,6 +190,7 @@ class Runner:
                 entry.pinned = True
             else:
                 entry.waiters += 1
+                entry.watched = entry.watched or waiter.watches
                 waiter._entry = entry
         if owner:
             self._compute(key, entry, name, params)
@@ -331,13 +333,15 @@ class Runner:
         if entry is not None and entry.future.done() and entry.future.exception() is None:
             yield "result", self._body(entry)
             return
-        waiter = Waiter(self)
+        waiter = Waiter(self, watches=True)
         run = asyncio.ensure_future(self._off_loop(self._run_json, name, params, waiter))
         run.add_done_callback(_retrieved)
         shown = 0
         try:
             while not run.done():
-                await asyncio.wait({run}, timeout=FRAME_S)
+                # looked for often until the first frame (a grid's first row comes in tens of
+                # ms), then every FRAME_S
+                await asyncio.wait({run}, timeout=FRAME_S if shown else FIRST_FRAME_S)
                 entry = waiter._entry
                 if entry is None:
                     continue
@@ -353,6 +357,9 @@ class Runner:
 
 FRAME_S = 0.1
 """The shortest time between two frames of a streamed run."""
+FIRST_FRAME_S = 0.01
+"""How often a stream looks for its run's first frame (the frame is made as soon as the run has
+one: a stream's waiter marks its run watched from the start)."""
 FRAME_SHARE = 0.2
 """The most of a streamed run's time that making its frames may take: a frame that took
 ``t`` to make waits ``t / FRAME_SHARE`` before the next (a big result makes fewer frames)."""
