@@ -21,7 +21,11 @@ from normlab.lab.exercises import (
     bn_training,
     doctor,
     drift,
+    dynamical_isometry,
+    edge_of_chaos,
     initialization,
+    residual_normalization,
+    width_depth,
 )
 from normlab.lab.exercises.base import (
     BadSubmission,
@@ -52,6 +56,10 @@ EXERCISES: tuple[Exercise, ...] = (
     + initialization.EXERCISES
     + bn_from_scratch.EXERCISES
     + bn_training.EXERCISES
+    + edge_of_chaos.EXERCISES
+    + dynamical_isometry.EXERCISES
+    + residual_normalization.EXERCISES
+    + width_depth.EXERCISES
     + doctor.EXERCISES
 )
 """Every exercise, in lesson order, then in the order its lesson lists them."""

@@ -4,8 +4,10 @@ Each lesson is a Jinja template in this folder (``<slug>.html``) that extends ``
 Its numbers come from live runs through the template helper ``result(...)``; see
 :mod:`normlab.lab.pages` for the helpers every lesson template can call.
 
->>> [lesson.slug for lesson in LESSONS]
-['drift', 'batch-norm', 'initialization', 'bn-from-scratch', 'bn-training', 'doctor']
+>>> [lesson.slug for lesson in LESSONS][:5]  # the seed lessons, then the newer ones
+['drift', 'batch-norm', 'initialization', 'bn-from-scratch', 'bn-training']
+>>> LESSONS[-1].slug
+'doctor'
 >>> find("batch-norm").number, find("nope") is None
 (2, True)
 """
@@ -70,6 +72,35 @@ _ORDER = (
         "explanation, the noise of batch statistics as a regularizer, and a network that stops "
         "depending on its initializer.",
         ("bn-regularization", "bn-lr"),
+    ),
+    Lesson(
+        "edge-of-chaos",
+        "The edge of chaos",
+        "The variance argument run layer after layer, for two inputs at once: a length map, a "
+        "correlation map with an ordered and a chaotic phase, and the critical line between "
+        "them, measured on real stacks, where deep tanh networks still train.",
+        ("edge-of-chaos",),
+    ),
+    Lesson(
+        "dynamical-isometry",
+        "Dynamical isometry",
+        "Beyond the variance argument: the spectrum of the Jacobian of a deep stack, why "
+        "orthogonal weights keep all of it near 1 for tanh near the origin, and why ReLU cannot.",
+        ("jacobian-spectrum",),
+    ),
+    Lesson(
+        "residual-normalization",
+        "Normalization in residual networks and transformers",
+        "Why BatchNorm needs skips, where transformers put LayerNorm (post, pre, peri), what can "
+        "replace it (scaled branches as in GPT-2, ReZero, DyT), and how attention merges tokens.",
+        ("bn-gradient-explosion", "residual-stream"),
+    ),
+    Lesson(
+        "width-depth",
+        "Width and depth",
+        "The coordinate check: why a wider net's layers move more under the same learning rate, "
+        "how muP's per-layer rates hold them, and what it leaves to the depth.",
+        ("coord-check",),
     ),
     Lesson(
         "doctor",
