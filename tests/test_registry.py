@@ -34,6 +34,11 @@ NAMES = [
     "bn-lr",
     "bn-lr-sweep",
     "bn-regularization",
+    "edge-of-chaos",
+    "jacobian-spectrum",
+    "bn-gradient-explosion",
+    "residual-stream",
+    "coord-check",
     "doctor",
 ]
 
@@ -173,6 +178,9 @@ def test_dependent_bounds_are_declared_and_named_with_their_partner() -> None:
         ("bn-lr-sweep", "lr_max"): {"relation": ">", "partner": "lr_min"},
         ("bn-lr-sweep", "tail"): {"relation": "<", "partner": "steps"},
         ("bn-regularization", "batch_size"): {"relation": "<=", "partner": "n_train"},
+        ("coord-check", "max_width"): {"relation": ">", "partner": "base_width"},
+        ("edge-of-chaos", "sigma_w2_max"): {"relation": ">", "partner": "sigma_w2_min"},
+        ("edge-of-chaos", "sigma_b2_max"): {"relation": ">", "partner": "sigma_b2_min"},
     }
     with pytest.raises(ParameterError, match=r"'hist_layer': 8 must be at most depth \(5\)"):
         run_experiment("init-compare", depth=5, hist_layer=8)
@@ -263,6 +271,10 @@ def test_training_experiments_report_progress_every_step(name: str) -> None:
         params.update(points=3, steps=10, tail=2)
     if name == "bn-regularization":
         params = {"epochs": 2, "n_train": 40, "batch_size": 20}
+    if name == "coord-check":
+        params = {"steps": 2, "max_width": 128, "widths": 2, "max_depth": 4, "depth_width": 32}
+    if name == "edge-of-chaos":
+        params = {"steps": 12, "w_points": 3, "b_points": 2, "depth": 4, "width": 16}
     run_experiment(name, progress=lambda done, total: calls.append((done, total)), **params)
     total = calls[-1][1]
     assert calls == [(i, total) for i in range(1, total + 1)]
@@ -275,6 +287,8 @@ def test_training_experiments_report_progress_every_step(name: str) -> None:
         "init-train": 12,
         "error-surface": 24,  # two starts
         "bn-regularization": 8,  # 2 epochs x 2 batches x 2 nets
+        "coord-check": 20,  # 2 steps x 2 parametrizations x (2 widths + 3 depths: 1, 2, 4)
+        "edge-of-chaos": 12,  # every cell of the grid trains at once
     }
     assert total == expected[name]
 
@@ -284,6 +298,7 @@ STREAMING = {  # what each streams after: a step of the chosen run, or a rate's 
     "init-train": {"steps": 9},
     "bn-lr": {"steps": 9},
     "bn-lr-sweep": {"points": 3, "steps": 10, "tail": 2},
+    "edge-of-chaos": {"w_points": 3, "b_points": 3, "depth": 4, "width": 16, "steps": 2},
 }
 
 
@@ -297,6 +312,8 @@ def _curve(name: str, d: dict) -> list:
         return [v for c in d["curves"] for v in c["final_losses"]]
     if name == "bn-lr":
         return d["losses"] + d["contrast_losses"]
+    if name == "edge-of-chaos":  # the grid's rows as they are measured, then the theory
+        return d["chi_1"] + d["critical"][:1]
     return d["weights"] if name == "symmetry" else d["losses"]
 
 
@@ -307,7 +324,8 @@ def test_a_streamed_run_grows_by_prefixes_to_the_plain_run_s_result(name: str) -
     final = run_experiment(name, live=lambda partial: partials.append(partial()), **params)
     assert final.to_dict() == run_experiment(name, **params).to_dict()  # live changes nothing
     full = _curve(name, final.to_dict())
-    expected = {"symmetry": 9, "init-train": 9, "bn-lr": 18, "bn-lr-sweep": 6}[name]
+    expected = {"symmetry": 9, "init-train": 9, "bn-lr": 18, "bn-lr-sweep": 6, "edge-of-chaos": 4}
+    expected = expected[name]
     assert len(partials) == expected
     for n, partial in enumerate(partials, start=1):
         d = partial.to_dict()

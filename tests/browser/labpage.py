@@ -36,6 +36,17 @@ PRESETS = {
         "&bn-lr-sweep.points=3&bn-lr-sweep.steps=30&bn-lr-sweep.tail=3"
     ),
     "bn-training": "?bn-regularization.epochs=4&bn-lr.steps=12",
+    # the grid trains a stack per cell: a small grid, narrow stacks and a few steps here
+    "edge-of-chaos": (
+        "?edge-of-chaos.w_points=4&edge-of-chaos.b_points=2&edge-of-chaos.width=128"
+        "&edge-of-chaos.steps=3"
+    ),
+    "residual-normalization": (
+        "?bn-gradient-explosion.depth=16&bn-gradient-explosion.width=64"
+        "&bn-gradient-explosion.batch=32&residual-stream.depth=12&residual-stream.d_model=32"
+    ),
+    # the coordinate check trains 2 x (5 widths + 6 depths) nets: fewer, narrower ones here
+    "width-depth": "?coord-check.max_width=256&coord-check.max_depth=8&coord-check.depth_width=64",
 }
 
 

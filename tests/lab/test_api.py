@@ -89,6 +89,36 @@ SEED_FIGURES = {
     "bn-lr-sweep": lambda d: all(d["curves"][1]["stable"]) and not all(d["curves"][0]["stable"]),
     # beyond the seeds: BN's training-mode output moves with the batch, the plain net's cannot
     "bn-regularization": lambda d: d["runs"][0]["noise"] == 0.0 < d["runs"][1]["noise"],
+    # beyond the seeds: the measured chi_1 crosses 1 near the critical line (sigma_b2 = 0.05, the
+    # second row: 1.761, within 10% at width 512, tests/experiments/test_edge_of_chaos.py), and
+    # the cells inside the band 6 xi_c > depth train lower than those outside (row by row, the
+    # mean loss inside minus outside sums below 0; the first row has no cell outside)
+    "edge-of-chaos": lambda d: (
+        abs(d["crossings"][1] / 1.761 - 1) < 0.1
+        and sum(inside - outside for inside, outside in d["band_losses"][1:]) < 0
+    ),
+    # beyond the seeds: orthogonal tanh near the origin keeps s^2 near 1, Gaussian weights spread
+    # it (var / mean^2 ~ L = 32 against 8 q*^2 L ~ 0.03; measured 28.6 and 0.025)
+    "jacobian-spectrum": lambda d: (
+        d["runs"][0]["relative"][-1] > 10 and d["runs"][1]["relative"][-1] < 0.05
+    ),
+    # beyond the seeds: BatchNorm without skips multiplies |dL/dx|^2 by pi/(pi-1) = 1.46694 per
+    # block (within 4%: finite batch and width, tests/experiments/test_bn_gradient_explosion.py),
+    # the same blocks with skips by under 1.1
+    "bn-gradient-explosion": lambda d: (
+        abs(d["stacks"][0]["growth"] / 1.46694 - 1) < 0.04 and d["stacks"][2]["growth"] < 1.1
+    ),
+    # beyond the seeds: post-LN pins the stream at 1, pre-LN's grows; attention alone collapses
+    "residual-stream": lambda d: (
+        round(d["stacks"][0]["second_moment"][-1], 3) == 1.0
+        and d["stacks"][1]["second_moment"][-1] > 20
+        and d["no_skip"]["rank_residual"][4] < 1e-3
+    ),
+    # beyond the seeds: after 3 Adam steps SP's output grows with width (update ~ lr * n), muP's
+    # hidden layers hold (tests/experiments/test_coord_check.py derives the 2 and the 1.25)
+    "coord-check": lambda d: (
+        d["width_sweep"][0]["spreads"][-1] > 2 and max(d["width_sweep"][1]["spreads"][1:-1]) < 1.25
+    ),
     # beyond the seeds: the default zoo model is the vanishing tanh stack, and the doctor says so
     "doctor": lambda d: d["problems"] == ["vanishing"] and "vanishing" in d["layers"][-1]["labels"],
 }

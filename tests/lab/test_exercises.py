@@ -245,6 +245,34 @@ def _bn_weight_gradient_ratio(scale: float = 10.0) -> float:
     return norms[1] / norms[0]
 
 
+def _tanh_slope_spread(q: float) -> float:
+    """mu2 / mu1^2 - 1 of tanh's squared slopes (1 - tanh(h)^2)^2 at h ~ N(0, q), by the
+    trapezoid rule on a fine grid (normlab.theory uses Gauss-Legendre quadrature)."""
+    h = torch.linspace(-12.0, 12.0, 200_001, dtype=torch.float64) * q**0.5
+    density = torch.exp(-h * h / (2 * q))  # unnormalized: the constant cancels in the ratio
+    d2 = (1 - torch.tanh(h) ** 2) ** 2
+    mu0, mu1, mu2 = (torch.trapezoid(density * d2**k, h) for k in (0, 1, 2))
+    return float(mu2 * mu0 / mu1**2 - 1)
+
+
+def _tanh_edge(sigma_b2: float) -> float:
+    """The critical sigma_w2 of tanh at ``sigma_b2``, by the trapezoid rule: on the critical
+    line q* fixes sigma_w2 = 1 / E[phi'^2] and sigma_b2 = q* - sigma_w2 E[phi^2]; bisect q*."""
+    z = torch.linspace(-12.0, 12.0, 100_001, dtype=torch.float64)
+    density = torch.exp(-z * z / 2)
+
+    def expect(f: torch.Tensor) -> float:
+        return float(torch.trapezoid(density * f, z) / torch.trapezoid(density, z))
+
+    lo, hi = 1e-9, 10.0
+    for _ in range(60):
+        q = (lo * hi) ** 0.5
+        u = q**0.5 * z
+        sw2 = 1 / expect((1 - torch.tanh(u) ** 2) ** 2)
+        lo, hi = (q, hi) if q - sw2 * expect(torch.tanh(u) ** 2) < sigma_b2 else (lo, q)
+    return 1 / expect((1 - torch.tanh((lo * hi) ** 0.25 * z) ** 2) ** 2)
+
+
 # Right answers worked out here, by hand, by autograd or from the seeds' printed figures, not
 # from the exercise's own expected() function; traps are the wrong turns each exercise names.
 NUMBERS: dict[str, tuple[float, list[float]]] = {
@@ -258,6 +286,28 @@ NUMBERS: dict[str, tuple[float, list[float]]] = {
     "init-xavier-bound": (math.sqrt(6 / (256 + 128)), [math.sqrt(2 / (256 + 128))]),
     "doctor-relu-gain": (math.sqrt(64 / 2), [8.0]),  # width 64, std-1 weights; 8 forgets ReLU
     "bn-weight-gradient-scale": (_bn_weight_gradient_ratio(), [1.0, 10.0]),
+    # 20 ReLU layers, orthogonal: the slopes (0 or 1, half each) add 1 per layer; 40 keeps the
+    # Gaussian weights' 1 per layer, 0 takes ReLU for isometric
+    "isometry-relu-orthogonal": (20 * 1.0, [40.0, 0.0]),
+    # 50 tanh layers at q* = 0.1, orthogonal: L (mu2 / mu1^2 - 1); the traps add the Gaussian
+    # weights' 1, use the small-q* expansion 8 q*^2, or read q* as the std of h
+    "isometry-tanh-orthogonal": (
+        50 * _tanh_slope_spread(0.1),
+        [50 * (1 + _tanh_slope_spread(0.1)), 50 * 8 * 0.1**2, 50 * _tanh_slope_spread(0.01)],
+    ),
+    # tanh's edge of chaos at sigma_b2 = 2 (measured in the lesson's listing); the traps: the
+    # edge without biases, He's ReLU value, the lesson's own row at sigma_b2 = 0.05
+    "edge-critical-by-measurement": (_tanh_edge(2.0), [1.0, 2.0, _tanh_edge(0.05)]),
+    # pre-LN MLP stack: each block adds the branch's 1/2 (ReLU halves); 21 forgets the ReLU,
+    # 10 the input, 1 is post-LN, 1.5^20 compounds as without a norm
+    "residual-pre-ln-stream": (1 + 20 / 2, [21.0, 10.0, 1.0, 1.5**20]),
+    # branches scaled by 1/sqrt(32) add (1/32)(1/2) each; 17 is unscaled, 1 + sqrt(32)/2 scales
+    # the second moment by s instead of s^2, 0.5 forgets the input
+    "residual-scaled-branches": (1 + 32 * (1 / 32) / 2, [17.0, 1 + math.sqrt(32) / 2, 0.5]),
+    # muP, Adam, hidden weights: 0.01 / (1024 / 64); SP's rate, times the multiplier, over its root
+    "width-depth-adam-hidden-rate": (0.01 * 64 / 1024, [0.01, 0.01 * 16, 0.01 / 4]),
+    # 32 unscaled blocks, branch gain 1/6: RMS (7/6)^16; the second moment; added, not multiplied
+    "width-depth-stream-growth": ((7 / 6) ** 16, [(7 / 6) ** 32, 1 + 32 / 6]),
 }
 
 
