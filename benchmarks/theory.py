@@ -39,20 +39,17 @@ Usage::
 """
 
 import argparse
-import http.client
 import itertools
 import os
 import statistics
 import time
-import urllib.parse
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
 from normlab.experiments import edge_of_chaos as eoc
-from normlab.lab import sse
 from widgets import _post_ok, lab_server
+from widgetstream import stream
 
 ROWS, COLS, DEPTH, WIDTH = 20, 20, 50, 256
 GRID = {
@@ -146,38 +143,15 @@ def _own_stacks_ms(x: torch.Tensor) -> float:
     return (time.perf_counter() - t0) * 1e3 / COLS
 
 
-def stream(base: str, params: dict[str, Any]) -> tuple[float, float, int]:
-    """(ms to the first frame, ms to the result, frames) of one streamed run."""
-    parts = urllib.parse.urlsplit(base)
-    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=600)
-    started = time.perf_counter()
-    conn.request("GET", f"/api/experiments/edge-of-chaos/stream?{urllib.parse.urlencode(params)}")
-    response = conn.getresponse()
-    if response.status != 200:
-        raise RuntimeError(f"the stream answered {response.status}: {response.read()!r}")
-    first, frames = None, 0
-    try:
-        for event, _ in sse.read_events(response.readline):
-            ms = (time.perf_counter() - started) * 1e3
-            if event == "frame":
-                frames += 1
-                first = ms if first is None else first
-            elif event == "result":
-                return (ms if first is None else first), ms, frames
-            else:
-                raise RuntimeError(f"the stream sent {event!r}")
-    finally:
-        conn.close()
-    raise RuntimeError("the stream ended without a result")
-
-
 def time_first_row(repeats: int) -> None:
     firsts, wholes, posts, counts = [], [], [], []
     with lab_server(warm=False) as server:
         url = f"{server.base}/api/experiments/edge-of-chaos"
         _post_ok(url, {"depth": 2, "width": 16, "w_points": 2, "b_points": 1, "steps": 1})
         for _ in range(repeats):  # interleaved: stream, then post, each on a new seed
-            first, whole, frames = stream(server.base, {**GRID, "seed": next(SEEDS)})
+            first, whole, frames = stream(
+                server.base, "edge-of-chaos", {**GRID, "seed": next(SEEDS)}
+            )
             firsts.append(first)
             wholes.append(whole)
             counts.append(frames)
