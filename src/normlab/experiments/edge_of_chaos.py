@@ -58,6 +58,7 @@ from normlab.experiments.base import (
     param,
     seed_param,
 )
+from normlab.theory import activation_pair, gelu_grad
 from normlab.train import train
 
 LOSS_CEILING = 1.0
@@ -115,19 +116,6 @@ class Params:
 
 
 # -- the code (plain PyTorch: what `normlab run edge-of-chaos --code` prints) --------------------
-
-
-def activation_pair(
-    name: str,
-) -> tuple[Callable[[torch.Tensor], torch.Tensor], Callable[[torch.Tensor], torch.Tensor]]:
-    """The activation phi and its derivative phi'."""
-    if name == "tanh":
-        return torch.tanh, lambda h: 1.0 - torch.tanh(h) ** 2
-    if name == "erf":
-        return torch.erf, lambda h: 2.0 / math.sqrt(math.pi) * torch.exp(-h * h)
-    if name == "relu":
-        return torch.relu, lambda h: (h > 0).to(h.dtype)
-    return (lambda h: h), torch.ones_like
 
 
 def input_pair(width: int, q0: float, c0: float) -> torch.Tensor:
@@ -778,6 +766,7 @@ EXPERIMENT = Experiment(
     entry=edge_of_chaos,
     show=show,
     code=(
+        gelu_grad,  # what normlab.theory.activation_pair refers to
         activation_pair,
         input_pair,
         draw_stack,
