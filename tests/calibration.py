@@ -118,6 +118,103 @@ def relu_std1(depth: int = 16, width: int = 256) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+def _stack(
+    depth: int, width: int, act: type[nn.Module], std: float, bias: float = 0.0
+) -> nn.Module:
+    """``depth`` x (Linear(width) -> act), weights N(0, std^2), biases ``bias``, and a head."""
+    layers: list[nn.Module] = []
+    for _ in range(depth):
+        linear = nn.Linear(width, width)
+        nn.init.normal_(linear.weight, std=std)
+        nn.init.constant_(linear.bias, bias)
+        layers += [linear, act()]
+    return nn.Sequential(*layers, nn.Linear(width, 10))
+
+
+def tanh_std1() -> nn.Module:
+    """10 tanh layers at weight std 1.0: pre-activations of std sqrt(128) pin tanh at +-1."""
+    return _stack(10, 128, nn.Tanh, 1.0)
+
+
+def relu_small() -> nn.Module:
+    """10 ReLU layers at weight std 0.01: each keeps sqrt(128 / 2) * 0.01 = 0.08 of the scale."""
+    return _stack(10, 128, nn.ReLU, 0.01)
+
+
+def sigmoid_deep() -> nn.Module:
+    """16 sigmoid layers at Xavier's std: the slope 1/4 shrinks the gradient 4x a layer back."""
+    return _stack(16, 128, nn.Sigmoid, (2 / 256) ** 0.5)
+
+
+def bias_minus5() -> nn.Module:
+    """6 He-initialized ReLU layers; the third's bias is -5, under every pre-activation."""
+    net = _stack(6, 128, nn.ReLU, (2 / 128) ** 0.5)
+    nn.init.constant_(net[4].bias, -5.0)
+    return net
+
+
+def constant_conv() -> nn.Module:
+    """Three convs whose every weight is 0.05: every channel computes the same value."""
+    layers: list[nn.Module] = []
+    for c_in in (3, 16, 16):
+        conv = nn.Conv2d(c_in, 16, 3, padding=1)
+        nn.init.constant_(conv.weight, 0.05)
+        nn.init.zeros_(conv.bias)
+        layers += [conv, nn.ReLU()]
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
+
+
+class _Embedded(nn.Module):
+    def __init__(self, std: float) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, 64)
+        nn.init.normal_(self.embed.weight, std=std)
+        self.mlp = nn.Sequential(nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh())
+        self.head = nn.Linear(64, 10)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.mlp(self.embed(ids))  # (N, T) -> (N, T, 64), per token
+        return self.head(h.mean(dim=1))  # (N, T, 64) -> (N, 64) -> (N, 10)
+
+
+def embedding_std10() -> nn.Module:
+    """Token ids -> an embedding at std 10 (nn.Embedding's default is 1) -> a tanh MLP."""
+    return _Embedded(10.0)
+
+
+class ResidualMLP(nn.Module):
+    """Pre-LN residual MLP: ``x + s * W2 relu(W1 LN(x))``, He in the branch, ``blocks`` deep;
+    ``scaled`` multiplies each branch by 1/sqrt(blocks) (Depth-muP)."""
+
+    def __init__(self, blocks: int = 64, width: int = 128, scaled: bool = False) -> None:
+        super().__init__()
+        self.inp = nn.Linear(32, width)
+        self.blocks = nn.ModuleList()
+        for _ in range(blocks):
+            block = nn.Sequential(
+                nn.LayerNorm(width), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width)
+            )
+            nn.init.kaiming_normal_(block[1].weight, nonlinearity="relu")
+            nn.init.normal_(block[3].weight, std=width**-0.5)
+            nn.init.zeros_(block[1].bias)
+            nn.init.zeros_(block[3].bias)
+            self.blocks.append(block)
+        self.scale = blocks**-0.5 if scaled else 1.0
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inp(x)  # (N, 32) -> (N, width)
+        for block in self.blocks:
+            h = h + self.scale * block(h)
+        return self.head(self.norm(h))
+
+
+def encoder48(pre: bool) -> nn.Module:
+    """48 ``nn.TransformerEncoderLayer`` (d_model 64, 4 heads), post-LN or pre-LN."""
+    return zoo._Encoder(64, 48, norm_first=pre)
+
+
 def _zoo(name: str, truth: tuple[str, ...], why: str, source: str) -> Entry:
     return Entry(
         f"zoo:{name}",
@@ -216,6 +313,90 @@ ENTRIES = [
         "16 ReLU layers with weights at std 1.0: the scale and the gradient explode (gradient "
         "std from 0.03 at the last layer to 1e10 and more at the first); never 'vanishing'",
         "He et al. 2015",
+    ),
+]
+ENTRIES += [
+    Entry(
+        "encoder48-pre",
+        lambda: encoder48(True),
+        lambda g: torch.randn(16, 16, 64, generator=g),
+        (),
+        "the pre-LN twin of the 48-layer post-LN encoder learns in 100 AdamW steps (issue 30)",
+        "Xiong et al. 2020",
+    ),
+    Entry(
+        "residual-mlp-scaled",
+        lambda: ResidualMLP(scaled=True),
+        lambda g: torch.randn(64, 32, generator=g),
+        (),
+        "64 pre-LN blocks with branches scaled by 1/sqrt(64): the stream keeps its scale",
+        "Yang et al. 2023 (Depth-muP)",
+    ),
+    Entry(
+        "tanh-std1",
+        tanh_std1,
+        lambda g: torch.randn(64, 128, generator=g),
+        ("saturated",),
+        "tanh at weight std 1.0: pinned at +-1, its slope ~0",
+        "Glorot & Bengio 2010",
+    ),
+    Entry(
+        "relu-std001",
+        relu_small,
+        lambda g: torch.randn(64, 128, generator=g),
+        ("vanishing",),
+        "ReLU at weight std 0.01: x0.08 per layer",
+        "He et al. 2015",
+    ),
+    Entry(
+        "sigmoid-deep",
+        sigmoid_deep,
+        lambda g: torch.randn(64, 128, generator=g),
+        ("vanishing",),
+        "16 sigmoid layers: the gradient shrinks ~4x per layer on its way back",
+        "Glorot & Bengio 2010",
+    ),
+    Entry(
+        "bias-minus5",
+        bias_minus5,
+        lambda g: torch.randn(64, 128, generator=g),
+        ("dead",),
+        "a bias of -5 below every pre-activation switches the layer's units off",
+        "Lu et al. 2019",
+    ),
+    Entry(
+        "constant-conv",
+        constant_conv,
+        lambda g: torch.randn(16, 3, 16, 16, generator=g),
+        ("symmetric",),
+        "constant conv weights: every channel identical",
+        "Goodfellow et al. 2016, 8.4",
+    ),
+    Entry(
+        "embedding-std10",
+        embedding_std10,
+        _tokens,
+        ("saturated",),
+        "an embedding at std 10 drives the tanh layers after it onto their flat ends",
+        "Glorot & Bengio 2010",
+    ),
+    Entry(
+        "encoder48-post",
+        lambda: encoder48(False),
+        lambda g: torch.randn(16, 16, 64, generator=g),
+        ("exploding",),
+        "48 post-LN layers do not learn in 100 AdamW steps even with warm-up (issue 30); the "
+        "update's effect on the output grows with depth",
+        "Liu et al. 2020; Xiong et al. 2020",
+    ),
+    Entry(
+        "residual-mlp",
+        ResidualMLP,
+        lambda g: torch.randn(64, 32, generator=g),
+        ("exploding",),
+        "64 pre-LN blocks, branches not scaled: the stream grows ~7x; scaling the branches by "
+        "1/sqrt(64) cut its training loss from 1.27 to 0.73 (issue 30)",
+        "Yang et al. 2023 (Depth-muP)",
     ),
 ]
 """Every calibration entry, healthy ones first."""

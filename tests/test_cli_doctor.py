@@ -264,7 +264,8 @@ def test_fix_saves_a_cured_state_dict_and_an_html_report(workdir: Path, tmp_path
     assert fix["after"]["problems"] == []
     assert all(layer["labels"] == ["ok"] for layer in fix["after"]["layers"])
     assert fix["skipped"] == [] and fix["trial"]["cured"] is True
-    assert len(fix["trial"]["before"]) == len(fix["trial"]["after"]) == doctor.TRIAL_STEPS
+    assert len(fix["trial"]["before"]) == len(fix["trial"]["after"]) == doctor.TRIAL_SEEDS
+    assert len(fix["trial"]["curve_after"]) == doctor.TRIAL_STEPS and fix["trial"]["flagged"] == []
     assert "state_dict written" in stderr and "report written" in stderr
     assert text_status == 0 and f"training check ({doctor.TRIAL_STEPS} Adam steps" in text
     assert "the fix lowered the loss" in text
@@ -426,7 +427,8 @@ def test_token_ids_and_a_model_output_field(workdir: Path) -> None:
     d = json.loads(out.stdout)
     assert d["input_shape"] == [8, 6] and d["problems"] == []
     assert [la["name"] for la in d["layers"]] == ["embed", "lin", "act", "head"]
-    assert d["input_std"] == pytest.approx(d["layers"][0]["act_std"])  # the embedding's scale
+    assert d["input_std"] == 1.0  # token ids have no scale: the embedding starts it
+    assert d["layers"][0]["role"] == "embedding" and d["layers"][1]["anchor"] == "embed"
     assert "no scale of its own" in d["notes"][0]
 
 

@@ -66,6 +66,7 @@ def test_one_training_loop() -> None:
     # bn-regularization draws minibatches (their noise is what it measures), train.train has one;
     # coord-check steps Adam or SGD with muP's per-layer rates (param groups), train.train's SGD
     # has one rate
+    # the doctor's coordinate check steps Adam on a user's model at every width (any output)
     assert names == {
         "train.py",
         "experiments/symmetry.py",
@@ -73,6 +74,7 @@ def test_one_training_loop() -> None:
         "trainview/code.py",
         "experiments/bn_regularization.py",
         "experiments/coord_check.py",
+        "doctor/widths.py",
     }
 
 

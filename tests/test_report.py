@@ -61,8 +61,13 @@ def finite(values: list[float], floor: float = 0.0) -> list[float | None]:
 def test_diagnosis_figure_describes_the_diagnosis() -> None:
     before, after, _ = fixed_pair()
     fig = dfig.diagnosis_figure(before, after, "after --fix lsuv")
-    act, rho, grad, frac = fig.panels
-    assert fig.shared_x and fig.grid == (4, 1)
+    act, gain, rho, grad, frac = fig.panels  # no residual add: no stream panel
+    assert fig.shared_x and fig.grid == (5, 1)
+    measured, predicted = gain.series  # the weight layers' gain beside the variance argument's
+    weighted = [(i, la) for i, la in enumerate(before.layers) if math.isfinite(la.predicted_gain)]
+    assert list(measured.x) == list(predicted.x) == [float(i) for i, _ in weighted]
+    assert list(predicted.y) == [la.predicted_gain for _, la in weighted]
+    assert [ln.value for ln in gain.lines] == [1.0]
     for k, d in enumerate((before, after)):
         layers = d.layers
         assert list(act.series[k].y) == finite([la.scale for la in layers], dfig.FLOOR)
@@ -84,6 +89,18 @@ def test_diagnosis_figure_describes_the_diagnosis() -> None:
         (doctor.GRAD_EXPLODING, math.inf),
     ]
     assert act.x.tick_labels == tuple(doctor.module_path(la.name) for la in before.layers)
+
+
+def test_the_stream_is_drawn_beside_its_prediction() -> None:
+    torch.manual_seed(0)
+    d = doctor.diagnose(zoo.build("pre-ln"), torch.randn(16, 16, 64))
+    assert d.stream is not None and d.stream.placement == "pre"
+    panel = dfig.diagnosis_figure(d).panels[2]
+    measured, predicted = panel.series
+    names = [la.name for la in d.layers]
+    assert list(measured.x) == [float(names.index(r)) for r in d.stream.readers]
+    assert list(measured.y) == d.stream.growth and list(predicted.y) == d.stream.predicted
+    assert [ln.value for ln in panel.lines] == [doctor.STREAM_GROWTH]
 
 
 def test_report_image_is_the_rendered_description() -> None:

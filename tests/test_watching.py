@@ -17,6 +17,8 @@ from torch import nn
 
 import normlab
 from normlab import cli, doctor
+from normlab.experiments.doctor import training_figure
+from normlab.report import log_tables
 from normlab.watching import events, read_log, watch
 
 
@@ -88,15 +90,35 @@ def test_a_sigmoid_model_s_saturation_is_watched() -> None:
 
 
 def test_the_first_record_is_a_diagnosis_of_that_step() -> None:
+    """With ``sample_size=None`` the probes read every element, as the doctor's do: the same
+    numbers (float32 sums in another order: 1e-6) and the same labels."""
     net = relu_net()
     x = torch.randn(64, 8, generator=torch.Generator().manual_seed(1))
-    with watch(net, every=1) as w:
+    with watch(net, every=1, sample_size=None) as w:
         net(x).pow(2).mean().backward()
         record = w.step()
     assert record is not None
     d = doctor.diagnose(relu_net(), x)  # the doctor's own numbers, same model and input
     for got, want in zip(record["layers"], d.layers, strict=True):
         assert got["act_std"] == pytest.approx(want.act_std, rel=1e-6)
+        assert got["dead_frac"] == want.dead_frac and got["labels"] == want.labels
+
+
+def test_by_default_a_sample_gives_the_doctor_s_labels() -> None:
+    """The default reads 1024 of each output's 64 x 32 = 2048 elements (std from a sample:
+    relative error about sqrt((kurtosis - 1) / 4m) = 3% for a ReLU layer's kurtosis near 5;
+    0.15 is 5 of those). The per-unit numbers (dead units) read every element, so they are
+    the doctor's exactly, and so are the labels."""
+    net = relu_net()
+    x = torch.randn(64, 8, generator=torch.Generator().manual_seed(1))
+    with watch(net, every=1) as w:
+        net(x).pow(2).mean().backward()
+        record = w.step()
+    assert record is not None
+    d = doctor.diagnose(relu_net(), x)
+    for got, want in zip(record["layers"], d.layers, strict=True):
+        assert got["act_std"] == pytest.approx(want.act_std, rel=0.15)
+        assert got["act_std"] != pytest.approx(want.act_std, rel=1e-9) or got["name"] == "4"
         assert got["dead_frac"] == want.dead_frac and got["labels"] == want.labels
 
 
@@ -201,3 +223,114 @@ def test_doctor_log_bad_input(tmp_path: Path, args: tuple[str, ...], message: st
     out = run_cli(*args, cwd=tmp_path)
     assert out.returncode == 2 and out.stdout == "" and message in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def _weights_and_grads(net: nn.Sequential, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Layer ``k``'s weight and gradient now, copied, in float64."""
+    w, g = net[k].weight, net[k].weight.grad
+    assert g is not None
+    return w.detach().double().clone(), g.detach().double().clone()
+
+
+def test_the_update_ratio_of_an_sgd_step_is_lr_grad_over_weight() -> None:
+    """Plain SGD moves W by -lr g: the record after the step holds lr |g| / |W| of the step
+    before it. Float32 rounds W - lr g to 2**-24 |W| per element, 6e-6 of an update 1e-2 of
+    |W|, and the float32 norms add ~1e-6: rel 1e-4."""
+    net, lr = relu_net(), 0.1
+    opt = torch.optim.SGD(net.parameters(), lr=lr)
+    g = torch.Generator().manual_seed(1)
+    want: list[float] = []
+    with watch(net, every=1) as w:
+        for _ in range(3):
+            opt.zero_grad()
+            net(torch.randn(64, 8, generator=g)).pow(2).mean().backward()
+            w.step()
+            weight, grad = _weights_and_grads(net, 2)
+            want.append(lr * float(grad.norm() / weight.norm()))
+            opt.step()
+    first, *rest = w.records
+    assert [la["update_ratio"] for la in first["layers"]] == [None] * 5  # no step before it
+    for record, expected in zip(rest, want, strict=False):
+        ratio = record["layers"][2]["update_ratio"]
+        assert ratio == pytest.approx(expected, rel=1e-4) and 1e-3 < expected < 1e-1
+        assert record["layers"][1]["update_ratio"] is None  # a ReLU has no weights
+
+
+def test_adam_s_first_step_moves_every_weight_by_lr() -> None:
+    """Adam's first step is lr g / (|g| + eps), lr in size wherever |g| >> eps: the ratio is
+    near lr sqrt(n) / |W| at any gradient scale (a loss 1000 times larger: nearly the same;
+    only the elements with |g| near eps differ), and the record holds it exactly."""
+    ratios = []
+    for scale in (1.0, 1000.0):
+        net, lr = relu_net(), 1e-3
+        opt = torch.optim.Adam(net.parameters(), lr=lr)
+        x = torch.randn(64, 8, generator=torch.Generator().manual_seed(1))
+        with watch(net, every=1) as w:
+            for step in range(2):
+                opt.zero_grad()
+                (scale * net(x).pow(2).mean()).backward()
+                w.step()
+                if step == 0:
+                    weight, grad = _weights_and_grads(net, 0)
+                opt.step()
+        step = lr * grad / (grad.abs() + 1e-8)  # Adam's bias-corrected first step
+        want = float(step.norm() / weight.norm())
+        ratios.append(w.records[1]["layers"][0]["update_ratio"])
+        assert ratios[-1] == pytest.approx(want, rel=1e-4)  # as for SGD above
+    assert ratios[0] == pytest.approx(ratios[1], rel=1e-3) and ratios[0] != ratios[1]
+
+
+def test_layers_without_an_update_and_a_record_every_3_steps() -> None:
+    """A layer the optimizer leaves out: 0 (it did not move). A frozen layer is no weight
+    layer of the doctor's: no ratio, as it has no gradient ratio. With every=3 the record at
+    step 3 holds SGD's step from 2 to 3, lr |g_2| / |W_2| (rel 1e-4: see the SGD test)."""
+    net, lr = relu_net(), 0.1
+    net[4].weight.requires_grad_(False)
+    opt = torch.optim.SGD(net[2].parameters(), lr=lr)  # layer 0 is not in it
+    g = torch.Generator().manual_seed(1)
+    with watch(net, every=3) as w:
+        for step in range(4):
+            opt.zero_grad()
+            net(torch.randn(64, 8, generator=g)).pow(2).mean().backward()
+            w.step()
+            if step == 2:
+                weight, grad = _weights_and_grads(net, 2)
+            opt.step()
+    last = w.records[-1]["layers"]
+    assert w.records[-1]["step"] == 3 and last[0]["update_ratio"] == 0.0
+    want = lr * float(grad.norm() / weight.norm())
+    assert last[2]["update_ratio"] == pytest.approx(want, rel=1e-4)
+    assert last[4]["update_ratio"] is None and last[4]["grad_ratio"] is None
+    with watch(relu_net(), every=1, updates=False) as w:
+        for _ in range(2):
+            w.model(torch.randn(4, 8)).sum().backward()
+            w.step()
+    assert all(la["update_ratio"] is None for la in w.records[-1]["layers"])
+    with pytest.raises(TypeError, match="updates must be True or False, got 1"):
+        watch(relu_net(), updates=1)  # type: ignore[arg-type]
+
+
+def test_the_report_draws_the_update_ratio_with_karpathy_s_line(tmp_path: Path) -> None:
+    """The figure over training has an update panel with the 1e-3 guide, its curves the
+    records' ratios; the text table has an update column; a log without ratios (written
+    before them) is drawn without the panel."""
+    net = relu_net()
+    with watch(net, every=2, log=tmp_path / "run.jsonl") as w:
+        train(net, w, 7)
+    figure = training_figure(list(w.records))
+    (panel,) = [p for p in figure.panels if p.title.startswith("Update:data ratio")]
+    assert [line.value for line in panel.lines] == [1e-3] and panel.y.scale == "log"
+    curve = panel.series[1]  # model[2]; the first record has none: a gap
+    want = [r["layers"][2]["update_ratio"] for r in w.records]
+    assert curve.name == "model[2]" and list(curve.y) == want and want[0] is None
+    out = run_cli("--log", "run.jsonl", "--html", "run.html", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "update" in out.stdout and f"{want[-1]:.3g}" in out.stdout
+    assert "Update:data ratio at step 6: median" in (tmp_path / "run.html").read_text()
+    old = [{**r, "layers": [dict(la) for la in r["layers"]]} for r in w.records]
+    for r in old:
+        for la in r["layers"]:
+            del la["update_ratio"]
+    titles = [p.title for p in training_figure(old).panels]
+    assert not any(t.startswith("Update") for t in titles) and len(titles) == 3
+    assert "update" not in log_tables(old[-1], "")[0].columns

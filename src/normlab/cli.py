@@ -11,6 +11,8 @@ Commands::
     normlab doctor FILE.py:FACTORY --input-shape N,D[,...] [--steps K] [--data FILE.pt]
                    [--seed S] [--tokens V] [--dtype D] [--output FIELD] [--json] [--html FILE]
                    [--fix METHOD --out FILE.pt [--fix-tied]] [--traceback]
+                   [--no-check | --check-seeds K --check-steps S]
+    normlab doctor FILE.py:FACTORY --widths N,N[,...] --input-shape N,D[,...] [--json]
 
 ``run`` has one argparse sub-parser per registered experiment, its flags generated from the
 experiment's declared parameters (``--depth 20``, ``--gains 0.9,1,1.1``, ``--batch-norm``,
@@ -598,6 +600,7 @@ DOCTOR_FIXES = ("he", "xavier", "orthogonal", "lsuv")  # normlab.doctor.FIX_METH
 DOCTOR_DTYPES = ("float32", "float64", "float16", "bfloat16")
 MAX_INPUT_VALUES = 2**26  # a random input batch larger than this is refused (memory)
 MAX_DOCTOR_STEPS = 100
+CHECK_SEEDS, CHECK_STEPS = (2, 10), (10, 1000)  # normlab.doctor.training's MIN/MAX_SEEDS, _STEPS
 
 
 def _add_doctor_parser(sub: Any) -> None:
@@ -627,6 +630,21 @@ def _add_doctor_parser(sub: Any) -> None:
     p.add_argument("--out", metavar="FILE.pt", help="where --fix saves the state_dict")
     p.add_argument("--fix-tied", action="store_true", help="--fix re-initializes tied weights too")
     p.add_argument(
+        "--no-check", action="store_true", help="do not try the advice (or --fix) in training"
+    )
+    p.add_argument(
+        "--check-seeds",
+        type=_check_seeds,
+        metavar="K",
+        help=f"seeds of each training check (default 3, {CHECK_SEEDS[0]}..{CHECK_SEEDS[1]})",
+    )
+    p.add_argument(
+        "--check-steps",
+        type=_check_steps,
+        metavar="S",
+        help=f"Adam steps of each training check (default 100, {CHECK_STEPS[0]}..{CHECK_STEPS[1]})",
+    )
+    p.add_argument(
         "--tokens",
         type=_doctor_tokens,
         metavar="V",
@@ -641,6 +659,12 @@ def _add_doctor_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--traceback", action="store_true", help="show the model's own traceback on an error"
+    )
+    p.add_argument(
+        "--widths",
+        metavar="N,N[,...]",
+        help="coordinate check: build FACTORY(n) at each hidden width n (e.g. 64,128,256), "
+        "train each --steps Adam steps, flag the layers whose size grows with n (muP: none)",
     )
 
 
@@ -665,6 +689,29 @@ def _doctor_steps(text: str) -> int:
 
 def _doctor_seed(text: str) -> int:
     return _int_in(text, 0, MAX_SEED)
+
+
+def _check_seeds(text: str) -> int:
+    return _int_in(text, *CHECK_SEEDS)
+
+
+def _check_steps(text: str) -> int:
+    return _int_in(text, *CHECK_STEPS)
+
+
+def _check_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``examine``'s training-check keywords from ``--no-check``, ``--check-seeds/-steps``."""
+    from normlab import doctor
+
+    options = (("--check-seeds", args.check_seeds), ("--check-steps", args.check_steps))
+    given = [option for option, value in options if value is not None]
+    if args.no_check and given:
+        raise UsageError(f"{given[0]} sets the training checks: give no --no-check with it")
+    return {
+        "check": not args.no_check,
+        "seeds": args.check_seeds or doctor.TRIAL_SEEDS,
+        "trial_steps": 0 if args.no_check else args.check_steps or doctor.TRIAL_STEPS,
+    }
 
 
 def _one_line(text: str) -> str:
@@ -838,7 +885,6 @@ def _build_model(target: str) -> Any:
 def _cmd_doctor_log(args: argparse.Namespace, console: Console) -> None:
     """``normlab doctor --log FILE``: a watch log's changes, its last record, the report."""
     from normlab import report
-    from normlab.experiments.doctor import diagnosis_tables
     from normlab.watching import events, read_log
 
     given = [o for o, v in (("FILE.py:FACTORY", args.target), ("--fix", args.fix)) if v]
@@ -856,8 +902,8 @@ def _cmd_doctor_log(args: argparse.Namespace, console: Console) -> None:
     if args.json:
         print(json.dumps({"records": len(records), "events": changes, "last": records[-1]}))
     else:
-        last = report.log_diagnosis(records[-1])
-        _print_tables(console, diagnosis_tables(last, f"{args.log}: step {records[-1]['step']}"))
+        title = f"{args.log}: step {records[-1]['step']}"
+        _print_tables(console, report.log_tables(records[-1], title))
         for change in changes:
             console.print(change, markup=False, highlight=False)
     if html_path is not None:
@@ -867,9 +913,59 @@ def _cmd_doctor_log(args: argparse.Namespace, console: Console) -> None:
         )
 
 
+def _doctor_widths(text: str) -> list[int]:
+    from normlab import doctor
+
+    try:
+        return doctor.check_widths([int(part) for part in text.split(",")])
+    except (ValueError, TypeError):
+        raise UsageError(
+            f"--widths {text!r}: use {doctor.WIDTHS_ALLOWED}, separated by commas (e.g. 64,128,256)"
+        ) from None
+
+
+def _cmd_doctor_widths(args: argparse.Namespace, console: Console) -> None:
+    """``normlab doctor FILE.py:FACTORY --widths 64,128,256``: the coordinate check."""
+    from normlab import doctor
+
+    widths = _doctor_widths(args.widths)
+    options = (("--log", args.log), ("--fix", args.fix), ("--out", args.out), ("--html", args.html))
+    if given := [o for o, v in options if v is not None]:
+        raise UsageError(f"--widths runs the coordinate check: give no {given[0]} with it")
+    if args.target is None:
+        raise UsageError("--widths needs FILE.py:FACTORY, a factory that takes the width")
+    batches = _doctor_inputs(args)
+    factory, name = _load_factory(args.target)
+
+    def build(width: int) -> Any:
+        try:
+            return factory(width)
+        except Exception as exc:
+            raise UsageError(
+                _one_line(
+                    f"model {args.target!r}: {name}({width}) raised {type(exc).__name__}: {exc} "
+                    "(--widths calls the factory with the width)"
+                )
+            ) from None
+
+    try:
+        check = doctor.coord_check(
+            build, widths, batches, steps=args.steps, seed=args.seed, output=args.output
+        )
+    except (RuntimeError, ValueError, TypeError) as exc:
+        _traceback(args, exc)
+        raise UsageError(_one_line(f"model {args.target!r} with --widths: {exc}")) from None
+    if args.json:
+        print(json.dumps({"model": args.target, **check.to_dict()}))
+    else:
+        _print_tables(console, [Table(**table) for table in check.tables()])
+
+
 def _cmd_doctor(args: argparse.Namespace, console: Console) -> None:
     import torch
 
+    if args.widths is not None:
+        return _cmd_doctor_widths(args, console)
     if args.log is not None:
         return _cmd_doctor_log(args, console)
     if args.target is None:
@@ -882,10 +978,12 @@ def _cmd_doctor(args: argparse.Namespace, console: Console) -> None:
     batches = _doctor_inputs(args)
     model = _build_model(args.target)
     g = torch.Generator().manual_seed(args.seed)
+    checks = _check_options(args)
     try:
         exam = doctor.examine(
-            model, batches, fix=args.fix, generator=g, output=args.output, tied=args.fix_tied
-        )
+            model, batches, fix=args.fix, generator=g, output=args.output, tied=args.fix_tied,
+            **checks,
+        )  # fmt: skip
     except (doctor.ModelInputError, doctor.ModelOutputError, doctor.CannotDiagnose) as exc:
         _traceback(args, exc)
         raise UsageError(_one_line(f"model {args.target!r}: {exc}")) from None
@@ -903,7 +1001,10 @@ def _cmd_doctor(args: argparse.Namespace, console: Console) -> None:
             d["fix"]["out"] = str(out_path)
         print(json.dumps(d))
     else:
-        _print_tables(console, diagnosis_tables(exam.before, f"{args.target}: as given"))
+        title = f"{args.target}: as given"
+        _print_tables(console, diagnosis_tables(exam.before, title, advice=exam.advice))
+        if exam.advice_note is not None:
+            console.print(exam.advice_note, markup=False, highlight=False)
         if exam.after is not None:
             title = f"{args.target}: after --fix {args.fix}"
             _print_tables(console, diagnosis_tables(exam.after, title))

@@ -248,6 +248,7 @@ class _Result:
     numel: list[list[int]]  # [step][layer]: elements output (or gradient elements)
     calls: list[list[int]]  # outputs (or gradients) measured
     step_numbers: list[int]  # each row's step, from 0 when the probe was made or reset
+    overwritten: dict[str, str | None]  # layer -> the in-place layer that changed its output
 
     def to_dict(self) -> dict[str, Any]:
         """Every field as JSON-ready data; non-finite numbers become ``None``."""
@@ -280,8 +281,21 @@ class GradientStats(_Result):
     grad_norm: list[list[float]]
 
 
+@dataclass(slots=True)
+class _Seen:
+    """An output measured this step: the tensor (weakly: a freed tensor's id is reused), its
+    version then, the slots that measured it at that version, and what the probe made of it (a
+    row, a gradient hook)."""
+
+    ref: weakref.ref[Tensor]
+    version: int
+    slots: list[int]
+    made: Any = None
+
+
 class _Probe:
-    """What both probes share: the layers, the hooks' lifetime, a step's rows, the ring."""
+    """What both probes share: the layers, the hooks' lifetime, a step's rows, the ring, and the
+    outputs changed in place after they were measured (:meth:`_watch`)."""
 
     _hook: Callable[[int], Callable[[nn.Module, Any, Any], None]]  # slot -> its forward hook
     step: Callable[[], None]
@@ -293,23 +307,54 @@ class _Probe:
         self.reset()
 
     def reset(self) -> None:
-        """Forget the kept steps, the layer order and the calls since the last step."""
+        """Forget the kept steps, the layer order, the calls since the last step and the layers
+        found overwritten."""
         self._ring: deque[FloatArray] = deque(maxlen=self.keep)  # (L, K) per step, by slot
         self._stepped = 0  # steps closed since made or reset, dropped ones included
         self._order: dict[int, None] = {}  # slots, by first call
         self._rows: list[Tensor] = []  # this step's rows, flat: (W,) or (R * W,), on their devices
         self._calls: list[tuple[int, int, int]] = []  # each row's slot, numel, sampled
-        self._seen: dict[int, tuple[weakref.ref[Tensor], int, Any]] = {}  # see _measured
+        self._seen: dict[int, _Seen] = {}  # this step's measured outputs, by id
+        self._overwritten: dict[int, int | None] = {}  # slot -> the in-place slot that did it
 
-    def _measured(self, y: Tensor) -> Any:
-        """What this step made of ``y`` already, if anything: the same tensor, unchanged since
-        (its version), as a container's output is its last child's (``Sequential``, HF's
-        ``ResNetConvLayer``). A weak reference tells a freed tensor's reused id apart."""
-        hit = self._seen.get(id(y))
-        return hit[2] if hit is not None and hit[0]() is y and hit[1] == y._version else None
+    def _watch(self, slot: int, module: nn.Module, args: Any, y: Tensor) -> _Seen | None:
+        """Note that ``slot``'s call output ``y``: ``y``'s entry, with ``slot`` added to it when
+        it was measured already unchanged (a container's output is its last child's:
+        ``Sequential``, HF's ``ResNetConvLayer``); ``None`` for an inference tensor (no version).
 
-    def _remember(self, y: Tensor, value: Any) -> None:
-        self._seen[id(y)] = (weakref.ref(y), y._version, value)
+        An output changed in place after it was measured (its ``_version`` moved) marks the
+        layers that measured it overwritten: their numbers are of the value before. Seen when it
+        comes out of an in-place layer (``nn.ReLU(inplace=True)``: that layer did it, when its one
+        op moved the version by one), when a module reads it (``x += f(x)`` in a forward), when its
+        gradient arrives, or at :meth:`step` if it is still alive (:meth:`_changed`).
+        """
+        if y.is_inference():
+            return None
+        x = args[0] if args and isinstance(args[0], Tensor) else None
+        if x is not None and x is not y and (read := self._entry(x)) is not None:
+            self._changed(read, None)
+        if (seen := self._entry(y)) is not None:
+            inplace = x is y and getattr(module, "inplace", False) is True
+            alone = inplace and y._version == seen.version + 1  # its one op, nothing before
+            if not self._changed(seen, slot if alone else None):
+                seen.slots.append(slot)
+                return seen
+        seen = self._seen[id(y)] = _Seen(weakref.ref(y), y._version, [slot])
+        return seen
+
+    def _entry(self, t: Tensor) -> _Seen | None:
+        hit = self._seen.get(id(t))
+        return hit if hit is not None and hit.ref() is t else None
+
+    def _changed(self, seen: _Seen, by: int | None) -> bool:
+        """Whether ``seen``'s tensor (if alive) changed since it was measured; if so its slots
+        are marked overwritten, ``by`` an in-place layer or ``None`` (an operation between)."""
+        t = seen.ref()
+        if t is None or t._version == seen.version:
+            return False
+        for slot in seen.slots:
+            self._overwritten.setdefault(slot, by)
+        return True
 
     def __enter__(self) -> Self:
         if self._handles:
@@ -325,6 +370,8 @@ class _Probe:
     def _gather(self, width: int) -> tuple[FloatArray, FloatArray, npt.NDArray[np.int64]]:
         """Close a step: its rows (C, W) on the host (one copy), each layer's sums of them and
         counts (L, W + 3: numel, sampled, calls), each row's slot, numel and sampled (C, 3)."""
+        for seen in self._seen.values():  # changed after the last look?
+            self._changed(seen, None)
         rows, calls = self._rows, np.array(self._calls, dtype=np.int64).reshape(-1, 3)
         self._rows, self._calls, self._stepped, self._seen = [], [], self._stepped + 1, {}
         self._handles = [h for h in self._handles if h.hooks_dict_ref() is not None]  # alive
@@ -345,9 +392,12 @@ class _Probe:
         values = np.stack(self._ring)[:, order] if held else np.zeros((0, len(order), width))
         numel, _, calls = values[:, :, -3:].astype(np.int64).transpose(2, 0, 1).tolist()
         names, kinds = zip(*[(n, type(m).__name__) for n, m in self._layers], strict=True)
-        common = {"layers": [names[s] for s in order], "kinds": [kinds[s] for s in order]}
+        common: dict[str, Any] = {"layers": [names[s] for s in order]}
+        common["kinds"] = [kinds[s] for s in order]
         numbers = list(range(self._stepped - held, self._stepped))
-        return values, {**common, "numel": numel, "calls": calls, "step_numbers": numbers}
+        by = {names[s]: None if b is None else names[b] for s, b in self._overwritten.items()}
+        common |= {"numel": numel, "calls": calls, "step_numbers": numbers, "overwritten": by}
+        return values, common
 
 
 class ActivationProbe(_Probe):
@@ -368,6 +418,11 @@ class ActivationProbe(_Probe):
     :math:`\text{zero\_frac} = \#\{x_i = 0\} / m` (dead ReLU units) and
     :math:`\text{saturated\_frac} = \#\{|x_i| \ge s\} / m` (tanh units pinned at :math:`\pm 1`).
     A ``nan`` element is neither 0 nor saturated, and makes mean, std, min and max ``nan``.
+
+    An output changed in place after its call (by ``nn.ReLU(inplace=True)`` after a Linear, or
+    ``x += f(x)`` in a forward) is measured as it was at the call, and its layer is named in the
+    result's ``overwritten`` (``{layer: the in-place layer that changed it, or None}``, over
+    the steps since the probe was made or reset): a hidden activation.
 
     Args:
         model, modules: the network, and which of its modules (see :func:`select_modules`).
@@ -427,8 +482,9 @@ class ActivationProbe(_Probe):
             if y is None or not y.is_floating_point() or (n := y.numel()) == 0:
                 return
             self._order.setdefault(slot)
+            seen = self._watch(slot, module, args, y)
             if self.sample_size is None:  # every element: reduced now, not copied
-                return self._add_whole(y, slot)
+                return self._add_whole(y, slot, seen)
             x, size, device = y.detach(), self.sample_size, y.device
             user = [_user_value(k, f(x), device) for k, f in self.stats.items()]
             if (index := self._indices.get((n, device))) is None:
@@ -465,12 +521,14 @@ class ActivationProbe(_Probe):
         self._rows.append(torch.stack(columns, dim=1).view(-1))  # W x (G,) -> (G * W,), float64
         self._calls += meta
 
-    def _add_whole(self, y: Tensor, slot: int) -> None:
-        """A row (W,) for one whole output :math:`y`, or the row this step made of the same
-        tensor unchanged (see :meth:`_measured`): the statistics are functions of :math:`y`."""
-        if (row := self._measured(y)) is None:
+    def _add_whole(self, y: Tensor, slot: int, seen: _Seen | None) -> None:
+        """A row (W,) for one whole output :math:`y`, or the row made of the same tensor
+        unchanged (see :meth:`_watch`): the statistics are functions of :math:`y`."""
+        row: Tensor | None = seen.made if seen is not None else None
+        if row is None:
             row = self._whole_row(y.detach())
-            self._remember(y, row)
+            if seen is not None:
+                seen.made = row
         self._rows.append(row)
         self._calls.append((slot, y.numel(), y.numel()))
 
@@ -521,8 +579,10 @@ class GradientProbe(_Probe):
     r"""Record per-layer gradient statistics: the loss gradient w.r.t. each layer's output.
 
     The forward hook of each selected module hooks its measured output :math:`y` (when it
-    requires grad), to which the backward pass hands :math:`g = \partial L / \partial y` (that
-    of :math:`y` even if an in-place op changes :math:`y` later). Each gradient's row is its
+    requires grad), to which the backward pass hands :math:`g = \partial L / \partial y`: that of
+    the value :math:`y` had at the call even if an in-place op changes it later (a tensor hook
+    registered before an in-place op sees the gradient of the value before it), as
+    ``overwritten`` says (see :class:`ActivationProbe`). Each gradient's row is its
     sum and squared deviations (:func:`_sums`: a vanishing gradient's tiny squares stay above 0),
     pooled by :meth:`step` over a layer's :math:`n` elements as the activations are (see
     :mod:`normlab.probe`), :math:`D = \sum_i (g_i - \bar g)^2`:
@@ -552,22 +612,23 @@ class GradientProbe(_Probe):
                 self._order.setdefault(slot)
                 if not y.requires_grad:
                     return
-                if (slots := self._measured(y)) is not None:  # hooked already: one gradient
-                    slots.append(slot)
-                    return
-                self._remember(y, slots := [slot])
-                self._handles.append(y.register_hook(self._on_grad(slots)))
+                seen = cast(_Seen, self._watch(slot, module, args, y))  # no inference tensor
+                if seen.made is None:  # not hooked yet: one gradient for all its slots
+                    seen.made = y.register_hook(self._on_grad(seen))
+                    self._handles.append(seen.made)
 
         return hook
 
-    def _on_grad(self, slots: list[int]) -> Callable[[Tensor], None]:
-        """The hook of one output's gradient: a row for each layer that output is of."""
+    def _on_grad(self, seen: _Seen) -> Callable[[Tensor], None]:
+        """The hook of one output's gradient, that of its value when measured: a row for each
+        layer that output is of."""
 
         def on_grad(grad: Tensor) -> None:
+            self._changed(seen, None)  # changed since the forward?
             if (n := grad.numel()) > 0:
                 row = _sums(grad.detach())  # (...) -> (2,)
-                self._rows += [row] * len(slots)
-                self._calls += [(slot, n, n) for slot in slots]
+                self._rows += [row] * len(seen.slots)
+                self._calls += [(slot, n, n) for slot in seen.slots]
 
         return on_grad
 

@@ -25,12 +25,18 @@ from pathlib import Path
 from typing import Any
 
 from normlab import figures, plots
-from normlab.doctor import Diagnosis, FixReport, LayerDiagnosis, Trial
+from normlab.doctor import Diagnosis, FixReport, LayerDiagnosis, Trial, module_path
+from normlab.experiments.base import Table
 from normlab.experiments.doctor import (
     LABEL_COLORS,
     diagnosis_figure,
     diagnosis_tables,
     training_figure,
+)
+
+UPDATE_NOTE = (
+    "update: |ΔW| / |W|, the optimizer's step before this one relative to the weights "
+    "(about 1e-3 is healthy, Karpathy's guide; far below, the layer barely learns)"
 )
 
 
@@ -166,6 +172,51 @@ def log_diagnosis(record: dict[str, Any]) -> Diagnosis:
     return Diagnosis(layers, verdict, problems, [], [], record["input_std"], 1)
 
 
+def _updates(record: dict[str, Any]) -> list[tuple[str, float]]:
+    """The record's weight layers with a finite update:data ratio, ``(name, ratio)``."""
+    out = []
+    for la in record["layers"]:
+        value = la.get("update_ratio")  # a log written before has none
+        if isinstance(value, int | float) and math.isfinite(value):
+            out.append((la["name"], float(value)))
+    return out
+
+
+def log_tables(record: dict[str, Any], title: str) -> list[Table]:
+    """A watch record's tables as :func:`~normlab.experiments.doctor.diagnosis_tables` makes
+    them, each weight layer's update:data ratio in a column before the labels (none for a
+    record without: the first, or one written before)."""
+    tables = diagnosis_tables(log_diagnosis(record), title)
+    if not _updates(record):
+        return tables
+    table, at = tables[0], tables[0].columns.index("labels")
+    cells = []
+    for la in record["layers"]:
+        value = la.get("update_ratio")
+        cells.append(f"{value:.3g}" if isinstance(value, int | float) else "-")
+    rows = [(*r[:at], c, *r[at:]) for r, c in zip(table.rows, cells, strict=True)]
+    columns = (*table.columns[:at], "update", *table.columns[at:])
+    with_updates = dataclasses.replace(
+        table, columns=columns, rows=rows, notes=(*table.notes, UPDATE_NOTE)
+    )
+    return [with_updates, *tables[1:]]
+
+
+def update_summary(record: dict[str, Any]) -> str:
+    """One sentence on the record's update:data ratios: their median and range; ``""`` for
+    a record without."""
+    found = sorted(_updates(record), key=lambda nv: nv[1])
+    if not found:
+        return ""
+    median = found[len(found) // 2][1]
+    (low, lv), (high, hv) = found[0], found[-1]
+    return (
+        f"Update:data ratio at step {record['step']}: median {median:.2g} over {len(found)} "
+        f"weight layers, from {lv:.2g} ({module_path(low)}) to {hv:.2g} ({module_path(high)}); "
+        "about 1e-3 is healthy (Karpathy's guide)."
+    )
+
+
 def log_report(records: list[dict[str, Any]], *, title: str) -> str:
     """A :func:`normlab.watch` log as one HTML document: the curves over training, what changed
     and when, and the last record's table."""
@@ -184,6 +235,7 @@ def log_report(records: list[dict[str, Any]], *, title: str) -> str:
         f"<h2>Labels gained and lost</h2><ul>{changes}</ul>",
         f"<h2>Step {last['step']}</h2>",
         f"<p>Problems: {html.escape(', '.join(last['problems']) or 'none')}.</p>",
+        f"<p>{html.escape(update_summary(last))}</p>" * bool(_updates(last)),
         _layer_table(layers),
     ]
     return (

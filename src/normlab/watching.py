@@ -5,9 +5,33 @@ Problems that appear during training (units that die at step 3,000, a gradient t
 once the learning rate warms up) are invisible to a diagnosis at init. :func:`watch` wraps any
 training loop: call :meth:`Watch.step` once per optimizer step, after ``backward()``. On every
 ``every``-th step (the first included) the probes are on for that step's forward and backward
-pass, exactly as :func:`normlab.doctor.diagnose` sets them; the record holds every layer's
-:class:`~normlab.doctor.LayerDiagnosis` (labels included) and goes to the log at once. Between
-records no hook runs. At most ``keep`` records stay in memory (a ring); the log keeps them all.
+pass with the doctor's statistics (:func:`normlab.doctor.probe_settings`), and the record holds
+every layer's :class:`~normlab.doctor.LayerDiagnosis`, labelled by the doctor's judgement, and
+goes to the log at once. Between records no hook runs. At most ``keep`` records stay in memory
+(a ring); the log keeps them all.
+
+The probes are made once and their hooks stay on while every step is recorded. Gradients and
+the per-unit numbers (dead units, unit spread) read every element; an output's mean, std, min,
+max and saturation are read from a sample of ``sample_size`` elements (the probe's default),
+reduced for all layers at once with one copy to the host: a std within a few percent of the
+whole output's. ``sample_size=None`` reads every element, as :func:`normlab.doctor.diagnose`
+does, the same numbers at a higher cost (``benchmarks/watch.py`` prints both).
+
+Each weight layer's record also holds its **update:data ratio**, the size of the step the
+optimizer actually took relative to the weights (Karpathy, 2022, "Building makemore Part 3:
+Activations & Gradients, BatchNorm": about :math:`10^{-3}` is a healthy rate; far below, the
+layer barely learns; far above, it is being rewritten each step):
+
+.. math::
+    \text{update\_ratio} = \frac{\lVert W_s - W_{s-1} \rVert}{\lVert W_{s-1} \rVert}
+
+over the layer's weights of 2+ dimensions (as its gradient ratio), where :math:`W_{s-1}` is a
+copy taken at the call of :meth:`Watch.step` before the recorded one and :math:`W_s` the weights
+at the recorded call: the one optimizer step between two calls, whatever the optimizer (Adam's
+normalized step, weight decay, clipping, a scheduler's rate, a step that ``GradScaler`` skipped:
+0). Called before the optimizer steps, as below, that is the step of the previous batch. No
+optimizer is needed, and no hook on one; the copy is held from the call before a recorded step
+to it (with ``every=1``, always: one copy of those weights). The first record has none (``None``).
 
 Example::
 
@@ -23,6 +47,9 @@ Example::
     ...         opt.step()
     >>> [r["step"] for r in w.records], w.records[-1]["layers"][0]["labels"]
     ([0, 5, 10], ['ok'])
+    >>> ratio = w.records[-1]["layers"][0]["update_ratio"]  # SGD's lr * |grad| / |W|
+    >>> w.records[0]["layers"][0]["update_ratio"] is None, 0 < ratio < 1
+    (True, True)
 """
 
 from __future__ import annotations
@@ -34,16 +61,114 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, Protocol, Self
 
-from torch import nn
+import torch
+from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from normlab import doctor
-from normlab.doctor.layers import _layer_diagnoses, _reference
-from normlab.doctor.measure import _grad_ratios, _relative_gradients, _weights
-from normlab.probe import ActivationProbe, GradientProbe, finite_or_none
+from normlab.doctor.graph import _Graph, _trace
+from normlab.doctor.judge import judge
+from normlab.doctor.measure import _grad_ratios, _weights
+from normlab.probe import SAMPLE_SIZE, ActivationProbe, GradientProbe, finite_or_none
 
 KEEP = 1000
 """Records held in memory by default (the oldest go first; the log keeps every one)."""
+_TINY_NORM = 2.0**-30
+"""The least float32 norm :func:`_norms` keeps: squares lost below float32's least normal
+number (2**-126) then weigh under n * 2**-66 of its square (as :mod:`normlab.probe`'s sums)."""
+
+
+def _norms(tensors: list[Tensor]) -> list[float]:
+    """Each tensor's 2-norm on the host, one copy for all: in float32 (one batched kernel; float64
+    for float64 tensors), again in float64 for those under :data:`_TINY_NORM` or infinite, whose
+    float32 squares may have underflowed (a vanishing gradient) or overflowed."""
+    if not tensors:
+        return []
+    wide = torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+    device = tensors[0].device
+    first = torch._foreach_norm(tensors, 2, dtype=wide)  # P x 0-dim, each on its tensor's device
+    out = torch.stack([n.to(device) for n in first]).tolist()  # (P,): one host copy
+    again = [i for i, n in enumerate(out) if not _TINY_NORM <= n < math.inf and n == n]
+    if again and wide != torch.float64:
+        exact = torch._foreach_norm([tensors[i] for i in again], 2, dtype=torch.float64)
+        for i, n in zip(again, torch.stack([n.to(device) for n in exact]).tolist(), strict=True):
+            out[i] = n
+    return out
+
+
+def _per_layer(owners: list[str], norms: list[float]) -> dict[str, float]:
+    r"""Each layer's norm over its tensors, :math:`\sqrt{\sum_p \lVert t_p \rVert^2}`."""
+    squares: dict[str, float] = {}
+    for name, n in zip(owners, norms, strict=True):
+        squares[name] = squares.get(name, 0.0) + n * n
+    return {name: math.sqrt(sq) for name, sq in squares.items()}
+
+
+def _quotient(top: float, bottom: float) -> float:
+    """``top / bottom`` as the doctor takes it: 0 / 0 = nan, x / 0 = inf."""
+    if bottom != 0:
+        return top / bottom
+    return math.nan if top == 0 or math.isnan(top) else math.inf
+
+
+def _ratio(top: float, bottom: float) -> float | None:
+    """``top / bottom`` as a record holds it: ``None`` when not finite."""
+    value = _quotient(top, bottom)
+    return value if math.isfinite(value) else None
+
+
+class _Weights:
+    """The weight layers' parameters (the doctor's: 2+ dimensions, trainable), their gradient
+    ratios and the updates applied to them (see :mod:`normlab.watching`)."""
+
+    def __init__(self, model: nn.Module, updates: bool) -> None:
+        self.layers = _weights(model)  # name -> its weights
+        self.updates = updates  # whether snapshot() copies
+        self.params = [p for ps in self.layers.values() for p in ps]  # (P,)
+        self.owners = [name for name, ps in self.layers.items() for _ in ps]  # (P,)
+        self.before: list[Tensor] | None = None  # a copy of the weights, W_{s-1}
+        self.before_norms: dict[str, float] = {}  # its norm per layer
+        self.norms: list[float] | None = None  # the weights' norms measured at this call
+
+    def snapshot(self) -> None:
+        """Copy the weights (into the last copy's memory, when there is one) and their norms."""
+        if not self.params or not self.updates:
+            return
+        with torch.no_grad():
+            weights = [p.detach() for p in self.params]
+            if self.before is None:
+                self.before = [w.clone() for w in weights]
+            else:
+                torch._foreach_copy_(self.before, weights)
+        norms = self.norms if self.norms is not None else _norms(self.before)
+        self.before_norms, self.norms = _per_layer(self.owners, norms), None
+
+    def release(self) -> None:
+        """Hold no copy (and no norms of this call) until the next :meth:`snapshot`."""
+        self.before, self.norms = None, None
+
+    def measure(self) -> tuple[Tensor, dict[str, float | None]]:
+        r"""Each layer's relative gradient :math:`\lVert g \rVert / \lVert W \rVert` (layers,)
+        (nan: no gradient) and its update:data ratio (``None`` before the first copy, or when
+        not finite): the norms of the weights, gradients and updates in one host copy."""
+        with torch.no_grad():
+            weights = [p.detach() for p in self.params]
+            have = [i for i, p in enumerate(self.params) if p.grad is not None]
+            grads = [self.params[i].grad.detach() for i in have]  # type: ignore[union-attr]
+            moved = self.before or []  # W_{s-1} - W_s, in the copy's memory
+            if moved:
+                torch._foreach_sub_(moved, weights)
+            norms = _norms([*weights, *grads, *moved])
+        p, g = len(weights), len(grads)
+        self.norms = norms[:p]  # W_s: the next copy's norms, if it is taken now
+        w = _per_layer(self.owners, norms[:p])
+        gn = _per_layer([self.owners[i] for i in have], norms[p : p + g])
+        rel = [_quotient(gn.get(n, math.nan), w[n]) for n in self.layers]  # nan: no gradient
+        updates: dict[str, float | None] = {}
+        if moved:
+            d = _per_layer(self.owners, norms[p + g :])
+            updates = {n: _ratio(d[n], self.before_norms.get(n, math.nan)) for n in self.layers}
+        return torch.tensor(rel, dtype=torch.float64), updates
 
 
 class ScalarWriter(Protocol):
@@ -62,6 +187,8 @@ class Watch:
         log: str | Path | None,
         writer: ScalarWriter | None,
         keep: int,
+        updates: bool = True,
+        sample_size: int | None = SAMPLE_SIZE,
     ) -> None:
         for name, value, low in (("every", every, 1), ("keep", keep, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -71,11 +198,17 @@ class Watch:
         self._log_path = None if log is None else Path(log)
         self._log: IO[str] | None = None
         self._steps = 0
-        self._ap: ActivationProbe | None = None
-        self._gp: GradientProbe | None = None
-        self._hook: RemovableHandle | None = None
+        # the probes are made once; their hooks are on only for a recorded step's passes
+        settings = {**doctor.probe_settings(model), "sample_size": sample_size}
+        self._ap = ActivationProbe(model, **settings, keep=1)
+        self._gp = GradientProbe(model, keep=1)
+        self._hook: RemovableHandle | None = None  # the input hook; set while armed
         self._inputs: list[Any] = []  # the model's input on a recorded step
-        self._weights = _weights(model)
+        if not isinstance(updates, bool):
+            raise TypeError(f"updates must be True or False, got {updates!r}")
+        self._weights = _Weights(model, updates)
+        self._graph: _Graph | None = None  # traced on the first recorded step's input
+        self._scaled: set[str] = set()  # its layers scaled on purpose
 
     def __enter__(self) -> Self:
         if self._log_path is not None:
@@ -85,56 +218,72 @@ class Watch:
 
     def __exit__(self, *exc_info: object) -> None:
         self._disarm()
+        self._weights.release()
         if self._log is not None:
             self._log.close()
             self._log = None
 
     def _arm(self) -> None:
         """Probes (and an input hook) on for the next forward and backward pass."""
-        settings = doctor.probe_settings(self.model)
-        self._ap = ActivationProbe(self.model, **settings, keep=1).__enter__()
-        self._gp = GradientProbe(self.model, keep=1).__enter__()
-        self._hook = self.model.register_forward_pre_hook(self._input, with_kwargs=True)
+        if self._hook is None:
+            self._ap.__enter__()
+            self._gp.__enter__()
+            self._hook = self.model.register_forward_pre_hook(self._input, with_kwargs=True)
 
     def _input(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self._inputs.append(args[0] if len(args) == 1 and not kwargs else args or kwargs)
 
-    def _disarm(self) -> tuple[ActivationProbe, GradientProbe] | None:
-        if self._ap is None or self._gp is None or self._hook is None:
-            return None
-        probes = self._ap, self._gp
-        for p in probes:
-            p.__exit__(None, None, None)
-        self._hook.remove()
-        self._ap = self._gp = self._hook = None
-        return probes
+    def _disarm(self) -> None:
+        if self._hook is not None:
+            self._ap.__exit__(None, None, None)
+            self._gp.__exit__(None, None, None)
+            self._hook.remove()
+            self._hook = None
 
     def step(self) -> dict[str, Any] | None:
         """Count one training step (after its backward pass); on a recorded step return the
-        record, written to the log and the writer, else ``None``."""
-        probes = self._disarm()
-        record = None if probes is None else self._record(*probes)
+        record, written to the log and the writer, else ``None``.
+
+        The probes stay on from one recorded step to the next (``every=1``) and are off between
+        records; the weights are copied on the step before a recorded one (see :func:`watch`).
+        """
+        record = None
+        if self._hook is not None:  # a recorded step: close its statistics (one host copy each)
+            self._ap.step()
+            self._gp.step()
+            record = self._record()
         self._steps += 1
-        if self._steps % self.every == 0:
+        due = self._steps % self.every == 0
+        if due:
             self._arm()
+            self._weights.snapshot()  # the weights before the optimizer's step
+        else:
+            self._disarm()
+            self._weights.release()  # no copy held between records
         return record
 
-    def _record(self, ap: ActivationProbe, gp: GradientProbe) -> dict[str, Any] | None:
-        """The record of the step just run: the doctor's layers, labelled."""
+    def _record(self) -> dict[str, Any] | None:
+        """The record of the step just run: the doctor's layers, labelled, and each weight
+        layer's update:data ratio."""
         inputs, self._inputs = self._inputs, []
-        acts, grads = ap.result(), gp.result()
-        if not acts.layers or not inputs:
+        acts, grads = self._ap.result(), self._gp.result()
+        if not inputs or not any(acts.calls[-1]):
             return None  # the model did not run under the probes this step
-        rel = _relative_gradients(self._weights)
-        ratios = _grad_ratios(list(self._weights), [rel], acts.layers)
-        ref, _ = _reference(inputs[:1], acts)
-        layers = _layer_diagnoses(self.model, acts, grads, ratios, ref, {})
-        problems = [p for p in doctor.SEVERITY if any(p in la.labels for la in layers)]
+        if self._graph is None:  # the model's structure, traced once on its own input
+            self._disarm()  # (re-armed by step() if the next step is recorded)
+            self._graph = _trace(self.model, inputs[0])
+            self._scaled = set(self._graph.scaled())  # no gradient ratio reference
+        rel, updates = self._weights.measure()
+        order = [name for name in acts.layers if name not in self._scaled]
+        ratios = _grad_ratios(list(self._weights.layers), [rel], order)
+        found = judge(self.model, inputs[:1], acts, grads, ratios, self._graph)  # the doctor's
         record = {
             "step": self._steps,
-            "input_std": ref,
-            "problems": problems,
-            "layers": [la.to_dict() for la in layers],
+            "input_std": found.input_std,
+            "problems": found.problems,
+            "layers": [
+                {**la.to_dict(), "update_ratio": updates.get(la.name)} for la in found.layers
+            ],
         }
         self._emit(record)
         return record
@@ -146,8 +295,8 @@ class Watch:
             self._log.flush()
         if self.writer is not None:
             for layer in record["layers"]:
-                for key in ("act_std", "grad_std", "grad_ratio"):
-                    value = layer[key]
+                for key in ("act_std", "grad_std", "grad_ratio", "update_ratio"):
+                    value = layer.get(key)
                     if value is not None and math.isfinite(value):
                         self.writer.add_scalar(f"{layer['name']}/{key}", value, record["step"])
 
@@ -163,6 +312,8 @@ def watch(
     *,
     writer: ScalarWriter | None = None,
     keep: int = KEEP,
+    updates: bool = True,
+    sample_size: int | None = SAMPLE_SIZE,
 ) -> Watch:
     """Watch ``model`` train: the doctor's layers and labels every ``every`` steps.
 
@@ -171,15 +322,21 @@ def watch(
         every: record every this many steps (and the first); an integer >= 1.
         log: a JSON-lines file each record is appended to as it is made (read it back with
             :func:`read_log`; ``normlab doctor --log FILE`` reports it).
-        writer: also ``add_scalar`` each layer's act_std, grad_std and grad_ratio to it
-            (a ``torch.utils.tensorboard.SummaryWriter``).
+        writer: also ``add_scalar`` each layer's act_std, grad_std, grad_ratio and
+            update_ratio to it (a ``torch.utils.tensorboard.SummaryWriter``).
         keep: records held in memory, at least 1.
+        updates: measure each weight layer's update:data ratio, which holds a copy of the
+            weight layers' weights from the call before a recorded step to it (with
+            ``every=1``, always); ``False``: no copy, and ``update_ratio`` is ``None``.
+        sample_size: elements of each output the activation statistics read, at least 1
+            (see :class:`~normlab.probe.ActivationProbe`); ``None``: every element, as the
+            doctor.
 
     Returns:
         a :class:`Watch` to use as a context manager; call its ``step()`` once per training
         step, after ``backward()`` and before ``zero_grad()``.
     """
-    return Watch(model, every, log, writer, keep)
+    return Watch(model, every, log, writer, keep, updates, sample_size)
 
 
 def read_log(path: str | Path) -> Iterator[dict[str, Any]]:

@@ -83,10 +83,11 @@ def test_the_api_shows_a_real_watch_log(lines: list[str], tmp_path: Path) -> Non
     assert state["events"] == events(records) != []
     (figure,) = state["figures"]
     problems = len(doctor.LABELS) - 1  # every label but ok
-    assert [len(p["series"]) for p in figure["panels"]] == [3, 3, problems]  # 3 weight layers
+    # 3 weight layers: scale, gradient ratio, update ratio; then the labels
+    assert [len(p["series"]) for p in figure["panels"]] == [3, 3, 3, problems]
     assert figure["panels"][0]["series"][0]["x"] == [float(r["step"]) for r in records]
     (table,) = state["tables"]
-    assert table["title"] == "Every layer at step 55"
+    assert table["title"] == "Every layer at step 55" and "update" in table["columns"]
     assert [row[-1] for row in table["rows"]] == [
         ", ".join(layer["labels"]) for layer in records[-1]["layers"]
     ]

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from normlab.doctor.kinds import _has_weight, _is_layer, _nonlinearity, _passes
-from normlab.doctor.running import Input, _call, _graph_input, _map, _preserved, _tensors
+from normlab.doctor.running import Input, _graph_call, _preserved, _tensors
 
 Edges = dict[str, "str | None"]  # producing layer -> the small parameter on the way, if any
 _OUTPUT = "<output>"  # the model's output, as a consumer
@@ -33,26 +33,53 @@ class _Graph:
     consumers: dict[str, list[str]]
     edges: dict[str, Edges] = field(default_factory=dict)  # consumer -> producer -> scaling
     streams: dict[str, float] = field(default_factory=dict)  # a sum's reader -> the sum's std
+    memo: dict[Any, Any] = field(default_factory=dict)  # what is read from it, made once
 
-    def branches(self) -> dict[str, float]:
-        """Residual branch ends -> the std of the stream they add into.
-
-        A layer reading a sum of several layers' outputs (``x + f(x)``) reads a stream; the
-        producer that descends from all the others is the branch end (``f``'s last layer), the
-        others make the stream. Two paths from one input (a conv shortcut) have no such end.
-        """
-        ancestors: dict[str, set[str]] = {}
+    def _ancestors(self) -> dict[str, set[str]]:
+        """Each layer -> every layer whose output reaches its input (made once per graph)."""
+        if "ancestors" in self.memo:
+            return cast(dict[str, set[str]], self.memo["ancestors"])
+        ancestors: dict[str, set[str]] = self.memo.setdefault("ancestors", {})
         for name, _ in self.order:  # producers are called first
             mine: set[str] = set()
             for p in self.producers.get(name, []):
                 mine |= {p} | ancestors.get(p, set())
             ancestors[name] = mine
-        out: dict[str, float] = {}
-        for reader, std in self.streams.items():
+        return ancestors
+
+    def _ends(self) -> list[tuple[str, str, list[str]]]:
+        """(reader, branch end, the stream's producers) of every residual add.
+
+        A layer reading a sum of several layers' outputs (``x + f(x)``) reads a stream; the
+        producer that descends from all the others is the branch end (``f``'s last layer), the
+        others make the stream. Two paths from one input (a conv shortcut) have no such end.
+        """
+        ancestors = self._ancestors()
+        out = []
+        for reader in self.streams:
             found = list(self.edges.get(reader, {}))
             ends = [b for b in found if all(o == b or o in ancestors.get(b, set()) for o in found)]
-            if len(found) >= 2 and ends and math.isfinite(std) and ends[0] not in out:
-                out[ends[0]] = std
+            if len(found) >= 2 and ends:
+                out.append((reader, ends[0], [o for o in found if o != ends[0]]))
+        return out
+
+    def branches(self) -> dict[str, float]:
+        """Residual branch ends -> the std of the stream they add into."""
+        out: dict[str, float] = {}
+        for reader, end, _ in self._ends():
+            std = self.streams[reader]
+            if math.isfinite(std) and end not in out:
+                out[end] = std
+        return out
+
+    def branch_layers(self) -> set[str]:
+        """The layers on a residual branch: the branch end and what feeds it since the branch
+        left the stream (its ancestors that are not the stream's)."""
+        ancestors = self._ancestors()
+        out: set[str] = set()
+        for _, end, stream in self._ends():
+            before = set().union(*({s} | ancestors.get(s, set()) for s in stream))
+            out |= ({end} | ancestors.get(end, set())) - before
         return out
 
     @classmethod
@@ -160,6 +187,11 @@ def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
     edges: dict[str, Edges] = {}  # layer -> its producers, each with a scaling parameter
     names = {id(p): n for n, p in model.named_parameters()}
     streams: dict[str, float] = {}  # a layer reading a sum of layers' outputs: its input's std
+    before: dict[str, float] = {}  # an in-place layer's input's std, before it changes it
+
+    def pre(mod: nn.Module, args: Any, name: str) -> None:
+        if _tensors(args):
+            before[name] = _std(_tensors(args)[0])
 
     def hook(mod: nn.Module, args: Any, out: Any, name: str) -> None:
         order.setdefault(name, mod)
@@ -170,7 +202,7 @@ def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
                 known = edges.setdefault(name, {})
                 known[p] = site if known.get(p, site) is not None else None
         if len(edges.get(name, {})) >= 2 and _tensors(args):  # it reads a sum: the stream?
-            streams[name] = _std(_tensors(args)[0])
+            streams[name] = before.pop(name) if name in before else _std(_tensors(args)[0])
         for t in _tensors(out):
             if t.grad_fn is not None:
                 made_by.setdefault(t.grad_fn, name)  # an identity layer keeps the first
@@ -180,10 +212,14 @@ def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
         for name, m in model.named_modules()
         if _is_layer(m)
     ]
-    x = _map(batch, _graph_input)
+    handles += [  # nn.ReLU(inplace=True) after a residual add: the sum, as it read it
+        m.register_forward_pre_hook(functools.partial(pre, name=name))
+        for name, m in model.named_modules()
+        if _is_layer(m) and getattr(m, "inplace", False) is True
+    ]
     try:
         with _preserved(model), torch.enable_grad():
-            y = _call(model, x, output)
+            y = _graph_call(model, batch, output)
             edges[_OUTPUT] = _walk([y], made_by, names)
             streams[_OUTPUT] = _std(y)
     finally:

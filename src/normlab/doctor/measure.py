@@ -12,6 +12,7 @@ from torch import nn
 
 from normlab.doctor.constants import TANH_SATURATION
 from normlab.doctor.errors import CannotDiagnose
+from normlab.doctor.expect import block_keys, like_for_like
 from normlab.doctor.kinds import _SIGMOID_LIKE, _TANH_LIKE, _is_layer
 from normlab.doctor.running import Input, _backward, _call, _preserved
 from normlab.doctor.stats import _STATS, _sigmoid_saturated
@@ -129,19 +130,25 @@ def _relative_gradients(weights: dict[str, list[nn.Parameter]]) -> torch.Tensor:
 def _grad_ratios(
     names: list[str], relative: Sequence[torch.Tensor], order: Sequence[str]
 ) -> dict[str, float]:
-    """rho per weight layer: its step-averaged relative gradient over the last weight layer's.
+    """rho per weight layer: its step-averaged relative gradient over its reference's.
 
-    The last weight layer is the last in ``order`` (the probe's forward order) with a finite,
-    positive relative gradient; without one, no layer gets a ratio.
+    A layer of a repeated block is compared with the same layer of the last block
+    (:func:`normlab.doctor.expect.like_for_like`: a query projection with a query projection),
+    any other with the last weight layer outside the blocks, the last in ``order`` (the
+    probe's forward order) with a finite, positive relative gradient. ``order`` leaves out the
+    layers scaled on purpose, which are no reference.
     """
     if not relative or not names:
         return {}
     rel = torch.stack(list(relative)).tolist()  # (steps, layers): one host sync
     mean = {name: _mean(rel, j) for j, name in enumerate(names)}
-    ref = next(
-        (mean[n] for n in reversed(order) if n in mean and math.isfinite(mean[n]) and mean[n] > 0),
-        None,
-    )
-    if ref is None:
+    usable = [n for n in order if n in mean and math.isfinite(mean[n]) and mean[n] > 0]
+    if not usable:
         return {}
-    return {name: r / ref for name, r in mean.items() if math.isfinite(r)}
+    refs = like_for_like(usable, block_keys(usable))
+    fallback = mean[usable[-1]]
+    out = {}
+    for name, r in mean.items():
+        if math.isfinite(r):
+            out[name] = r / (mean[refs[name]] if name in refs else fallback)
+    return out

@@ -18,6 +18,7 @@ from normlab.doctor.constants import (
     SYMMETRIC_SPREAD,
     VANISHING,
 )
+from normlab.doctor.expect import Stream
 from normlab.probe import finite_or_none
 
 TREND_BLOCKS, TREND_R2, TREND_TOTAL = 6, 0.9, 1e2
@@ -87,62 +88,120 @@ class LayerDiagnosis:
     trend: str | None = None  # "exploding"/"vanishing": part of a sustained gradient trend
     branch: float = math.nan  # a residual branch end: act_std over the stream's; nan: none
     finite: bool = True  # every activation and gradient element seen was finite
+    role: str = "layer"  # how it is judged (normlab.doctor.expect.Role.kind)
+    anchor: str | None = ""  # "" the input, a layer whose output fixes the scale, None: none
+    reference: float = math.nan  # the std its scale is judged against (its anchor's)
+    eps: float = math.nan  # role "feeds-norm": the eps of the norm it feeds
+    gain: float = math.nan  # its output's RMS over its input's (its first producer's output)
+    predicted_gain: float = math.nan  # a weight layer's, from its weights (expect, variance)
+    segment: str | None = None  # "exploding"/"vanishing": its segment drifts so (the cause)
+    stream: str | None = None  # "exploding": it reads a residual stream that breaks its design
+    grad_judged: bool = True  # False: its gradient ratio mirrors a forward drift (not judged)
 
     @property
-    def _relative(self) -> float:
-        """The scale judged: a branch end's against its stream, any other against the input."""
-        return self.branch if math.isfinite(self.branch) else self.scale
+    def judged(self) -> bool:
+        """Judged at all: not zero by design (an init chose 0: a bias table, a zero last layer)."""
+        return self.role != "zero"
 
     @property
     def scale_vanishing(self) -> bool:
-        """The forward scale fell below :data:`VANISHING` times the input's (or to 0), and not
-        by an intentional branch scaling."""
-        return (self._relative < VANISHING or self.act_std == 0) and self.scaled_by is None
+        """The forward scale fell below :data:`VANISHING` times its anchor's (or to 0); a layer
+        that only feeds norms, under their sqrt(eps); never a branch's (the stream carries the
+        signal past it) or one scaled on purpose."""
+        if self.scaled_by is not None or self.role in ("branch", "embedding", "zero"):
+            return False
+        if self.role == "feeds-norm":
+            return self.act_std < math.sqrt(self.eps)
+        return self.scale < VANISHING or self.act_std == 0
 
     @property
     def scale_exploding(self) -> bool:
-        return self._relative > EXPLODING or math.isinf(self.act_std)
+        """The forward scale rose above :data:`EXPLODING` times its anchor's (or to inf); a
+        layer feeding norms only by inf (the norm divides its scale out)."""
+        if math.isinf(self.act_std):
+            return self.judged
+        return self.role in ("layer", "branch", "norm") and self.scale > EXPLODING
 
     @property
     def grad_vanishing(self) -> bool:
-        """The weights' relative gradient is below :data:`GRAD_VANISHING` of the last layer's,
-        and not because an intentional branch scaling multiplies it."""
-        return self.grad_ratio < GRAD_VANISHING and self.scaled_by is None
+        """The weights' relative gradient is below :data:`GRAD_VANISHING` of its reference's,
+        not because an intentional branch scaling multiplies it, nor as the mirror of a
+        forward drift; never an embedding's (only the batch's rows get a gradient, so its
+        ratio shrinks with the vocabulary, by design)."""
+        return (
+            self.grad_ratio < GRAD_VANISHING
+            and self.scaled_by is None
+            and self.grad_judged
+            and self.role not in ("zero", "embedding")
+        )
 
     @property
     def grad_exploding(self) -> bool:
-        return self.grad_ratio > GRAD_EXPLODING
+        return self.grad_ratio > GRAD_EXPLODING and self.grad_judged and self.judged
+
+    @property
+    def dead(self) -> bool:
+        return self.dead_frac >= DEAD_FRAC and self.judged
+
+    @property
+    def saturated(self) -> bool:
+        return self.saturated_frac >= SATURATED_FRAC and self.judged
+
+    @property
+    def symmetric(self) -> bool:
+        return self.unit_spread <= SYMMETRIC_SPREAD and self.judged
+
+    def _against(self) -> str:
+        if self.role == "norm":
+            return "unit scale (a norm's output)"
+        if self.anchor == "":
+            return "the input's"
+        return f"{module_path(self.anchor or '')}'s (its anchor)"
 
     def criteria(self) -> list[str]:
         """Which rule gave each of the layer's labels, with its numbers."""
+        if not self.finite:
+            return ["non-finite: an activation or gradient element is inf or nan"]
         out = []
-        what = "its stream's std" if math.isfinite(self.branch) else "the input's"
-        if self.scale_vanishing:
-            out.append(f"vanishing: {self._relative:.2g}x {what} < {VANISHING:g}x")
+        if self.scale_vanishing and self.role == "feeds-norm":
+            out.append(
+                f"vanishing: std {self.act_std:.2g} < sqrt(eps) {math.sqrt(self.eps):.2g} of the "
+                "norm it feeds, which cannot restore it"
+            )
+        elif self.scale_vanishing:
+            out.append(f"vanishing: {self.scale:.2g}x {self._against()} < {VANISHING:g}x")
+        if self.scale_exploding:
+            out.append(f"exploding: {self.scale:.2g}x {self._against()} > {EXPLODING:g}x")
+        if self.segment is not None and not (self.scale_vanishing or self.scale_exploding):
+            out.append(
+                f"{self.segment}: in a segment whose scale drifts past the bound, where this "
+                f"layer carries the drift (gain {self.gain:.2g}x per layer)"
+            )
         if self.grad_vanishing:
             out.append(f"vanishing: rho {self.grad_ratio:.2g} < {GRAD_VANISHING:g}")
-        if self.scale_exploding:
-            out.append(f"exploding: {self._relative:.2g}x {what} > {EXPLODING:g}x")
         if self.grad_exploding:
             out.append(f"exploding: rho {self.grad_ratio:.2g} > {GRAD_EXPLODING:g}")
         if self.trend is not None:
             out.append(
                 f"{self.trend}: 10x or more along the depth trend (rho {self.grad_ratio:.2g})"
             )
-        if self.dead_frac >= DEAD_FRAC:
+        if self.stream is not None:
+            out.append(f"{self.stream}: it reads a residual stream that breaks its design")
+        if self.dead:
             out.append(f"dead: {self.dead_frac:.0%} of units 0 >= {DEAD_FRAC:.0%}")
-        if self.saturated_frac >= SATURATED_FRAC:
+        if self.saturated:
             out.append(f"saturated: {self.saturated_frac:.0%} >= {SATURATED_FRAC:.0%}")
-        if self.unit_spread <= SYMMETRIC_SPREAD:
+        if self.symmetric:
             out.append(f"symmetric: unit spread {self.unit_spread:.2g} <= {SYMMETRIC_SPREAD:g}")
         if self.scaled_by is not None:
             out.append(f"not judged by scale: its branch is scaled by {self.scaled_by!r}")
-        if not self.finite:
-            out = ["non-finite: an activation or gradient element is inf or nan"]
+        if self.role == "zero":
+            out.append("not judged: its parameters are all 0, by design")
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = finite_or_none(dataclasses.asdict(self))
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out: dict[str, Any] = finite_or_none({**fields, "labels": list(self.labels)})
         out["criteria"] = self.criteria()
         return out
 
@@ -156,10 +215,11 @@ class Diagnosis:
     problems: list[str]  # the labels other than ok that occur, most severe first
     suggestions: list[str]
     input_shape: list[int]
-    input_std: float  # the reference scale: the input's std, or the embedding's (see notes)
+    input_std: float  # the input's std (1 for token ids: no scale of their own)
     steps: int
     notes: list[str] = field(default_factory=list)  # what the doctor read differently, and why
     trend: Trend | None = None  # the gradient ratio over depth; None: too few weight layers
+    stream: Stream | None = None  # the residual stream over depth; None: fewer than 3 adds
 
     @property
     def healthy(self) -> bool:
@@ -179,6 +239,13 @@ class Diagnosis:
         )
         out["layers"] = [layer.to_dict() for layer in self.layers]
         out["trend"] = self.trend and finite_or_none(dataclasses.asdict(self.trend))
+        out["stream"] = self.stream and finite_or_none(
+            {
+                **dataclasses.asdict(self.stream),
+                "amplification": self.stream.amplification,
+                "label": self.stream.label,
+            }
+        )
         return out
 
 

@@ -1,5 +1,7 @@
 """Running the model: its input (a tensor, a tuple, a dict), its call, the tensor read from its
-output, the readout's backward pass, and passes that leave the model as it was."""
+output, the readout's backward pass, and passes that leave the model as it was; the models and
+inputs refused before they run (meta, quantized, token ids out of range), each with its cause;
+the notes on outputs the model changed in place after they were measured."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from normlab.doctor.errors import ModelInputError, ModelOutputError
+from normlab.doctor.errors import CannotDiagnose, ModelInputError, ModelOutputError
 
 Input = torch.Tensor | tuple[Any, ...] | dict[str, Any]
 """One step's input: a tensor (``model(x)``), a tuple of positional inputs (``model(*x)``) or a
@@ -53,6 +55,18 @@ def _graph_input(x: torch.Tensor) -> torch.Tensor:
     if not x.is_floating_point():
         return x.clone()
     return x.detach().clone().requires_grad_(True).clone()
+
+
+def _graph_call(model: nn.Module, x: Input, field: str | None = None) -> torch.Tensor:
+    """``model(x)`` on copies of ``x`` that require grad (:func:`_graph_input`), so that the
+    autograd graph reaches layers without parameters; on the copies as given when the model
+    refuses those (it sets ``requires_grad`` on a view of its input, as Wav2Vec2's and HuBERT's
+    feature encoders do in training mode: "you can only change requires_grad flags of leaf
+    variables"), and only then. The error of the second call is the model's own."""
+    try:
+        return _call(model, _map(x, _graph_input), field)
+    except ModelInputError:
+        return _call(model, _map(x, torch.Tensor.clone), field)
 
 
 def _main(x: Input) -> torch.Tensor:
@@ -106,14 +120,134 @@ def _output(out: object, field: str | None) -> torch.Tensor:
 
 def _call(model: nn.Module, x: Input, field: str | None = None) -> torch.Tensor:
     """``model(x)`` (``*x``, ``**x``) as one tensor; errors say what the model said and what it
-    was given."""
+    was given, and the cause when it is known (:func:`_refuse`, :func:`_ids_checked`,
+    :func:`_rejected`)."""
+    _refuse(model)
     try:
-        out = model(**x) if isinstance(x, dict) else model(*x) if isinstance(x, tuple) else model(x)
+        with _ids_checked(model, x):
+            out = _invoke(model, x)
+    except ModelInputError:  # ids out of range, refused before the embedding read them
+        raise
     except Exception as exc:  # the user's model may raise anything: report it, with the shape
-        raise ModelInputError(
-            f"the model rejected input of shape {_shape(x)}: {type(exc).__name__}: {exc}"
-        ) from exc
+        raise ModelInputError(_rejected(model, x, exc)) from exc
     return _output(out, field)
+
+
+def _invoke(model: nn.Module, x: Input) -> Any:
+    """``model(x)``, ``model(*x)`` or ``model(**x)``, as :data:`Input` says."""
+    if isinstance(x, dict):
+        return model(**x)
+    return model(*x) if isinstance(x, tuple) else model(x)
+
+
+_QUANTIZED = ("torch.ao.nn.quantized", "torch.ao.nn.intrinsic.quantized", "torch.nn.quantized")
+"""Where torch's quantized layers live (``quantize_dynamic``'s, ``convert``'s)."""
+
+
+def _refuse(model: nn.Module) -> None:
+    """Refuse, before it runs, a model with no values to examine: parameters or buffers on the
+    meta device (shapes only: ``torch.device("meta")``, ``init_empty_weights``), or quantized
+    layers, whose integer weights take no gradient. :class:`CannotDiagnose` says how to get a
+    model that can be examined."""
+    if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
+        name = next(n for n, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta)
+        raise CannotDiagnose(
+            f"the model is on the meta device: {_path(name)} has a shape but no values; "
+            "materialize it first: model.to_empty(device='cpu'), then initialize the weights "
+            "(each layer's reset_parameters(), or load_state_dict)"
+        )
+    for name, m in model.named_modules():
+        if type(m).__module__.startswith(_QUANTIZED):
+            raise CannotDiagnose(
+                f"the model is quantized: {_path(name)} is {_qualified(m)}, whose integer "
+                "weights take no gradient; diagnose the float model, before quantization "
+                "(torch.ao.quantization.quantize_dynamic or convert)"
+            )
+
+
+def _qualified(m: nn.Module) -> str:
+    """``torch.ao.nn.quantized.dynamic.Linear``: the class as it is imported (quantized layers
+    share the names of the float ones)."""
+    return f"{type(m).__module__.split('.modules')[0]}.{type(m).__name__}"
+
+
+def _path(name: str) -> str:
+    from normlab.doctor.results import module_path  # results imports graph, which imports us
+
+    return module_path(name)
+
+
+@contextmanager
+def _ids_checked(model: nn.Module, x: Input) -> Iterator[None]:
+    """While the model runs on ``x``: every ``nn.Embedding`` (``EmbeddingBag``) that looks its
+    argument up (:data:`_LOOKUPS`) checks the ids before it reads them (torch's own error,
+    "index out of range in self", names neither the layer nor the id; :func:`_rejected`
+    hints at it for the others). An id out of [0, rows) raises :class:`ModelInputError`
+    naming the embedding, its rows, the id, and the flag: ids from the input come from
+    ``--tokens V``; others were computed by the model (positions)."""
+    given = {t.untyped_storage().data_ptr() for t in _tensors(x) if not t.is_floating_point()}
+
+    def check(module: nn.Module, args: tuple[Any, ...]) -> None:
+        ids, rows = args[0] if args else None, cast(int, module.num_embeddings)
+        if not isinstance(ids, torch.Tensor) or ids.is_floating_point() or ids.numel() == 0:
+            return
+        low, high = (int(v) for v in torch.aminmax(ids))
+        if low >= 0 and high < rows:
+            return
+        bad, name = low if low < 0 else high, names[module]
+        where = f"{_path(name)} ({type(module).__name__} with {rows} rows) was given id {bad}"
+        if ids.untyped_storage().data_ptr() in given:  # the input's ids, or a view of them
+            raise ModelInputError(
+                f"{where}, from the input; token ids must be in [0, {rows}): draw them below "
+                f"{rows} (--tokens V with V <= {rows})"
+            )
+        raise ModelInputError(
+            f"{where}, computed by the model from the input (a position beyond its {rows}? "
+            "use a shorter sequence, --input-shape)"
+        )
+
+    names = {m: n for n, m in model.named_modules() if type(m).forward in _LOOKUPS}
+    handles = [m.register_forward_pre_hook(check) for m in names]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+_LOOKUPS = (nn.Embedding.forward, nn.EmbeddingBag.forward)
+"""The forwards that look their first argument up: a subclass with its own forward may read it
+otherwise (positions computed from the ids' shape: Hugging Face's BART, FSMT, OPT)."""
+
+
+def _rejected(model: nn.Module, x: Input, exc: Exception) -> str:
+    """What the model said when it rejected ``x``, after the cause when it is a dtype: an input
+    of another floating dtype than the model's parameters (a float16 model given float32), or
+    a half-precision operation the device has no kernel for; or, guessed, token ids out of an
+    embedding that :func:`_ids_checked` could not watch. Said after the model raised, not
+    before: many models cast their input themselves (Hugging Face's ViT, CLIP)."""
+    said = f"the model rejected input of shape {_shape(x)}: {type(exc).__name__}: {exc}"
+    own = {p.dtype for p in model.parameters() if p.is_floating_point()}
+    given = {t.dtype for t in _tensors(x) if t.is_floating_point()} - own
+    if len(own) == 1 and given:
+        want = str(own.pop()).removeprefix("torch.")
+        given_names = ", ".join(sorted(str(d).removeprefix("torch.") for d in given))
+        return (
+            f"the model's parameters are {want} and the input {given_names}: give a {want} "
+            f"input (--dtype {want}); {said}"
+        )
+    if "not implemented for 'Half'" in str(exc) or "not implemented for 'BFloat16'" in str(exc):
+        return (
+            "an operation of the model has no half-precision kernel on this device: diagnose "
+            f"it in float32 (model.float(), --dtype float32); {said}"
+        )
+    ids = [t for t in _tensors(x) if not t.is_floating_point() and t.numel() > 0]
+    if isinstance(exc, IndexError) and "index out of range" in str(exc) and ids:
+        high = max(int(t.max()) for t in ids)
+        return (
+            f"token ids out of an embedding's range? the input's reach {high} (--tokens V); {said}"
+        )
+    return said
 
 
 def _backward(out: torch.Tensor, readout: torch.Tensor) -> None:
@@ -156,3 +290,27 @@ def _preserved(model: nn.Module) -> Iterator[None]:
                     b.copy_(buffers[name])
         for p, g in grads.items():
             p.grad = g
+
+
+def _overwritten_notes(model: nn.Module, overwritten: Mapping[str, str | None]) -> list[str]:
+    """What the notes say of the layers whose output the model changed in place after the
+    probe measured it (:class:`normlab.probe.ActivationProbe`'s ``overwritten``): their
+    numbers are of their output before the change. Three at most, then how many more."""
+    notes = []
+    for name, by in list(overwritten.items())[:NOTED_OVERWRITES]:
+        if by is not None:
+            kind = type(model.get_submodule(by)).__name__
+            what = f"{_path(by)} ({kind}, inplace=True) overwrote {_path(name)}'s output"
+        else:
+            what = (
+                "an in-place operation (such as x += f(x) in a forward) changed "
+                f"{_path(name)}'s output after it was measured"
+            )
+        notes.append(f"{what}: {_path(name)}'s statistics are of its output before the change")
+    if (more := len(overwritten) - NOTED_OVERWRITES) > 0:
+        notes.append(f"and {more} more layers' outputs were changed in place after measuring")
+    return notes
+
+
+NOTED_OVERWRITES = 3
+"""The most layers overwritten in place that the notes name one by one."""

@@ -4,28 +4,13 @@ r"""The depth trend of the gradient ratio: the model's repeated blocks, a linear
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 
 import torch
 
+from normlab.doctor.expect import _blocks
 from normlab.doctor.layers import _labels
 from normlab.doctor.results import LayerDiagnosis, Trend
-
-
-def _blocks(names: Sequence[str]) -> tuple[str, list[list[int]]]:
-    """The repeated blocks among ``names``: the prefix whose integer component takes the most
-    values, and the indices of the names under each of its values, in order (one name per
-    block when no prefix repeats)."""
-    by_prefix: dict[str, dict[int, list[int]]] = {}
-    for i, name in enumerate(names):
-        for match in re.finditer(r"(?:^|\.)(\d+)(?=\.|$)", name):
-            prefix = name[: match.start(1)].rstrip(".")
-            by_prefix.setdefault(prefix, {}).setdefault(int(match.group(1)), []).append(i)
-    if not by_prefix:
-        return "", [[i] for i in range(len(names))]
-    prefix, groups = max(by_prefix.items(), key=lambda kv: (len(kv[1]), -len(kv[0])))
-    return prefix, [groups[k] for k in sorted(groups)]
 
 
 def _trend(layers: Sequence[LayerDiagnosis]) -> Trend | None:

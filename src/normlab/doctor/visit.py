@@ -11,15 +11,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from normlab.doctor.constants import FIX_METHODS, SEVERITY
+from normlab.doctor.constants import FIX_METHODS
 from normlab.doctor.cure import fix
 from normlab.doctor.graph import _trace
-from normlab.doctor.layers import _layer_diagnoses, _reference
+from normlab.doctor.judge import judge
 from normlab.doctor.measure import _measure
+from normlab.doctor.remedies import REMEDIES, Advice, advise, check_cost
 from normlab.doctor.results import Diagnosis, FixReport
-from normlab.doctor.running import Input, _eager, _main, _steps
-from normlab.doctor.training import TRIAL_STEPS, Trial, trial
-from normlab.doctor.trend import _mark_trend, _trend
+from normlab.doctor.running import Input, _eager, _main, _overwritten_notes, _steps
+from normlab.doctor.training import TRIAL_SEEDS, TRIAL_STEPS, Trial, trial
 from normlab.doctor.words import _scaled_notes, _suggestions, _verdict
 
 
@@ -75,25 +75,22 @@ def diagnose(
         notes.append(
             "the output is a number, the model's own loss: its gradient was used, not a readout"
         )
-    ref, where = _reference(xs, acts)
-    notes += [where] if where else []
+    found = judge(model, xs, acts, grad_stats, ratios, graph)
+    notes += [found.note] if found.note else []
     notes += _scaled_notes(scaled)
-    layers = _layer_diagnoses(model, acts, grad_stats, ratios, ref, scaled, graph.branches())
-    trend = _trend(layers)
-    if trend is not None and trend.sustained:
-        _mark_trend(layers, trend)
-    problems = [p for p in SEVERITY if any(p in layer.labels for layer in layers)]
-    # the data flow, for the suggestions (one more forward pass, only when there is a problem)
+    notes += _overwritten_notes(model, acts.overwritten)
+    layers, trend, problems = found.layers, found.trend, found.problems
     return Diagnosis(
         layers=layers,
-        verdict=_verdict(layers, problems, trend),
+        verdict=_verdict(layers, problems, trend, found.stream),
         problems=problems,
-        suggestions=_suggestions(model, layers, graph, problems, trend),
+        suggestions=_suggestions(model, layers, graph, problems, trend, found.stream),
         input_shape=list(_main(xs[0]).shape),
-        input_std=ref,
+        input_std=found.input_std,
         steps=len(xs),
         notes=notes,
         trend=trend,
+        stream=found.stream,
     )
 
 
@@ -106,13 +103,19 @@ class Examination:
     fix: FixReport | None = None
     after: Diagnosis | None = None
     trial: Trial | None = None  # the short training comparison; None without a fix
+    advice: list[Advice] | None = None  # every remedy tried (check=True); None: not checked
+    advice_note: str | None = None  # why the advice was not checked, when it was not
 
     def to_dict(self) -> dict[str, Any]:
-        """``before``'s dict, plus ``fix`` (the report, with ``after`` and ``trial`` inside)."""
+        """``before``'s dict, plus ``fix`` (the report, with ``after`` and ``trial`` inside),
+        ``advice`` (each remedy tried) and ``advice_note`` when checked."""
         out = self.before.to_dict()
         if self.fix is not None and self.after is not None:
             trial = None if self.trial is None else self.trial.to_dict()
             out["fix"] = {**self.fix.to_dict(), "after": self.after.to_dict(), "trial": trial}
+        if self.advice is not None or self.advice_note is not None:
+            out["advice"] = None if self.advice is None else [a.to_dict() for a in self.advice]
+            out["advice_note"] = self.advice_note
         return out
 
 
@@ -128,8 +131,11 @@ def examine(
     output: str | None = None,
     tied: bool = False,
     trial_steps: int = TRIAL_STEPS,
+    seeds: int = TRIAL_SEEDS,
+    check: bool = False,
 ) -> Examination:
-    """Diagnose ``model``; with ``fix``, re-initialize it by that method and diagnose it again.
+    """Diagnose ``model``; with ``fix``, re-initialize it by that method and diagnose it again;
+    with ``check`` (and no fix), try every remedy that applies (:func:`advise`).
 
     What ``normlab doctor [--fix METHOD]`` does: :func:`diagnose`, then :func:`fix` on the first
     batch and :func:`diagnose` once more, all drawing from ``generator`` in that order, so one
@@ -143,7 +149,11 @@ def examine(
         output: the output field to read, as for :func:`diagnose`.
         tied: :func:`fix` re-initializes tied weights too.
         trial_steps: after a fix, train copies of the model as given and fixed this many steps
-            (:func:`trial`), so that no fix is called a cure unless it measured one; 0: skip.
+            over ``seeds`` seeds (:func:`trial`), and re-diagnose it, so that no fix is called a
+            cure unless it measured one; 0: skip. With ``check``, the steps of each remedy's run.
+        seeds: the seeds of those runs, in [2, 10].
+        check: a flagged model's advice is tried in training (:func:`advise`), unless it has
+            more than :data:`MAX_CHECK_PARAMS` parameters (``advice_note`` then says so).
 
     Returns:
         an :class:`Examination` (``fix`` and ``after`` are ``None`` without a fix).
@@ -164,13 +174,24 @@ def examine(
     if fix is not None and fix not in FIX_METHODS:
         raise ValueError(f"method {fix!r} not supported, use one of {FIX_METHODS}")
     before = diagnose(model, batches, generator=generator, output=output)
+    if fix is None and check and trial_steps > 0 and before.problems:
+        if note := check_cost(model):
+            return Examination(before, advice_note=note)
+        advice = advise(
+            model, batches, before, seeds=seeds, steps=trial_steps, generator=generator,
+            output=output,
+        )  # fmt: skip
+        return Examination(before, advice=advice)
     if fix is None:
         return Examination(before)
     xs = _steps(batches)
     given = copy.deepcopy(model) if trial_steps > 0 else None
     report = _fix(model, fix, xs[0], generator=generator, tied=tied)
     after = diagnose(model, batches, generator=generator, output=output)
-    check = None
+    measured = None
     if given is not None:
-        check = trial(given, model, xs, steps=trial_steps, generator=generator, output=output)
-    return Examination(before, report, after, check)
+        measured = trial(
+            given, model, xs, steps=trial_steps, seeds=seeds, generator=generator,
+            output=output, diagnoses=(before, after), addresses=REMEDIES[fix].addresses,
+        )  # fmt: skip
+    return Examination(before, report, after, measured)

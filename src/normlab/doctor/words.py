@@ -11,7 +11,16 @@ from torch import nn
 
 from normlab import init
 from normlab import nn as nlnn
-from normlab.doctor.constants import EXPLODING, GRAD_EXPLODING, GRAD_VANISHING, VANISHING
+from normlab.doctor.constants import (
+    DEAD_FRAC,
+    EXPLODING,
+    GRAD_EXPLODING,
+    GRAD_VANISHING,
+    SATURATED_FRAC,
+    SYMMETRIC_SPREAD,
+    VANISHING,
+)
+from normlab.doctor.expect import AMPLIFICATION, STREAM_GROWTH, Stream
 from normlab.doctor.graph import BRANCH_SCALE, _Graph
 from normlab.doctor.kinds import _WEIGHT_LAYERS, _is_norm
 from normlab.doctor.results import LayerDiagnosis, Trend, module_path
@@ -43,51 +52,103 @@ def _span(values: Sequence[float]) -> str:
     return lo if lo == hi else f"{lo}..{hi}"
 
 
+def _sure(decades: float) -> str:
+    """How sure a label is, by how far past its bound the number lies (in decades)."""
+    if not math.isfinite(decades) or decades >= 1:
+        return "certain"
+    return "likely" if decades >= 0.3 else "borderline"
+
+
 def _verdict(
-    layers: Sequence[LayerDiagnosis], problems: Sequence[str], trend: Trend | None = None
+    layers: Sequence[LayerDiagnosis],
+    problems: Sequence[str],
+    trend: Trend | None = None,
+    stream: Stream | None = None,
 ) -> str:
+    """One sentence per problem, in the order of cause (:func:`~normlab.doctor.judge.problems`),
+    each naming its criterion and how sure it is."""
     if not problems:
         return (
-            f"healthy: every layer keeps its scale within {VANISHING:g}x..{EXPLODING:g}x of the "
-            f"input's and its weights' gradient within {GRAD_VANISHING:g}x..{GRAD_EXPLODING:g}x "
-            "of the last layer's, with no dead, saturated or identical units"
+            "healthy: every layer keeps the scale its architecture predicts (within "
+            f"{VANISHING:g}x..{EXPLODING:g}x of its anchor: the input, a norm or an embedding), "
+            f"its weights' gradient within {GRAD_VANISHING:g}x..{GRAD_EXPLODING:g}x of its "
+            "like in the last block, the residual stream within its design, with no dead, "
+            "saturated or identical units"
         )
     parts = []
     for problem in problems:
         hit = [layer for layer in layers if problem in layer.labels]
-        first = hit[0]
         if problem in ("vanishing", "exploding"):
             parts += _scale_words(layers, problem)
+            if stream is not None and stream.label == problem:
+                parts.append(_stream_words(stream))
             if trend is not None and trend.sustained and trend.direction == problem:
                 parts.append(_trend_words(trend))
-        elif problem == "non-finite":
-            forward = [la.name for la in hit if not math.isfinite(la.act_mean)]
-            start = (
-                f"; the forward pass first overflows at {module_path(forward[0])}"
-                if forward
-                else ""
-            )
-            parts.append(
-                f"inf or nan values in {len(hit)} layer(s), from {module_path(first.name)}{start}: "
-                "the run "
-                "has diverged or overflowed, and the other labels cannot be judged there"
-            )
-        elif problem == "dead":
-            parts.append(
-                f"dead units in {len(hit)} layer(s), from {module_path(first.name)} "
-                f"({first.dead_frac:.0%} of its units are 0 on every input)"
-            )
-        elif problem == "saturated":
-            parts.append(
-                f"saturated activations in {len(hit)} layer(s), from {module_path(first.name)} "
-                f"({first.saturated_frac:.0%} of its outputs at the flat ends)"
-            )
         else:
-            parts.append(
-                f"identical units in {len(hit)} layer(s) from {module_path(first.name)}: "
-                "every unit computes the same value, so training cannot tell them apart"
-            )
+            parts.append(_other_words(problem, hit))
     return "; ".join(parts)
+
+
+def _other_words(problem: str, hit: Sequence[LayerDiagnosis]) -> str:
+    first = hit[0]
+    if problem == "non-finite":
+        forward = [la.name for la in hit if not math.isfinite(la.act_mean)]
+        start = (
+            f"; the forward pass first overflows at {module_path(forward[0])}" if forward else ""
+        )
+        return (
+            f"inf or nan values in {len(hit)} layer(s), from {module_path(first.name)}{start}: "
+            "the run has diverged or overflowed, and the other labels cannot be judged there"
+        )
+    if problem == "dead":
+        return (
+            f"dead units in {len(hit)} layer(s), from {module_path(first.name)} "
+            f"({first.dead_frac:.0%} of its units are 0 on every input; criterion >= "
+            f"{DEAD_FRAC:.0%}: {_sure(_decades(first.dead_frac, DEAD_FRAC))})"
+        )
+    if problem == "saturated":
+        source = (
+            f", fed from {module_path(first.anchor)} at std {_g(first.reference)}"
+            if first.anchor
+            else ""
+        )
+        return (
+            f"saturated activations in {len(hit)} layer(s), from {module_path(first.name)}"
+            f"{source} ({first.saturated_frac:.0%} of its outputs at the flat ends; criterion "
+            f">= {SATURATED_FRAC:.0%}: {_sure(_decades(first.saturated_frac, SATURATED_FRAC))})"
+        )
+    return (
+        f"identical units in {len(hit)} layer(s) from {module_path(first.name)}: "
+        "every unit computes the same value, so training cannot tell them apart "
+        f"(unit spread <= {SYMMETRIC_SPREAD:g}: certain)"
+    )
+
+
+def _decades(value: float, bound: float) -> float:
+    """How far past ``bound`` ``value`` lies, in decades (either direction)."""
+    if value <= 0 or bound <= 0 or not math.isfinite(value):
+        return math.inf
+    return abs(math.log10(value / bound))
+
+
+def _stream_words(stream: Stream) -> str:
+    if stream.placement == "pre":
+        return (
+            f"the residual stream is exploding with depth: it grows {stream.growth[-1]:.2g}x "
+            f"over its {stream.adds} adds "
+            f"(pre-LN: theory.residual_stream with the first adds' branch variance predicts "
+            f"{stream.predicted[-1]:.2g}x; criterion: both past {STREAM_GROWTH:g}x: "
+            f"{_sure(_decades(min(stream.growth[-1], stream.predicted[-1]), STREAM_GROWTH))}): "
+            f"the last blocks move it {stream.growth[-1]:.2g}x less than the first, as no "
+            "branch is scaled for the depth"
+        )
+    return (
+        f"the post-LN stack's sensitivity is exploding with depth: its {stream.adds} adds sum "
+        f"an amplification of {stream.amplification:.2g} "
+        f"(the branches' shares of each sum's variance, Liu et al. 2020; criterion >= "
+        f"{AMPLIFICATION:g}: {_sure(_decades(stream.amplification, AMPLIFICATION))}): an update "
+        "moves the output in proportion to the depth, so the first steps overshoot"
+    )
 
 
 def _trend_words(trend: Trend) -> str:
@@ -104,26 +165,17 @@ def _trend_words(trend: Trend) -> str:
 
 
 def _scale_words(layers: Sequence[LayerDiagnosis], problem: str) -> list[str]:
-    """The verdict's words on a vanishing or exploding scale: forward, backward, or both."""
+    """The verdict's words on a vanishing or exploding scale: forward (the cause), then what
+    only the backward pass shows."""
     out = []
     forward = [
-        layer
-        for layer in layers
-        if (layer.scale_vanishing if problem == "vanishing" else layer.scale_exploding)
+        la
+        for la in layers
+        if la.segment == problem
+        or (la.scale_vanishing if problem == "vanishing" else la.scale_exploding)
     ]
     if forward:
-        first, last = forward[0], layers[-1]
-        grads = [layer.grad_std for layer in layers if math.isfinite(layer.grad_std)]
-        grad_words = (
-            f"; gradient std {_g(grads[-1])} at the last layer, {_g(grads[0])} at the first"
-            if grads
-            else ""
-        )
-        out.append(
-            f"the scale is {problem} from {module_path(first.name)} on "
-            f"({_g(first.scale)}x the input's std there, {_g(last.scale)}x at the output)"
-            f"{grad_words}"
-        )
+        out.append(_forward_words(layers, forward, problem))
     backward = [
         layer
         for layer in layers
@@ -137,12 +189,55 @@ def _scale_words(layers: Sequence[LayerDiagnosis], problem: str) -> list[str]:
         )
         out.append(
             f"the gradient is {problem} on its way back: {len(backward)} of {len(weighted)} "
-            f"weight layers get {bound} {limit:g}x the relative weight gradient of the last one, "
-            f"{module_path(weighted[-1].name)} ({_g(backward[-1].grad_ratio)}x at "
-            f"{module_path(backward[-1].name)}, "
-            f"{_g(extreme.grad_ratio)}x at {module_path(extreme.name)})"
+            f"weight layers get {bound} {limit:g}x the relative weight gradient of their "
+            "reference (their like in the last repeated block, or the last weight layer, "
+            f"{module_path(weighted[-1].name)}) ({_g(backward[-1].grad_ratio)}x at "
+            f"{module_path(backward[-1].name)}, {_g(extreme.grad_ratio)}x at "
+            f"{module_path(extreme.name)}: {_sure(_decades(extreme.grad_ratio, limit))})"
         )
     return out
+
+
+def _forward_words(
+    layers: Sequence[LayerDiagnosis], forward: Sequence[LayerDiagnosis], problem: str
+) -> str:
+    first = forward[0]
+    crossed = [la for la in forward if la.scale_exploding or la.scale_vanishing]
+    extreme = (max if problem == "exploding" else min)(
+        crossed or forward, key=lambda la: la.scale if math.isfinite(la.scale) else 0
+    )
+    weighted = [la for la in forward if la.segment and math.isfinite(la.grad_ratio)]
+    gains = [
+        la.gain
+        for la in weighted
+        if math.isfinite(la.gain) and (la.gain > 1 if problem == "exploding" else 0 < la.gain < 1)
+    ]
+    predicted = [la.predicted_gain for la in weighted if math.isfinite(la.predicted_gain)]
+    theory_words = (
+        f" (the variance argument predicts {_span(predicted)}x from their weights)"
+        if predicted
+        else ""
+    )
+    per_layer = (
+        f": the weight layers there multiply the RMS by {_span(gains)}x each with their "
+        f"activations{theory_words}, where a scale-preserving init keeps 1x"
+        if gains
+        else ""
+    )
+    grads = [la.grad_std for la in layers if math.isfinite(la.grad_std)]
+    grad_words = (
+        f"; the gradient follows on its way back (std {_g(grads[-1])} at the last layer, "
+        f"{_g(grads[0])} at the first)"
+        if grads
+        else ""
+    )
+    bound = EXPLODING if problem == "exploding" else VANISHING
+    return (
+        f"the scale is {problem} from {module_path(first.name)} on{per_layer}; "
+        f"{_g(extreme.scale)}x {extreme._against()} at {module_path(extreme.name)} "
+        f"(criterion {'>' if problem == 'exploding' else '<'} {bound:g}x: "
+        f"{_sure(_decades(extreme.scale, bound))}){grad_words}"
+    )
 
 
 def _suggestions(
@@ -151,6 +246,7 @@ def _suggestions(
     graph: _Graph | None,
     problems: Sequence[str],
     trend: Trend | None = None,
+    stream: Stream | None = None,
 ) -> list[str]:
     if not problems:
         return ["nothing to change: the initialization suits this model on this input"]
@@ -170,24 +266,51 @@ def _suggestions(
         return out
     if "dead" in problems:
         out += _dead_suggestions(layers, graph)
+    if stream is not None and stream.label is not None:
+        out.append(_stream_advice(stream))
     if {"vanishing", "exploding", "saturated"} & set(problems):
-        out += _depth_suggestions(model, trend)
-        out += _scale_suggestions(model, layers, graph, problems)
+        out += _depth_suggestions(model, trend, residual=bool(graph.branches()))
+        if any(la.segment or la.scale_vanishing or la.scale_exploding for la in layers) or (
+            "saturated" in problems or any(la.grad_vanishing or la.grad_exploding for la in layers)
+        ):
+            out += _scale_suggestions(model, layers, graph, problems)
     return out
 
 
-def _depth_suggestions(model: nn.Module, trend: Trend | None) -> list[str]:
-    """For a gradient that explodes steadily with depth in a BatchNorm stack: not the init."""
+def _stream_advice(stream: Stream) -> str:
+    """What the stream's design wants: branches scaled for the depth, or pre-LN / warm-up."""
+    if stream.placement == "pre":
+        return (
+            f"scale each residual branch's output by 1/sqrt({stream.adds}) = "
+            f"{stream.adds**-0.5:.3g} (multiply the branch's last layer's weight and bias, or "
+            "the branch in forward; Depth-muP: Yang et al. 2023), so the stream keeps its scale "
+            "over the depth (the branch-scale remedy)"
+        )
+    return (
+        "use pre-LN (the norm at the start of each branch: nn.TransformerEncoderLayer("
+        "norm_first=True), and one final norm), or warm the learning rate up over the first "
+        "steps (Xiong et al. 2020): the pre-ln and warmup remedies"
+    )
+
+
+def _depth_suggestions(model: nn.Module, trend: Trend | None, residual: bool) -> list[str]:
+    """For a gradient that explodes steadily with depth in a BatchNorm stack: not the init
+    (and never residual connections to a model that has them)."""
     bn = any(
         isinstance(m, nn.modules.batchnorm._BatchNorm | nlnn._BatchNorm) for m in model.modules()
     )
     if trend is None or not trend.sustained or trend.factor < 1 or not bn:
         return []
+    change = (
+        "use fewer layers, or LayerNorm in place of BatchNorm (the layernorm remedy)"
+        if residual
+        else "add residual connections around the blocks, use fewer layers, or use LayerNorm "
+        "in place of BatchNorm (the layernorm remedy)"
+    )
     return [
         f"a deep BatchNorm stack: its gradient explodes with depth whatever the initializer "
         f"(Yang et al. 2019: the squared ratio grows by pi/(pi-1) = 1.47 per BatchNorm + ReLU "
-        f"layer; measured {trend.factor**2:.3g}): add residual connections around the blocks, "
-        "use fewer layers, or use LayerNorm, rather than another init"
+        f"layer; measured {trend.factor**2:.3g}): {change}, rather than another init"
     ]
 
 
@@ -209,8 +332,8 @@ def _dead_suggestions(layers: Sequence[LayerDiagnosis], graph: _Graph) -> list[s
         )
         out.append(
             f"{module_path(name)} is fed by {module_path(source)}, where those units' "
-            f"pre-activation is below 0 on every input: {bias}reset the biases to 0 and use He "
-            "init (--fix he), or a LeakyReLU"
+            f"pre-activation is below 0 on every input: {bias}reset the biases to 0 (the "
+            "zero-bias remedy), or use a LeakyReLU"
         )
     return out
 

@@ -13,6 +13,7 @@ ratio), the verdict and the suggestions.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -75,8 +76,12 @@ def _frac(x: float) -> str:
     return f"{x:.0%}" if math.isfinite(x) else "-"
 
 
-def diagnosis_tables(d: doctor.Diagnosis, title: str) -> list[Table]:
-    """The per-layer table and the verdict with its suggestions, as the CLI and pages show them."""
+def diagnosis_tables(
+    d: doctor.Diagnosis, title: str, advice: list[doctor.Advice] | None = None
+) -> list[Table]:
+    """The per-layer table and the verdict with its suggestions, as the CLI and pages show them;
+    with ``advice`` (:func:`normlab.doctor.advise`), the suggestions that stand after the
+    training checks (:func:`normlab.doctor.checked`) and a table of every remedy tried."""
     rows = [
         (
             doctor.module_path(layer.name),
@@ -103,14 +108,48 @@ def diagnosis_tables(d: doctor.Diagnosis, title: str) -> list[Table]:
         "labels",
     )
     note = f"input {tuple(d.input_shape)}, std {_cell(d.input_std)}; {d.steps} step(s)"
+    suggestions = d.suggestions if advice is None else _checked(d.suggestions, advice)
     return [
         Table(title, columns, rows, notes=(note, *d.notes)),
         Table(
             "Verdict: " + d.verdict,
             ("suggestion",),
-            [(s,) for s in d.suggestions],
+            [(s,) for s in suggestions],
         ),
+    ] + ([] if not advice else [advice_table(advice)])
+
+
+def _checked(suggestions: list[str], advice: list[doctor.Advice]) -> list[str]:
+    """The suggestions that stand after the checks, then each cure that none of them names."""
+    kept = doctor.checked(suggestions, advice)
+    named = {name for s in kept for name in doctor.named(s)}
+    return kept + [
+        f"{a.words} (the {a.remedy} remedy: {math.exp(a.trial.gain):.3g}x lower loss in training)"
+        for a in advice
+        if a.cured and a.remedy not in named
     ]
+
+
+def advice_table(advice: list[doctor.Advice]) -> Table:
+    """Every remedy tried: what it changed, the final loss per seed both ways, the verdict."""
+    t = advice[0].trial
+    rows = [
+        (
+            a.remedy,
+            a.words,
+            ", ".join(_cell(x) for x in a.trial.before),
+            ", ".join(_cell(x) for x in a.trial.after),
+            ", ".join(a.after) or "healthy",
+            "cure" if a.cured else "not a cure",
+        )
+        for a in advice
+    ]
+    return Table(
+        f"Advice checked in training ({t.steps} Adam steps on a proxy task, {len(t.seeds)} seeds)",
+        ("remedy", "what it changes", "loss as given", "loss with it", "re-diagnosis", "verdict"),
+        rows,
+        notes=tuple(f"{a.remedy}: {a.trial.verdict(f'the {a.remedy} remedy')}" for a in advice),
+    )
 
 
 LABEL_COLORS = {
@@ -214,18 +253,24 @@ def _fraction_panel(runs: list[tuple[str, Diagnosis]]) -> fig.Panel:
 def diagnosis_figure(
     diagnosis: Diagnosis, after: Diagnosis | None = None, label: str = "fixed"
 ) -> fig.Figure:
-    """Four panels over the layers: activation std / input std, the weights' gradient ratio,
-    gradient std, dead/saturated fractions; ``after`` (a fixed model) drawn beside, dashed."""
+    """Panels over the layers, measured beside predicted: activation std over its anchor's,
+    each weight layer's RMS gain and the variance argument's prediction, the residual stream
+    against :func:`normlab.theory.residual_stream` (when the model has one), the weights'
+    gradient ratio, gradient std, dead/saturated fractions; ``after`` (a fixed model) drawn
+    beside, dashed."""
     runs = [("as given", diagnosis)] + ([(label, after)] if after is not None else [])
     shaded = "(shaded: vanishing below, exploding above)"
+    stream = [] if diagnosis.stream is None else [_stream_panel(diagnosis, diagnosis.stream)]
     panels = [
         _log_panel(
             runs,
             "scale",
-            "activation std / input std",
-            f"Activation scale {shaded}",
+            "activation std / its anchor's",
+            f"Activation scale against its anchor (the input, a norm, an embedding) {shaded}",
             (VANISHING, EXPLODING),
         ),
+        _gain_panel(diagnosis),
+        *stream,
         _log_panel(
             runs,
             "grad_ratio",
@@ -245,24 +290,79 @@ def diagnosis_figure(
     return fig.Figure("", panels, columns=1, height=2.75, shared_x=True)
 
 
+def _gain_panel(d: Diagnosis) -> fig.Panel:
+    """Each weight layer's RMS gain with its activation, measured and as the variance argument
+    predicts from its weights; 1 keeps the scale."""
+    weighted = [(i, la) for i, la in enumerate(d.layers) if math.isfinite(la.predicted_gain)]
+    x = [float(i) for i, _ in weighted]
+    series = [
+        fig.Series("measured", x, [la.gain for _, la in weighted], kind="markers"),
+        fig.Series(
+            "predicted (fan_in Var[w] E[phi(z)^2])",
+            x,
+            [la.predicted_gain for _, la in weighted],
+            kind="markers",
+            marker="square",
+            hollow=True,
+        ),
+    ]
+    return fig.Panel(
+        _layer_axis(d),
+        fig.Axis("RMS gain per weight layer", scale="log"),
+        series,
+        "Each weight layer's gain: measured and predicted from its weights",
+        lines=(fig.Line(1.0, label="scale-preserving"),),
+    )
+
+
+def _stream_panel(d: Diagnosis, stream: doctor.Stream) -> fig.Panel:
+    """The residual stream at each layer reading a sum: pre-LN, its std growth measured and
+    predicted (theory.residual_stream with the first adds' branch variance), with the bound;
+    post-LN, the running amplification and its bound."""
+    index = {la.name: float(i) for i, la in enumerate(d.layers)}
+    x = [index[r] for r in stream.readers]
+    if stream.placement == "pre":
+        series = [
+            fig.Series("measured growth", x, stream.growth, kind="line+markers"),
+            fig.Series("predicted (theory)", x, stream.predicted, kind="line", dash="dash"),
+        ]
+        bound, what = doctor.STREAM_GROWTH, "stream std / after the first add"
+    else:
+        running = list(itertools.accumulate(s if math.isfinite(s) else 0.0 for s in stream.shares))
+        series = [fig.Series("amplification", x, running, kind="line+markers")]
+        bound, what = doctor.AMPLIFICATION, "sum of branch shares (Liu et al. 2020)"
+    return fig.Panel(
+        _layer_axis(d),
+        fig.Axis(what, scale="log"),
+        series,
+        f"Residual stream ({stream.placement}-LN) over depth",
+        lines=(fig.Line(bound, label="bound"),),
+        bands=(fig.Band(bound, math.inf, color=LABEL_COLORS["exploding"], opacity=0.08),),
+    )
+
+
 MAX_WATCHED = 12  # layers drawn over training: the weight layers, every k-th when more
+UPDATE_GUIDE = 1e-3  # Karpathy's update:data ratio of a healthy learning rate (normlab.watching)
+UPDATE_FLOOR = 1e-12  # an update of 0 (a layer the optimizer skips) shows at the bottom
 
 
 def training_figure(records: list[dict[str, Any]]) -> fig.Figure:
-    """A :func:`normlab.watch` log over training steps: each weight layer's activation scale
-    and gradient ratio (log axes, the doctor's bounds shaded), and the number of layers with
-    each problem label."""
+    """A :func:`normlab.watch` log over training steps: each weight layer's activation scale,
+    gradient ratio and update:data ratio (log axes, the doctor's bounds shaded, the 1e-3 guide
+    line drawn; no update panel for a log without them), and the number of layers with each
+    problem label."""
     steps = [float(r["step"]) for r in records]
     names = [la["name"] for la in records[-1]["layers"] if la.get("grad_ratio") is not None]
     names = names[:: math.ceil(len(names) / MAX_WATCHED) or 1]
 
-    def over(key: str) -> list[fig.Series]:
+    def over(key: str, floor: float = FLOOR) -> list[fig.Series]:
         series = []
         for name in names:
             values = [
-                next((la[key] for la in r["layers"] if la["name"] == name), None) for r in records
+                next((la.get(key) for la in r["layers"] if la["name"] == name), None)
+                for r in records
             ]
-            y = fig.floored([None if v is None else float(v) for v in values], FLOOR)
+            y = fig.floored([None if v is None else float(v) for v in values], floor)
             series.append(fig.Series(doctor.module_path(name), steps, y, kind="line"))
         return series
 
@@ -288,6 +388,13 @@ def training_figure(records: list[dict[str, Any]]) -> fig.Figure:
                   "Gradient ratio of the weight layers"),
         fig.Panel(step_axis, fig.Axis("layers"), counts, "Layers with each label"),
     ]  # fmt: skip
+    updates = over("update_ratio", UPDATE_FLOOR)
+    if any(v is not None for s in updates for v in s.y):  # a log written before: no panel
+        guide = fig.Line(UPDATE_GUIDE, label="1e-3, Karpathy's guide")
+        panels.insert(2, fig.Panel(
+            step_axis, fig.Axis("|ΔW| / |W| per step", scale="log"), updates,
+            "Update:data ratio of the weight layers", lines=(guide,),
+        ))  # fmt: skip
     return fig.Figure("Over training", panels, columns=1, height=2.75, shared_x=True)
 
 
@@ -308,6 +415,7 @@ class DoctorResult(Result):
     steps: int
     notes: list[str]  # what the doctor read differently, and why
     trend: doctor.Trend | None  # the gradient ratio over depth
+    stream: doctor.Stream | None  # the residual stream over depth
     fix: doctor.FixReport | None  # what init did, None for "default"
 
     @property

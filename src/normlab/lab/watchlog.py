@@ -107,6 +107,8 @@ def _check_layer(layer: object, i: int) -> None:
     for key in _NUMBERS:
         if key not in layer or not _is_number(layer[key]):
             raise ValueError(f"layers[{i}] has no number {key!r}")
+    if not _is_number(layer.get("update_ratio")):  # optional: a log written before has none
+        raise ValueError(f"layers[{i}] has an 'update_ratio' that is not a number")
 
 
 def check_record(record: object) -> None:
@@ -114,7 +116,8 @@ def check_record(record: object) -> None:
 
     A record is an object with an integer ``step``, a number (or ``null``) ``input_std``, a
     list of ``problems`` and ``layers``: objects holding ``name``, ``kind``, ``labels`` and the
-    doctor's numbers (``act_mean``, ``act_std``, ``scale``, ..., ``grad_ratio``).
+    doctor's numbers (``act_mean``, ``act_std``, ``scale``, ..., ``grad_ratio``) and, if
+    given, a number (or ``null``) ``update_ratio``.
     """
     if not isinstance(record, dict):
         raise ValueError(f"a record is a JSON object, this is a {type(record).__name__}")
@@ -260,16 +263,16 @@ def _summary(tail: LogTail) -> str:
 
 def _layer_table(record: dict[str, Any]) -> dict[str, Any]:
     """The last record's per-layer table, as :func:`~normlab.experiments.doctor.diagnosis_tables`
-    makes it for any diagnosis."""
-    from normlab.experiments.doctor import diagnosis_tables
-    from normlab.report import log_diagnosis
+    makes it for any diagnosis, with the update:data ratios (:func:`normlab.report.log_tables`)."""
+    from normlab.report import UPDATE_NOTE, log_tables
 
-    table = diagnosis_tables(log_diagnosis(record), f"Every layer at step {record['step']}")[0]
+    table = log_tables(record, f"Every layer at step {record['step']}")[0]
     std = record["input_std"]
     input_std = f"{std:.3g}" if std is not None and math.isfinite(std) else "-"
     problems = ", ".join(record["problems"]) or "none"
     note = f"input std {input_std}; problems at this step: {problems}"
-    return dataclasses.replace(table, notes=(note,)).to_dict()
+    notes = (note, *[n for n in table.notes if n == UPDATE_NOTE])
+    return dataclasses.replace(table, notes=notes).to_dict()
 
 
 def watch_state(tail: LogTail, version: int = 0) -> dict[str, Any]:

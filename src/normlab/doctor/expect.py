@@ -1,0 +1,289 @@
+r"""What the architecture predicts for each layer: the scale it should be judged against, the
+layers whose scale is theirs by design, and what the residual stream should do with depth.
+
+A layer's scale is not judged against the model's input but against its **anchor**, the nearest
+place upstream where the architecture fixes the scale: the input (a float input), a
+normalization layer's output (it resets the scale, whatever came before), or an embedding (token
+ids have no scale of their own; the embedding's output is where the scale starts). Between two
+anchors the scale is what the weights make of it, and the variance argument (LeCun et al. 1998;
+He et al. 2015) predicts it stays put at a scale-preserving initialization: that segment is where
+a bad init shows. Some layers are judged by what the architecture does with their output rather
+than by their own scale:
+
+- a layer whose output goes only into a normalization layer is divided by its own std there, so
+  only a std under the norm's :math:`\sqrt{\epsilon}` (which the norm cannot undo) is a problem;
+- a layer on a residual branch adds into a stream that carries the signal past it: a small
+  branch is a design (ReZero, SkipInit, T-Fixup and std-0.02 transformers start small and train;
+  attention at init averages its values over the :math:`T` tokens, so its output shrinks like
+  :math:`1/\sqrt{T}`), and its own gradient, not its scale, says whether it can grow;
+- a layer whose parameters are all zero (a relative-position bias table, a zero-initialized
+  last layer) is zero by design, not dead.
+
+The residual stream itself is judged against :func:`normlab.theory.residual_stream`. Pre-LN
+(:math:`x + f(\mathrm{LN}(x))`) adds each branch's variance :math:`\Delta` to the stream, so
+:math:`m_k = m_1 (1 + (k - 1)\Delta / m_1)` after :math:`k` adds; the later blocks then move the
+stream :math:`\sqrt{m_k / m_1}` times less than the first, and branches scaled by
+:math:`1/\sqrt{L}` (Depth-muP: Yang et al. 2023; Bordelon et al. 2023) keep that growth bounded.
+Post-LN (:math:`\mathrm{LN}(x + f(x))`) keeps the stream's scale, but an update's effect on the
+output grows with the sum of the branches' shares :math:`\beta_k` of the variance at each add
+(Liu et al. 2020, "Understanding the difficulty of training transformers", the amplification
+behind post-LN's need for warm-up; Xiong et al. 2020).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from torch import nn
+
+from normlab.doctor.graph import _OUTPUT, _Graph
+from normlab.doctor.kinds import _has_weight, _is_norm, _passes
+
+INPUT = ""
+"""The anchor name of the model's input."""
+
+STREAM_GROWTH = 4.0
+"""The pre-LN stream's std growth, measured and predicted, from which it is labelled: the last
+blocks then move the stream under a quarter as much as the first (a 64-block He-initialized
+residual MLP grows ~7x and trains worse than its 1/sqrt(L)-scaled twin, which grows ~2x)."""
+
+AMPLIFICATION = 10.0
+r"""The post-LN amplification :math:`\sum_k \beta_k` from which a post-LN stack is labelled:
+a 12-layer post-LN ``nn.TransformerEncoder`` (d 64, PyTorch's init) sums about 4 over its 23
+adds and trains with warm-up, a 48-layer one about 25 and does not learn in 100 AdamW steps
+even with warm-up (issue 30); the bound sits between them (their geometric mean), on the measure
+Liu et al. derive, and a 24-layer one (BERT-large's depth, known to need warm-up) lands near it."""
+
+
+@dataclass(frozen=True)
+class Role:
+    r"""How one layer is judged: its ``kind`` and the ``anchor`` its scale is compared with.
+
+    ``kind`` is ``"norm"`` (a normalization layer: judged against unit scale), ``"embedding"``
+    (a first layer fed token ids: an anchor, not judged by scale), ``"feeds-norm"`` (its output
+    only enters norms: judged against their :math:`\sqrt\epsilon`), ``"branch"`` (on a residual
+    branch: not judged by a small scale), ``"zero"`` (zero by design) or ``"layer"``.
+    """
+
+    kind: str
+    anchor: str | None  # INPUT, a layer name, or None: not judged by scale
+    eps: float = math.nan  # feeds-norm: the largest eps of the norms it feeds
+
+
+def _eps(m: nn.Module) -> float:
+    """A normalization layer's epsilon (torch's ``eps``, Hugging Face's ``variance_epsilon``)."""
+    for attr in ("eps", "variance_epsilon", "epsilon"):
+        value = getattr(m, attr, None)
+        if isinstance(value, int | float):
+            return float(value)
+    return 1e-5
+
+
+def _zero(m: nn.Module) -> bool:
+    """Parameters of its own, every one exactly 0: zero by design (an init chose it)."""
+    ps = [p for p in m.parameters(recurse=False) if p.numel() > 0]
+    return bool(ps) and all(not p.detach().any() for p in ps)
+
+
+def _fed_norms(graph: _Graph, name: str) -> list[nn.Module] | None:
+    """The norms ``name``'s output enters (through dropout, identity and other pass-through
+    layers), or ``None`` when any of it goes elsewhere (another layer, the model's output)."""
+    modules = dict(graph.order)
+    norms, frontier, seen = [], [name], {name}
+    while frontier:
+        here = frontier.pop()
+        if here in graph.edges.get(_OUTPUT, {}):
+            return None
+        consumers = graph.consumers.get(here, [])
+        if here != name and not consumers:
+            return None
+        for c in consumers:
+            m = modules[c]
+            if _is_norm(m):
+                norms.append(m)
+            elif _passes(m) and c not in seen:
+                seen.add(c)
+                frontier.append(c)
+            elif not _passes(m):
+                return None
+    return norms or None
+
+
+def roles(graph: _Graph, tokens: bool) -> dict[str, Role]:
+    """Each traced layer's :class:`Role`, in forward order.
+
+    Args:
+        graph: the traced forward pass.
+        tokens: the input has no scale (token ids): a first weight layer is an embedding.
+    """
+    out: dict[str, Role] = {}
+    passes_on: dict[str, str] = {}  # layer -> the anchor its consumers are judged against
+    position = {name: i for i, (name, _) in enumerate(graph.order)}
+    position[INPUT] = -1
+    on_branch = graph.branch_layers()
+    for name, m in graph.order:
+        producers = [p for p in graph.producers.get(name, []) if p in passes_on]
+        ups = [passes_on[p] for p in producers] or [INPUT]
+        anchor: str | None = min(ups, key=lambda a: position.get(a, -1))  # the stream's source
+        eps = math.nan
+        if _zero(m) or (producers and all(out[p].kind == "zero" for p in producers)):
+            kind, anchor = "zero", None
+        elif _is_norm(m):
+            kind, anchor = "norm", None
+        elif not producers and tokens and _has_weight(m):
+            kind, anchor = "embedding", None
+        elif (norms := _fed_norms(graph, name)) is not None:
+            kind, eps = "feeds-norm", max(_eps(n) for n in norms)
+        elif name in on_branch:
+            kind = "branch"
+        else:
+            kind = "layer"
+        out[name] = Role(kind, anchor, eps)
+        passes_on[name] = anchor if anchor is not None and kind == "layer" else name
+        if kind in ("feeds-norm", "branch") and anchor is not None:
+            passes_on[name] = anchor
+    return out
+
+
+@dataclass
+class Stream:
+    r"""The residual stream over depth, against :func:`normlab.theory.residual_stream`.
+
+    ``stds`` is the stream's std after each add (as the layer reading the sum sees it),
+    ``placement`` ``"pre"`` (the stream is never normalized) or ``"post"`` (each sum is
+    normalized and the norm's output is the next stream). Pre-LN: ``predicted`` is the std
+    growth :math:`\sqrt{1 + (k-1)\Delta/m_1}` the first adds' variance :math:`\Delta` predicts
+    for every add :math:`k`, ``growth`` the measured :math:`\sqrt{m_k/m_1}`. Post-LN:
+    ``shares`` are the branches' shares :math:`\beta_k = 1 - \sigma_{k-1}^2/\sigma_{\text{sum},k}^2`
+    of each sum's variance (the stream before the add is the previous norm's output), and
+    ``amplification`` their sum.
+    """
+
+    placement: str
+    readers: list[str]  # the layers reading each sum, in forward order
+    stds: list[float]
+    predicted: list[float]
+    growth: list[float]
+    shares: list[float]
+
+    @property
+    def adds(self) -> int:
+        return len(self.readers)
+
+    @property
+    def amplification(self) -> float:
+        return sum(s for s in self.shares if math.isfinite(s))
+
+    @property
+    def label(self) -> str | None:
+        """``"exploding"`` when the stream breaks its design (see :data:`STREAM_GROWTH`,
+        :data:`AMPLIFICATION`), else ``None``."""
+        if self.placement == "pre" and self.flagged_from() is not None:
+            return "exploding"
+        if self.placement == "post" and self.amplification >= AMPLIFICATION:
+            return "exploding"
+        return None
+
+    def flagged_from(self) -> int | None:
+        """The first add from which the stream is labelled (pre-LN: both the measured and the
+        predicted growth past :data:`STREAM_GROWTH`; post-LN: the running amplification past
+        :data:`AMPLIFICATION`), or ``None``."""
+        if self.placement == "pre":
+            both = [
+                k
+                for k, (g, p) in enumerate(zip(self.growth, self.predicted, strict=True))
+                if g >= STREAM_GROWTH and p >= STREAM_GROWTH
+            ]
+            return both[0] if both else None
+        running = 0.0
+        for k, share in enumerate(self.shares):
+            running += share if math.isfinite(share) else 0.0
+            if running >= AMPLIFICATION:
+                return k
+        return None
+
+
+EARLY_ADDS = 4
+"""The adds after the first whose mean variance increment predicts the rest (a stream that grows
+faster later, as attention's shared component does, is measured but not predicted)."""
+
+
+def stream(graph: _Graph, stds: dict[str, float]) -> Stream | None:
+    """The residual stream of ``graph`` (the sums read by norms, in forward order), or ``None``
+    with fewer than three such sums. ``stds`` are the layers' output stds (a norm's output is
+    the post-LN stream)."""
+    modules = dict(graph.order)
+    readers = [
+        r for r, _ in graph.order if r in graph.streams and _is_norm(modules[r]) and r in stds
+    ]
+    if len(readers) < 3:
+        return None
+    sums = [graph.streams[r] for r in readers]
+    post = any(p in readers for r in readers for p in graph.producers.get(r, []))
+    if post:
+        shares = []
+        for r, s in zip(readers, sums, strict=True):
+            before = [stds[p] for p in graph.producers.get(r, []) if p in readers]
+            shares.append(1 - (before[0] / s) ** 2 if before and s > 0 else math.nan)
+        return Stream("post", readers, sums, [1.0] * len(sums), [1.0] * len(sums), shares)
+    m = [s * s for s in sums]  # (K,) the stream's variance after each add
+    early = [b - a for a, b in itertools.pairwise(m[: 1 + EARLY_ADDS])]
+    delta = max(sum(early) / len(early), 0.0) / m[0]  # variance per add, in units of m_1
+    predicted = [math.sqrt(1 + k * delta) for k in range(len(m))]
+    growth = [math.sqrt(v / m[0]) for v in m]
+    return Stream("pre", readers, sums, predicted, growth, [math.nan] * len(m))
+
+
+def like_for_like(names: Sequence[str], blocks: dict[str, tuple[str, int]]) -> dict[str, str]:
+    """Each weight layer's reference for the gradient ratio: the same layer of the last block
+    that has it (``h.3.attn.c_attn`` -> ``h.11.attn.c_attn``: a query projection against a
+    query projection, whose gradient at init is second order whatever the depth), else the
+    last weight layer outside the blocks (the head).
+
+    ``blocks`` maps a layer in a repeated block to (its name with the block index removed,
+    the index).
+    """
+    last: dict[str, tuple[int, str]] = {}
+    for name in names:
+        if name in blocks:
+            key, index = blocks[name]
+            if key not in last or index >= last[key][0]:
+                last[key] = (index, name)
+    outside = [n for n in names if n not in blocks]
+    head = outside[-1] if outside else (names[-1] if names else "")
+    return {n: last[blocks[n][0]][1] if n in blocks else head for n in names}
+
+
+def _blocks(names: Sequence[str]) -> tuple[str, list[list[int]]]:
+    """The repeated blocks among ``names``: the prefix whose integer component takes the most
+    values, and the indices of the names under each of its values, in order (one name per
+    block when no prefix repeats)."""
+    by_prefix: dict[str, dict[int, list[int]]] = {}
+    for i, name in enumerate(names):
+        for match in re.finditer(r"(?:^|\.)(\d+)(?=\.|$)", name):
+            prefix = name[: match.start(1)].rstrip(".")
+            by_prefix.setdefault(prefix, {}).setdefault(int(match.group(1)), []).append(i)
+    if not by_prefix:
+        return "", [[i] for i in range(len(names))]
+    prefix, groups = max(by_prefix.items(), key=lambda kv: (len(kv[1]), -len(kv[0])))
+    return prefix, [groups[k] for k in sorted(groups)]
+
+
+def block_keys(names: Sequence[str]) -> dict[str, tuple[str, int]]:
+    """The layers of the repeated blocks among ``names`` -> (the name with its block index
+    removed, the index): ``h.3.attn.c_attn`` -> (``h.{}.attn.c_attn``, 3)."""
+    prefix, groups = _blocks(names)
+    out: dict[str, tuple[str, int]] = {}
+    if len(groups) < 2:
+        return out
+    for index, group in enumerate(groups):
+        for i in group:
+            name = names[i]
+            rest = name[len(prefix) :].lstrip(".")
+            _, _, tail = rest.partition(".")
+            out[name] = (f"{prefix}.{{}}.{tail}" if prefix else f"{{}}.{tail}", index)
+    return out

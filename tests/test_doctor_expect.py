@@ -1,0 +1,248 @@
+"""The doctor judges each layer against what its architecture predicts (normlab.doctor.expect):
+anchors, layers feeding norms, residual branches, zero-by-design layers, the stream over depth,
+like-for-like gradient ratios; and labels that do not depend on the batch or sequence length."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from normlab import doctor, zoo
+from tests.calibration import ResidualMLP, encoder48, relu_std1
+
+PROBLEMS = ("vanishing", "exploding", "dead", "saturated", "symmetric", "non-finite")
+
+
+def _quiet() -> None:
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+
+
+def _ids(batch: int, tokens: int, seed: int = 0, vocab: int = 1000) -> torch.Tensor:
+    return torch.randint(vocab, (batch, tokens), generator=torch.Generator().manual_seed(seed))
+
+
+def distilbert() -> nn.Module:
+    _quiet()
+    from transformers import DistilBertConfig, DistilBertModel
+
+    torch.manual_seed(0)
+    config = DistilBertConfig(
+        vocab_size=1000, dim=64, n_layers=2, n_heads=4, hidden_dim=256, max_position_embeddings=64
+    )
+    return DistilBertModel(config)
+
+
+def bert_classifier() -> nn.Module:
+    _quiet()
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=1000,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=256,
+        max_position_embeddings=64,
+    )
+    return BertForSequenceClassification(config)
+
+
+def qwen2(embedding_std: float) -> nn.Module:
+    _quiet()
+    from transformers import Qwen2Config, Qwen2Model
+
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=1000,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=256,
+        max_position_embeddings=64,
+    )
+    model = Qwen2Model(config)
+    nn.init.normal_(model.embed_tokens.weight, std=embedding_std)
+    return model
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("build", [distilbert, bert_classifier], ids=["distilbert", "bert-cls"])
+def test_labels_do_not_depend_on_sequence_length_or_batch(build: object) -> None:
+    """The same model at 8 to 64 tokens and batch 8 to 64 gets the same labels: attention at
+    init averages over the tokens (its output shrinks like 1/sqrt(T)), and that branch adds
+    into a stream that carries the signal past it."""
+    model = build()  # type: ignore[operator]
+    seen = set()
+    for batch, tokens in [(16, 8), (16, 16), (16, 32), (16, 64), (8, 32), (64, 32)]:
+        x = {"input_ids": _ids(batch, tokens)}
+        d = doctor.diagnose(model, [x], generator=torch.Generator().manual_seed(0))
+        seen.add(tuple(sorted({la.name: tuple(la.labels) for la in d.layers}.items())))
+        assert d.problems == [], (batch, tokens, d.verdict)
+    assert len(seen) == 1
+
+
+@pytest.mark.slow
+def test_bert_query_and_key_are_compared_with_their_like() -> None:
+    """At std-0.02 init a query's gradient is second order (it scales with the keys), far
+    under the classifier's; against the last block's query it is of order 1."""
+    d = doctor.diagnose(bert_classifier(), {"input_ids": _ids(16, 32)})
+    queries = [la for la in d.layers if la.name.endswith("attention.self.query")]
+    assert len(queries) == 2 and queries[-1].grad_ratio == 1.0
+    assert all(0.01 < la.grad_ratio < 100 for la in queries) and d.problems == []
+
+
+@pytest.mark.slow
+def test_an_embedding_s_own_scale_does_not_flip_the_verdict() -> None:
+    """Qwen2 at its std 0.02 and at 0.0099: the embedding starts the scale, norms reset it."""
+    verdicts = []
+    for std in (0.02, 0.0099):
+        d = doctor.diagnose(qwen2(std), {"input_ids": _ids(16, 32)})
+        assert d.problems == [], (std, d.verdict)
+        verdicts.append({la.name: la.labels for la in d.layers})
+    assert verdicts[0] == verdicts[1]
+
+
+class _RelativeBias(nn.Module):
+    """An attention-like block with a relative-position bias table initialized at 0 (T5,
+    Swin start their tables small or at 0 and learn them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qk = nn.Linear(32, 64)
+        self.bias = nn.Embedding(16, 1)
+        nn.init.zeros_(self.bias.weight)
+        self.out = nn.Linear(32, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k = self.qk(x).chunk(2, dim=-1)  # (N, T, 32) each
+        positions = torch.arange(x.shape[1])
+        relative = (positions[:, None] - positions[None, :]).clamp(-7, 8) + 7  # (T, T)
+        scores = q @ k.transpose(1, 2) / 32**0.5 + self.bias(relative).squeeze(-1)
+        return x + self.out(scores.softmax(-1) @ x)  # (N, T, 32)
+
+
+def test_a_parameter_that_is_zero_by_design_is_not_dead() -> None:
+    torch.manual_seed(0)
+    net = nn.Sequential(_RelativeBias(), nn.LayerNorm(32), nn.Linear(32, 4))
+    d = doctor.diagnose(net, torch.randn(8, 16, 32))
+    table = next(la for la in d.layers if la.name == "0.bias")
+    assert table.role == "zero" and table.dead_frac == 1.0 and table.labels == ["ok"]
+    assert d.problems == [], d.verdict
+    assert any("all 0, by design" in c for c in table.criteria())
+
+
+def _depthwise(scale: float) -> nn.Module:
+    torch.manual_seed(0)
+    dw = nn.Conv2d(16, 16, 7, padding=3, groups=16)
+    nn.init.normal_(dw.weight, std=scale)
+    nn.init.zeros_(dw.bias)
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1),
+        dw,
+        nn.GroupNorm(1, 16),  # a LayerNorm over the channels and positions
+        nn.Conv2d(16, 16, 1),
+        nn.GELU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(16, 10),
+    )
+
+
+def test_a_layer_feeding_a_norm_is_judged_by_what_the_norm_passes_on() -> None:
+    """A depthwise conv whose output goes straight into a norm is divided by its own std
+    there: only a std under the norm's sqrt(eps) (1e-5 -> 0.0032) is lost."""
+    x = torch.randn(8, 3, 16, 16)
+    small = doctor.diagnose(_depthwise(2e-3), x)  # std ~0.005 of the input: the norm restores it
+    dw = small.layers[1]
+    assert dw.role == "feeds-norm" and dw.scale < doctor.VANISHING and small.problems == []
+    assert dw.act_std > 1e-5**0.5
+    lost = doctor.diagnose(_depthwise(1e-6), x)  # std ~6e-6: eps swamps it
+    assert lost.layers[1].labels == ["vanishing"], lost.verdict
+    assert "sqrt(eps)" in " ".join(lost.layers[1].criteria())
+
+
+@pytest.mark.parametrize(("seed", "width"), [(0, 64), (1, 128), (2, 256), (3, 512)])
+def test_the_std_1_relu_stack_leads_with_its_forward_explosion(seed: int, width: int) -> None:
+    """Every layer of the stack explodes from the first on (each multiplies the RMS by about
+    sqrt(width / 2)); the gradient ratio that then looks small next to the last layer's is
+    the mirror of that, never called vanishing."""
+    torch.manual_seed(seed)
+    d = doctor.diagnose(relu_std1(16, width), torch.randn(64, width))
+    assert d.problems == ["exploding"] and "vanishing" not in d.verdict, d.verdict
+    assert d.verdict.startswith("the scale is exploding from model[0] on")
+    assert all(la.labels == ["exploding"] for la in d.layers)
+    linears = [la for la in d.layers if la.kind == "Linear"]
+    for la in linears[:-1]:  # the last one's output ends the segment: no activation after it
+        assert la.predicted_gain == pytest.approx((width / 2) ** 0.5, rel=0.05)
+        assert la.gain == pytest.approx(la.predicted_gain, rel=0.35)  # finite width: CLT
+
+
+@pytest.mark.slow
+def test_the_deep_post_ln_encoder_and_its_pre_ln_twin() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(16, 16, 64)
+    post = doctor.diagnose(encoder48(False), x)
+    assert post.problems == ["exploding"] and post.stream is not None
+    assert post.stream.placement == "post" and post.stream.amplification > 10
+    assert "post-LN" in post.verdict and any("pre-LN" in s for s in post.suggestions)
+    torch.manual_seed(0)
+    pre = doctor.diagnose(encoder48(True), x)
+    assert pre.problems == [] and pre.stream is not None and pre.stream.placement == "pre"
+
+
+@pytest.mark.slow
+def test_a_deep_pre_ln_stack_without_branch_scaling_and_its_scaled_twin() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(64, 32)
+    d = doctor.diagnose(ResidualMLP(), x)
+    assert d.problems == ["exploding"] and d.stream is not None and d.stream.label
+    growth, predicted = d.stream.growth[-1], d.stream.predicted[-1]
+    assert growth > 4 and predicted == pytest.approx(growth, rel=0.3)  # theory vs measured
+    assert any("1/sqrt(64)" in s for s in d.suggestions)
+    torch.manual_seed(0)
+    scaled = doctor.diagnose(ResidualMLP(scaled=True), x)
+    assert scaled.problems == [] and scaled.stream is not None
+    assert scaled.stream.growth[-1] < 2.5
+
+
+def test_a_model_with_residual_connections_is_never_told_to_add_them() -> None:
+    torch.manual_seed(0)
+    blocks: list[nn.Module] = []
+    for _ in range(30):
+        blocks += [nn.Linear(128, 128), nn.BatchNorm1d(128), nn.ReLU()]
+    plain = doctor.diagnose(nn.Sequential(*blocks, nn.Linear(128, 10)), torch.randn(128, 128))
+    assert any("add residual connections" in s for s in plain.suggestions), plain.suggestions
+
+    class Skip(nn.Module):
+        def __init__(self, inner: nn.Module) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x + self.inner(x)
+
+    torch.manual_seed(0)
+    layers: list[nn.Module] = [nn.Linear(128, 128)]
+    for _ in range(30):
+        layers.append(Skip(nn.Sequential(nn.BatchNorm1d(128), nn.ReLU(), nn.Linear(128, 128))))
+    d = doctor.diagnose(nn.Sequential(*layers, nn.Linear(128, 10)), torch.randn(128, 128))
+    assert not any("add residual" in s for s in d.suggestions), d.suggestions
+
+
+def test_roles_and_anchors_of_a_pre_ln_transformer() -> None:
+    torch.manual_seed(0)
+    d = doctor.diagnose(zoo.build("pre-ln"), torch.randn(16, 16, 64))
+    roles = {la.name: la for la in d.layers}
+    norm = roles["encoder.layers.3.norm1"]
+    assert norm.role == "norm" and norm.anchor is None
+    ff = roles["encoder.layers.3.linear2"]
+    assert ff.role == "branch" and ff.anchor == "encoder.layers.3.norm2"
+    assert math.isfinite(ff.branch) and d.problems == []
+    assert set(PROBLEMS).isdisjoint(d.problems)
