@@ -663,4 +663,7 @@ def test_unit_spread_reads_the_first_items_holding_32_values_of_each_unit() -> N
         moved = y.clone()
         moved[items - 1] = 0.0  # the last item the spread reads: unit 1 alone, and far out
         moved[items - 1, 1] = 1000.0
-        assert _unit_spread(1)(moved).item() == 1.0 != _unit_spread(1)(y).item()
+        read = moved[:items]  # the spec: unit 0 against every unit, over the spread round the mean
+        want = (read - read[:, :1]).abs().max() / (read - read.mean()).abs().max()
+        assert _unit_spread(1)(moved).item() == pytest.approx(want.item(), rel=1e-6)  # float32
+        assert _unit_spread(1)(moved).item() != _unit_spread(1)(y).item()

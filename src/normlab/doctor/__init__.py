@@ -41,7 +41,7 @@ label          when (thresholds are module constants)
                sigmoid-like outputs with :math:`|y - 0.5| \ge 0.49`, for at least a quarter of
                the elements (:data:`SATURATED_FRAC`)
 ``symmetric``  2+ units and every unit equal to unit 0 on every element of the batch's first
-               32 items: :math:`\max |y_u - y_0| \le 10^{-5} \max |y|`
+               32 items: :math:`\max |y_u - y_0| \le 10^{-5} \max |y - \bar y|`
                (:data:`SYMMETRIC_SPREAD`; weights that make units equal do so on any input)
 ``ok``         none of the above
 =============  ==================================================================================

@@ -11,7 +11,8 @@ a bad init shows. Some layers are judged by what the architecture does with thei
 than by their own scale:
 
 - a layer whose output goes only into a normalization layer is divided by its own std there, so
-  only a std under the norm's :math:`\sqrt{\epsilon}` (which the norm cannot undo) is a problem;
+  it is judged by what the norm passes on, :math:`s / \sqrt{s^2 + \epsilon}` of unit scale (only
+  a std far under the norm's :math:`\sqrt{\epsilon}` is lost);
 - a layer on a residual branch adds into a stream that carries the signal past it: a small
   branch is a design (ReZero, SkipInit, T-Fixup and std-0.02 transformers start small and train;
   attention at init averages its values over the :math:`T` tokens, so its output shrinks like
@@ -65,8 +66,9 @@ class Role:
 
     ``kind`` is ``"norm"`` (a normalization layer: judged against unit scale), ``"embedding"``
     (a first layer fed token ids: an anchor, not judged by scale), ``"feeds-norm"`` (its output
-    only enters norms: judged against their :math:`\sqrt\epsilon`), ``"branch"`` (on a residual
-    branch: not judged by a small scale), ``"zero"`` (zero by design) or ``"layer"``.
+    only enters norms: judged by what they pass on), ``"branch"`` (on a residual branch: not
+    judged by a small scale), ``"zero"`` (zero by design: all its parameters 0, or fed only
+    zeros, as DETR's decoder starts from zero queries, or only such layers) or ``"layer"``.
     """
 
     kind: str
@@ -130,7 +132,10 @@ def roles(graph: _Graph, tokens: bool) -> dict[str, Role]:
         ups = [passes_on[p] for p in producers] or [INPUT]
         anchor: str | None = min(ups, key=lambda a: position.get(a, -1))  # the stream's source
         eps = math.nan
-        if _zero(m) or (producers and all(out[p].kind == "zero" for p in producers)):
+        fed_zero = name in graph.zero_fed or (
+            bool(producers) and all(out[p].kind == "zero" for p in producers)
+        )
+        if _zero(m) or fed_zero:  # zero by design, or fed only what is
             kind, anchor = "zero", None
         elif _is_norm(m):
             kind, anchor = "norm", None
@@ -157,10 +162,11 @@ class Stream:
     ``placement`` ``"pre"`` (the stream is never normalized) or ``"post"`` (each sum is
     normalized and the norm's output is the next stream). Pre-LN: ``predicted`` is the std
     growth :math:`\sqrt{1 + (k-1)\Delta/m_1}` the first adds' variance :math:`\Delta` predicts
-    for every add :math:`k`, ``growth`` the measured :math:`\sqrt{m_k/m_1}`. Post-LN:
-    ``shares`` are the branches' shares :math:`\beta_k = 1 - \sigma_{k-1}^2/\sigma_{\text{sum},k}^2`
-    of each sum's variance (the stream before the add is the previous norm's output), and
-    ``amplification`` their sum.
+    for every add :math:`k`, ``growth`` the measured :math:`\sqrt{m_k/m_1}`, both from
+    :math:`m_1`, the stream after its first branch (the embedding alone may be of any scale).
+    Post-LN: ``shares`` are the branches' shares
+    :math:`\beta_k = 1 - \sigma_{k-1}^2/\sigma_{\text{sum},k}^2` of each sum's variance (the
+    stream before the add is the previous norm's output), and ``amplification`` their sum.
     """
 
     placement: str
@@ -169,14 +175,12 @@ class Stream:
     predicted: list[float]
     growth: list[float]
     shares: list[float]
+    adds: int = 0  # the sums read along the stream (made from readers)
+    amplification: float = 0.0  # post-LN: the shares' sum; pre-LN: 0 (made from shares)
 
-    @property
-    def adds(self) -> int:
-        return len(self.readers)
-
-    @property
-    def amplification(self) -> float:
-        return sum(s for s in self.shares if math.isfinite(s))
+    def __post_init__(self) -> None:
+        self.adds = len(self.readers)
+        self.amplification = sum(s for s in self.shares if math.isfinite(s))
 
     @property
     def label(self) -> str | None:
@@ -213,15 +217,40 @@ faster later, as attention's shared component does, is measured but not predicte
 
 
 def stream(graph: _Graph, stds: dict[str, float]) -> Stream | None:
-    """The residual stream of ``graph`` (the sums read by norms, in forward order), or ``None``
-    with fewer than three such sums. ``stds`` are the layers' output stds (a norm's output is
-    the post-LN stream)."""
+    """The residual stream of ``graph`` (the sums read by norms, in forward order, one chain
+    per stack: a vision tower's and a text tower's are two), or ``None`` with no chain of four
+    or more such sums; of several, the first that breaks its design, else the longest.
+    ``stds`` are the layers' output stds (a norm's output is the post-LN stream)."""
     modules = dict(graph.order)
     readers = [
         r for r, _ in graph.order if r in graph.streams and _is_norm(modules[r]) and r in stds
     ]
-    if len(readers) < 3:
+    found = [_chain(graph, chain, stds) for chain in _chains(graph, readers) if len(chain) >= 4]
+    if not found:
         return None
+    flagged = [s for s in found if s.label is not None]
+    return flagged[0] if flagged else max(found, key=lambda s: s.adds)
+
+
+def _chains(graph: _Graph, readers: list[str]) -> list[list[str]]:
+    """The readers grouped by the stream they read: the next sum of a stream is read by a
+    layer whose producers hold the previous reader (post-LN: the norm's output is the stream)
+    or all of the previous reader's producers (pre-LN: the stream's layers carry on)."""
+    chains: list[list[str]] = []
+    for r in readers:
+        mine = set(graph.producers.get(r, []))
+        for chain in reversed(chains):
+            last = chain[-1]
+            if last in mine or set(graph.producers.get(last, [])) <= mine:
+                chain.append(r)
+                break
+        else:
+            chains.append([r])
+    return chains
+
+
+def _chain(graph: _Graph, readers: list[str], stds: dict[str, float]) -> Stream:
+    """One stream's :class:`Stream`."""
     sums = [graph.streams[r] for r in readers]
     post = any(p in readers for r in readers for p in graph.producers.get(r, []))
     if post:
@@ -230,11 +259,15 @@ def stream(graph: _Graph, stds: dict[str, float]) -> Stream | None:
             before = [stds[p] for p in graph.producers.get(r, []) if p in readers]
             shares.append(1 - (before[0] / s) ** 2 if before and s > 0 else math.nan)
         return Stream("post", readers, sums, [1.0] * len(sums), [1.0] * len(sums), shares)
-    m = [s * s for s in sums]  # (K,) the stream's variance after each add
-    early = [b - a for a, b in itertools.pairwise(m[: 1 + EARLY_ADDS])]
-    delta = max(sum(early) / len(early), 0.0) / m[0]  # variance per add, in units of m_1
-    predicted = [math.sqrt(1 + k * delta) for k in range(len(m))]
-    growth = [math.sqrt(v / m[0]) for v in m]
+    m = [s * s for s in sums]  # (K,) the stream's variance as each reader sees it
+    base = m[1]  # after the first branch: the embedding alone may be any scale (GPT-2's 0.02)
+    early = [b - a for a, b in itertools.pairwise(m[1 : 2 + EARLY_ADDS])]
+    delta = max(sum(early) / len(early), 0.0) / base if base > 0 else 0.0  # per add, in m_1
+    delta = min(delta, 1.0)  # a branch of a normalized input adds about the stream's own
+    # variance at most: a larger first increment is a block of two kinds (a small attention
+    # branch, then a large MLP one), not the rate of every add
+    predicted = [math.sqrt(1 + max(k - 1, 0) * delta) for k in range(len(m))]
+    growth = [math.sqrt(v / base) if base > 0 else math.nan for v in m]
     return Stream("pre", readers, sums, predicted, growth, [math.nan] * len(m))
 
 

@@ -33,6 +33,7 @@ class _Graph:
     consumers: dict[str, list[str]]
     edges: dict[str, Edges] = field(default_factory=dict)  # consumer -> producer -> scaling
     streams: dict[str, float] = field(default_factory=dict)  # a sum's reader -> the sum's std
+    zero_fed: set[str] = field(default_factory=set)  # layers whose float inputs were all 0
     memo: dict[Any, Any] = field(default_factory=dict)  # what is read from it, made once
 
     def _ancestors(self) -> dict[str, set[str]]:
@@ -188,6 +189,7 @@ def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
     names = {id(p): n for n, p in model.named_parameters()}
     streams: dict[str, float] = {}  # a layer reading a sum of layers' outputs: its input's std
     before: dict[str, float] = {}  # an in-place layer's input's std, before it changes it
+    zeros: dict[str, bool] = {}  # a layer -> whether every float input it read was all 0
 
     def pre(mod: nn.Module, args: Any, name: str) -> None:
         if _tensors(args):
@@ -203,6 +205,9 @@ def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
                 known[p] = site if known.get(p, site) is not None else None
         if len(edges.get(name, {})) >= 2 and _tensors(args):  # it reads a sum: the stream?
             streams[name] = before.pop(name) if name in before else _std(_tensors(args)[0])
+        floats = [t for t in _tensors(args) if t.is_floating_point() and t.numel() > 0]
+        if floats:  # fed only zeros (DETR's decoder starts from zero queries)?
+            zeros[name] = zeros.get(name, True) and not any(bool(t.any()) for t in floats)
         for t in _tensors(out):
             if t.grad_fn is not None:
                 made_by.setdefault(t.grad_fn, name)  # an identity layer keeps the first
@@ -227,6 +232,7 @@ def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
             h.remove()
     graph = _Graph.from_edges(list(order.items()), edges)
     graph.streams = streams
+    graph.zero_fed = {name for name, zero in zeros.items() if zero}
     return graph
 
 

@@ -64,7 +64,7 @@ def _mark_stream(layers: Sequence[LayerDiagnosis], stream: Stream) -> None:
     start = stream.flagged_from()
     flagged = set(stream.readers[start:]) if start is not None else set()
     for layer in layers:
-        if layer.name in flagged:
+        if layer.name in flagged and layer.judged:
             layer.stream = stream.label
             layer.labels = _labels(layer)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+import torch
 from torch import nn
 
 from normlab import nn as nlnn
@@ -93,9 +94,20 @@ def _named_activation(module: nn.Module) -> str | None:
     return "sigmoid" if "Sigmoid" in name else None
 
 
+def _is_weight(module: nn.Module, p: torch.Tensor) -> bool:
+    """A weight: a matrix or kernel of 2+ dimensions that mixes its inputs: any of a Linear,
+    conv or embedding (a regression head's (1, D) too); elsewhere, one with 2+ dimensions over 1
+    (a per-channel scale stored (1, C, 1) for broadcasting, as Snake's, is no weight)."""
+    if p.dim() < 2:
+        return False
+    return isinstance(module, (*_WEIGHT_LAYERS, nn.Embedding)) or (
+        sum(size > 1 for size in p.shape) >= 2
+    )
+
+
 def _has_weight(module: nn.Module) -> bool:
     """A weight layer: parameters of its own with 2+ dimensions (Linear, convs, HF's Conv1D)."""
-    return any(p.dim() >= 2 for p in module.parameters(False))
+    return any(_is_weight(module, p) for p in module.parameters(False))
 
 
 def _nonlinearity(module: nn.Module) -> tuple[str, float | None]:

@@ -19,6 +19,7 @@ from normlab.doctor.kinds import (
     _TANH_LIKE,
     _has_weight,
     _is_elementwise,
+    _is_weight,
 )
 from normlab.doctor.measure import _max, _mean
 from normlab.doctor.results import LayerDiagnosis
@@ -90,6 +91,7 @@ def _layer_diagnoses(
             role=role.kind,
             anchor=role.anchor,
             eps=role.eps,
+            params=sum(p.numel() for p in m.parameters(recurse=False) if _is_weight(m, p)),
         )
         layers.append(layer)
     _scales(layers, ref, producers)

@@ -40,6 +40,11 @@ def module_path(name: str, root: str = "model") -> str:
     return root + "".join(parts)
 
 
+def _num(x: float) -> str:
+    """A number for the words: 2 digits, or '-' for nan (a std of 0 over a reference of 0)."""
+    return f"{x:.2g}" if not math.isnan(x) else "-"
+
+
 @dataclass
 class Trend:
     r"""The depth trend of the gradient ratio: :math:`\log \rho` fitted linearly over the blocks.
@@ -81,7 +86,7 @@ class LayerDiagnosis:
     scale: float  # act_std / input std
     dead_frac: float  # fraction of units 0 on the whole batch
     saturated_frac: float  # nan unless the layer is tanh- or sigmoid-like
-    unit_spread: float  # max |y_u - y_0| / max |y|; 0 when every unit is identical
+    unit_spread: float  # max |y_u - y_0| / max |y - mean|; 0: every unit identical
     grad_std: float  # std of the loss gradient w.r.t. the layer's output
     grad_ratio: float  # rho: relative weight gradient over the last weight layer's; nan: none
     scaled_by: str | None = None  # the small parameter scaling its branch on purpose, if any
@@ -97,6 +102,7 @@ class LayerDiagnosis:
     segment: str | None = None  # "exploding"/"vanishing": its segment drifts so (the cause)
     stream: str | None = None  # "exploding": it reads a residual stream that breaks its design
     grad_judged: bool = True  # False: its gradient ratio mirrors a forward drift (not judged)
+    params: int = 0  # elements of its own weights (2+ dimensions): blocks alike have alike
 
     @property
     def judged(self) -> bool:
@@ -110,8 +116,8 @@ class LayerDiagnosis:
         signal past it) or one scaled on purpose."""
         if self.scaled_by is not None or self.role in ("branch", "embedding", "zero"):
             return False
-        if self.role == "feeds-norm":
-            return self.act_std < math.sqrt(self.eps)
+        if self.role == "feeds-norm":  # the norm passes on s / sqrt(s^2 + eps) of unit scale
+            return self.act_std / math.sqrt(self.act_std**2 + self.eps) < VANISHING
         return self.scale < VANISHING or self.act_std == 0
 
     @property
@@ -164,18 +170,19 @@ class LayerDiagnosis:
             return ["non-finite: an activation or gradient element is inf or nan"]
         out = []
         if self.scale_vanishing and self.role == "feeds-norm":
+            passed = self.act_std / math.sqrt(self.act_std**2 + self.eps)
             out.append(
-                f"vanishing: std {self.act_std:.2g} < sqrt(eps) {math.sqrt(self.eps):.2g} of the "
-                "norm it feeds, which cannot restore it"
+                f"vanishing: std {self.act_std:.2g} against the eps {self.eps:.2g} of the norm it "
+                f"feeds, which passes on {passed:.2g}x unit scale < {VANISHING:g}x"
             )
         elif self.scale_vanishing:
-            out.append(f"vanishing: {self.scale:.2g}x {self._against()} < {VANISHING:g}x")
+            out.append(f"vanishing: {_num(self.scale)}x {self._against()} < {VANISHING:g}x")
         if self.scale_exploding:
-            out.append(f"exploding: {self.scale:.2g}x {self._against()} > {EXPLODING:g}x")
+            out.append(f"exploding: {_num(self.scale)}x {self._against()} > {EXPLODING:g}x")
         if self.segment is not None and not (self.scale_vanishing or self.scale_exploding):
             out.append(
                 f"{self.segment}: in a segment whose scale drifts past the bound, where this "
-                f"layer carries the drift (gain {self.gain:.2g}x per layer)"
+                f"layer carries the drift (gain {_num(self.gain)}x per layer)"
             )
         if self.grad_vanishing:
             out.append(f"vanishing: rho {self.grad_ratio:.2g} < {GRAD_VANISHING:g}")
@@ -242,7 +249,6 @@ class Diagnosis:
         out["stream"] = self.stream and finite_or_none(
             {
                 **dataclasses.asdict(self.stream),
-                "amplification": self.stream.amplification,
                 "label": self.stream.label,
             }
         )

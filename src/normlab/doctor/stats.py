@@ -46,8 +46,10 @@ A ReLU layer of equal units is 0 on all of them with odds of about 2**-32."""
 
 
 def _unit_spread(dim: int) -> Callable[[torch.Tensor], torch.Tensor]:
-    """``max |y_u - y_0| / max |y|`` over the units along ``dim`` on the batch's first items
-    holding :data:`SPREAD_VALUES` values of each unit: 0 when all are identical. Weights that
+    """``max |y_u - y_0| / max |y - mean(y)|`` over the units along ``dim`` on the batch's
+    first items holding :data:`SPREAD_VALUES` values of each unit: 0 when all are identical
+    (measured around the mean: a sigmoid's outputs near 0.5 or a softmax's near 1/T differ
+    from each other by little next to their offset, not next to their spread). Weights that
     make units equal do so on every input, so a few values tell; one would not do, as a ReLU
     layer of equal units is all 0 on about half of them (0 / 0: no verdict)."""
 
@@ -57,7 +59,8 @@ def _unit_spread(dim: int) -> Callable[[torch.Tensor], torch.Tensor]:
         per_item = y[0].numel() // y.shape[dim]  # values of one unit in one item
         y = y[: -(-SPREAD_VALUES // per_item)]  # (N, ...) -> (items, ...)
         apart = (y - y.narrow(dim, 0, 1)).abs_().amax()  # unit 0 against every unit
-        return (apart / y.abs().amax()).double()  # 0 / 0 = nan: all zero
+        spread = (y - y.mean()).abs_().amax()  # around the mean: a sigmoid's 0.5 is no spread
+        return (apart / spread).double()  # 0 / 0 = nan: a constant output, no verdict
 
     return spread
 

@@ -13,33 +13,45 @@ from normlab.doctor.layers import _labels
 from normlab.doctor.results import LayerDiagnosis, Trend
 
 
+def _alike(weighted: Sequence[LayerDiagnosis]) -> tuple[str, list[list[int]], list[int]]:
+    """The repeated blocks a trend compares: those whose weight layers have the sizes of the
+    last block's (a depth trend is the same block repeated: MobileNet's stages of other widths
+    change the ratio by their width, not their depth), with each block's index in depth."""
+    prefix, groups = _blocks([la.name for la in weighted])
+    if not groups:
+        return prefix, [], []
+    sizes = [tuple(weighted[i].params for i in g) for g in groups]
+    kept = [b for b, size in enumerate(sizes) if size == sizes[-1]]
+    return prefix, [groups[b] for b in kept], kept
+
+
 def _trend(layers: Sequence[LayerDiagnosis]) -> Trend | None:
     """The fitted depth trend of the gradient ratio (see :class:`Trend`); ``None`` for fewer
-    than three blocks."""
+    than three blocks alike."""
     weighted = _trended(layers)
-    prefix, groups = _blocks([la.name for la in weighted])
+    prefix, groups, depth = _alike(weighted)
     if len(groups) < 3:
         return None
     y = torch.tensor(
         [sum(math.log(weighted[i].grad_ratio) for i in g) / len(g) for g in groups],
         dtype=torch.float64,
     )  # (B,) mean log rho per block
-    x = torch.arange(len(y), dtype=torch.float64)  # (B,) block index, input side first
+    x = torch.tensor(depth, dtype=torch.float64)  # (B,) block index, input side first
     xc, yc = x - x.mean(), y - y.mean()
     slope = float((xc * yc).sum() / (xc * xc).sum())  # least squares
     fitted_var = slope**2 * float((xc * xc).sum())
     total_var = float((yc * yc).sum())
     r2 = fitted_var / total_var if total_var > 0 else 0.0
     factor = math.exp(-slope)  # per block, toward the input
-    return Trend(factor, factor ** (len(y) - 1), r2, len(y), prefix)
+    return Trend(factor, factor ** (depth[-1] - depth[0]), r2, len(y), prefix)
 
 
 def _mark_trend(layers: Sequence[LayerDiagnosis], trend: Trend) -> None:
     """Label the weight layers the fitted trend puts 10x or more from the output end's ratio."""
     weighted = _trended(layers)
-    _, groups = _blocks([la.name for la in weighted])
-    for b, group in enumerate(groups):
-        growth = trend.factor ** (len(groups) - 1 - b)  # from the last block to this one
+    _, groups, depth = _alike(weighted)
+    for group, b in zip(groups, depth, strict=True):
+        growth = trend.factor ** (depth[-1] - b)  # from the last block to this one
         if not 0.1 < growth < 10:
             for i in group:
                 weighted[i].trend = trend.direction

@@ -1,0 +1,143 @@
+"""The doctor over the whole transformers zoo (issue 30): every family transformers builds,
+small and at its standard init, gets no alarm. At that init a healthy verdict is the truth:
+each family trains as built (it is how its authors start it), so any label is a false alarm.
+
+The whole zoo runs with ``-m zoo`` (``make calibrate``, which also writes ``docs/zoo.md``); the
+normal suite runs a dozen families of every kind (``slow``), checks that the enumeration still
+finds its families, and that the committed table lists every family and skip reason.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests import hfzoo
+
+SUBSET = (
+    "bert",  # post-LN encoder
+    "distilbert",  # its attention branch is small against its stream (issue 30)
+    "deberta",  # disentangled relative-position attention
+    "gpt2",  # pre-LN decoder, residual projections scaled by 1/sqrt(2L)
+    "llama",  # RMSNorm, gated SiLU MLP
+    "qwen2",  # embedding std 0.02, biased q/k/v (issue 30: flipped to exploding)
+    "t5",  # encoder-decoder, relative position bias table (issue 30: called dead)
+    "vit",  # patch embedding, pre-LN encoder
+    "swin",  # windowed attention, relative position bias, patch merging stages
+    "convnext",  # depthwise convolutions into LayerNorm, layer scale 1e-6
+    "mobilenet_v2",  # depthwise convolutions and BatchNorm, inverted residuals
+    "resnet",  # BatchNorm after every convolution, identity shortcuts
+    "wav2vec2",  # raw waveform, convolutional feature encoder, GroupNorm (issue 30: refused)
+    "whisper",  # log-mel spectrogram encoder-decoder
+    "clip",  # dual encoder, text and image towers read through their similarity
+)
+"""A dozen families of different kinds and of the cases issue 30 names."""
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "zoo.md"
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """One torch thread for the zoo's tiny models (see :func:`tests.hfzoo._quiet`), as it was
+    afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _no_false_alarm(family: str) -> None:
+    """Build ``family`` and diagnose it as ``python -m tests.hfzoo`` does: no refusal, no
+    label. A family that cannot be built here is skipped with its reason; one that fails to
+    build is a failure of the enumeration, with its error."""
+    built = hfzoo.build(family)
+    if isinstance(built, hfzoo.Row):
+        if built.skip:
+            pytest.skip(built.skip)
+        pytest.fail(f"{family} did not build at any shrink level: {built.error}")
+    verdict = hfzoo.diagnose(built)
+    assert verdict.refused is None, f"the doctor refused {family} ({built.row.input}): " + (
+        verdict.refused
+    )
+    flagged = "; ".join(f"{name} {labels}: {why}" for name, labels, why in verdict.flagged)
+    assert verdict.problems == [], f"false alarm on {family} at standard init: {flagged}"
+
+
+@pytest.mark.zoo
+@pytest.mark.parametrize("family", hfzoo.families())
+def test_no_false_alarm_over_the_whole_zoo(
+    family: str, request: pytest.FixtureRequest, one_thread: None
+) -> None:
+    if "zoo" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("the whole zoo runs with -m zoo (make calibrate)")
+    _no_false_alarm(family)
+
+
+OPEN = {
+    "mobilenet_v2": "issue 30, open: its stem convolutions' gradient ratio is over 1e3 that of "
+    "the last conv, which sees 1/1024 of the positions: a conv's ratio grows with the positions "
+    "it sums over, and the doctor does not yet predict it",
+}
+"""Families of the subset the doctor still raises a false alarm on, and why (strict: a fix
+fails the test until the entry goes)."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "family",
+    [
+        pytest.param(f, marks=pytest.mark.xfail(reason=OPEN[f], strict=True)) if f in OPEN else f
+        for f in SUBSET
+    ],
+)
+def test_no_false_alarm_on_a_dozen_kinds(family: str, one_thread: None) -> None:
+    _no_false_alarm(family)
+
+
+def test_the_subset_covers_every_kind(one_thread: None) -> None:
+    kinds = {"text", "vision", "audio", "multimodal"}
+    built = [hfzoo.build(f) for f in ("bert", "vit", "whisper", "clip")]
+    assert {b.row.kind for b in built if isinstance(b, hfzoo.Built)} == kinds
+    assert set(SUBSET) <= set(hfzoo.families())
+
+
+@pytest.mark.slow
+def test_the_enumeration_builds_at_least_60_families(one_thread: None) -> None:
+    """Issue 30 asks for 60 families at least: build them in the zoo's order until 60 have
+    (all four kinds among them), without the diagnoses."""
+    kinds, count = set(), 0
+    for family in hfzoo.families():
+        if hfzoo.skip_reason(family) is None:
+            built = hfzoo.build(family)
+            if isinstance(built, hfzoo.Built):
+                kinds.add(built.row.kind)
+                count += 1
+                if count == 60:
+                    break
+    assert count == 60
+    assert {"text", "vision", "audio", "multimodal"} <= kinds
+
+
+def _sections(text: str) -> dict[str, dict[str, str]]:
+    """The docs' tables: section title -> family -> the rest of its row."""
+    out: dict[str, dict[str, str]] = {}
+    for part in re.split(r"^## ", text, flags=re.M)[1:]:
+        title, _, body = part.partition("\n")
+        out[title.strip()] = dict(re.findall(r"^\| `([^`]+)` \| (.*) \|$", body, flags=re.M))
+    return out
+
+
+def test_the_docs_table_is_up_to_date() -> None:
+    """``docs/zoo.md`` lists every family transformers has, and skips exactly the families
+    :func:`tests.hfzoo.skip_reason` skips, for the same reasons (regenerate it with
+    ``make calibrate`` when not). Verdicts are not compared: they are the doctor's."""
+    sections = _sections(DOCS.read_text())
+    listed = [f for rows in sections.values() for f in rows]
+    assert sorted(listed) == hfzoo.families(), "regenerate docs/zoo.md (make calibrate)"
+    skipped = {f: row.split(" | ")[-1] for f, row in sections["Skipped"].items()}
+    expected = {f: hfzoo.skip_reason(f) for f in hfzoo.families()}
+    assert skipped == {f: why for f, why in expected.items() if why is not None}
