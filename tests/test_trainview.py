@@ -158,7 +158,8 @@ def test_the_doctor_labels_what_the_initializers_do() -> None:
     small = session(init="small", activation="tanh", depth=6, width=32)
     small.step()
     labels = [la["labels"] for la in small.frame()["layers"]]
-    assert "vanishing" in labels[-2] and labels[0] == ["ok"]
+    # the drift is labelled from its cause on: the first layer already shrinks the RMS
+    assert "vanishing" in labels[-2] and "vanishing" in labels[0]
 
 
 def test_the_points_and_the_plane() -> None:

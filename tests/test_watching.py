@@ -310,10 +310,13 @@ def test_layers_without_an_update_and_a_record_every_3_steps() -> None:
         watch(relu_net(), updates=1)  # type: ignore[arg-type]
 
 
-def test_the_report_draws_the_update_ratio_with_karpathy_s_line(tmp_path: Path) -> None:
+def test_the_report_draws_the_update_ratio_with_karpathy_s_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The figure over training has an update panel with the 1e-3 guide, its curves the
     records' ratios; the text table has an update column; a log without ratios (written
     before them) is drawn without the panel."""
+    monkeypatch.delenv("COLUMNS", raising=False)  # pytest-xdist's workers set 80: too narrow
     net = relu_net()
     with watch(net, every=2, log=tmp_path / "run.jsonl") as w:
         train(net, w, 7)

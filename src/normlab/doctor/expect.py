@@ -18,7 +18,8 @@ than by their own scale:
   attention at init averages its values over the :math:`T` tokens, so its output shrinks like
   :math:`1/\sqrt{T}`), and its own gradient, not its scale, says whether it can grow;
 - a layer whose parameters are all zero (a relative-position bias table, a zero-initialized
-  last layer) is zero by design, not dead.
+  last layer of a residual branch) is zero by design, not dead, where its output joins another
+  signal; on the only path (a plain stack initialized at 0) it cuts the signal, and is judged.
 
 The residual stream itself is judged against :func:`normlab.theory.residual_stream`. Pre-LN
 (:math:`x + f(\mathrm{LN}(x))`) adds each branch's variance :math:`\Delta` to the stream, so
@@ -115,6 +116,17 @@ def _fed_norms(graph: _Graph, name: str) -> list[nn.Module] | None:
     return norms or None
 
 
+def _merges(graph: _Graph, name: str, on_branch: set[str]) -> bool:
+    """Whether ``name``'s output joins another signal on its way to the output (it is on a
+    residual branch, or a layer it feeds reads other layers too: a bias table added to the
+    attention scores): a zero there is a design; a zero on the only path (every weight of a
+    plain stack at 0) cuts the signal, and is judged."""
+    if name in on_branch:
+        return True
+    consumers = graph.consumers.get(name, [])
+    return any(len(graph.producers.get(c, [])) >= 2 for c in consumers)
+
+
 def roles(graph: _Graph, tokens: bool) -> dict[str, Role]:
     """Each traced layer's :class:`Role`, in forward order.
 
@@ -135,7 +147,7 @@ def roles(graph: _Graph, tokens: bool) -> dict[str, Role]:
         fed_zero = name in graph.zero_fed or (
             bool(producers) and all(out[p].kind == "zero" for p in producers)
         )
-        if _zero(m) or fed_zero:  # zero by design, or fed only what is
+        if (_zero(m) or fed_zero) and _merges(graph, name, on_branch):  # zero by design
             kind, anchor = "zero", None
         elif _is_norm(m):
             kind, anchor = "norm", None
