@@ -208,7 +208,6 @@ class Watch:
             raise TypeError(f"updates must be True or False, got {updates!r}")
         self._weights = _Weights(model, updates)
         self._graph: _Graph | None = None  # traced on the first recorded step's input
-        self._scaled: set[str] = set()  # its layers scaled on purpose
 
     def __enter__(self) -> Self:
         if self._log_path is not None:
@@ -272,9 +271,9 @@ class Watch:
         if self._graph is None:  # the model's structure, traced once on its own input
             self._disarm()  # (re-armed by step() if the next step is recorded)
             self._graph = _trace(self.model, inputs[0])
-            self._scaled = set(self._graph.scaled())  # no gradient ratio reference
         rel, updates = self._weights.measure()
-        order = [name for name in acts.layers if name not in self._scaled]
+        scaled = self._graph.scaled()  # made once: no gradient ratio reference
+        order = [name for name in acts.layers if name not in scaled]
         ratios = _grad_ratios(list(self._weights.layers), [rel], order)
         found = judge(self.model, inputs[:1], acts, grads, ratios, self._graph)  # the doctor's
         record = {

@@ -95,7 +95,10 @@ class _Graph:
     def scaled(self) -> dict[str, str]:
         """Layer -> the small parameter scaling it: the layers whose every path to the output
         crosses an intentional branch scaling (:data:`BRANCH_SCALE`), and those right after
-        one (through pass-through layers)."""
+        one (through pass-through layers). Made once per graph: a watch reads it every record.
+        """
+        if "scaled" in self.memo:
+            return cast(dict[str, str], self.memo["scaled"])
         reads: dict[str, Edges] = {}  # producer -> consumer -> scaling
         for consumer, found in self.edges.items():
             for producer, site in found.items():
@@ -112,6 +115,7 @@ class _Graph:
             direct = any(site is not None for site in found.values())
             if name not in behind and found and all(marks) and (direct or _passes(m)):
                 behind[name] = cast(str, marks[0])
+        self.memo["scaled"] = behind
         return behind
 
     def _first(

@@ -46,9 +46,7 @@ def judge(
     roles = graph.memo.get(("roles", tokens))
     if roles is None:  # a watch judges every record with the graph it traced once
         roles = graph.memo[("roles", tokens)] = expect.roles(graph, tokens)
-    scaled = graph.memo.get("scaled")
-    if scaled is None:
-        scaled = graph.memo["scaled"] = graph.scaled()
+    scaled = graph.scaled()
     layers = _layer_diagnoses(model, acts, grads, ratios, (std, rms), scaled, graph, roles)
     stream = expect.stream(graph, {la.name: la.act_std for la in layers})
     if stream is not None and stream.label is not None:

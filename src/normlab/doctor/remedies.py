@@ -154,20 +154,25 @@ def _has_init(method: str, m: nn.Module, act: str, slope: float | None) -> bool:
     return w.numel() > 1 and math.isclose(float(w.std()), wanted, rel_tol=INIT_MATCH)
 
 
-def _output_variances(case: _Case, names: set[str]) -> list[float]:
-    """The variance of each named layer's output on the case's batch (one forward pass)."""
-    found: list[float] = []
-    hooks = [
-        m.register_forward_hook(lambda _m, _a, out: found.append(float(out.detach().var())))
-        for name, m in case.model.named_modules()
-        if name in names
-    ]
+def _one_pass(case: _Case, hooks: dict[str, Callable[..., None]]) -> None:
+    """One forward pass of the case's batch, without gradients, with a forward hook on each
+    named layer, the model left as it was."""
+    modules = dict(case.model.named_modules())
+    handles = [modules[name].register_forward_hook(hook) for name, hook in hooks.items()]
     try:
         with _preserved(case.model), torch.no_grad():
             _call(case.model, case.batch, case.output)
     finally:
-        for h in hooks:
+        for h in handles:
             h.remove()
+
+
+def _output_variances(case: _Case, names: set[str]) -> list[float]:
+    """The variance of each named layer's output on the case's batch (one forward pass)."""
+    found: list[float] = []
+    record = lambda _m, _a, out: found.append(float(out.detach().var()))  # noqa: E731
+    ordered = [name for name, _ in case.model.named_modules() if name in names]
+    _one_pass(case, {name: record for name in ordered})
     return found
 
 
@@ -348,19 +353,13 @@ def _flat_batch_norms(case: _Case) -> list[str]:
     """The BatchNorm1d layers that the forward pass gives 2-D (N, C) inputs."""
     names = {name for name, m in case.graph.order if isinstance(m, _BATCH_NORM_1D)}
     flat: list[str] = []
-    modules = dict(case.model.named_modules())
-    hooks = [
-        modules[n].register_forward_hook(
-            lambda _m, args, _o, n=n: flat.append(n) if args[0].dim() == 2 else None
-        )
-        for n in names
-    ]
-    try:
-        with _preserved(case.model), torch.no_grad():
-            _call(case.model, case.batch, case.output)
-    finally:
-        for h in hooks:
-            h.remove()
+    _one_pass(
+        case,
+        {
+            n: lambda _m, args, _o, n=n: flat.append(n) if args[0].dim() == 2 else None
+            for n in names
+        },
+    )
     return [n for n, _ in case.graph.order if n in flat]
 
 

@@ -116,9 +116,15 @@ class LayerDiagnosis:
         signal past it) or one scaled on purpose."""
         if self.scaled_by is not None or self.role in ("branch", "embedding", "zero"):
             return False
-        if self.role == "feeds-norm":  # the norm passes on s / sqrt(s^2 + eps) of unit scale
-            return self.act_std / math.sqrt(self.act_std**2 + self.eps) < VANISHING
+        if self.role == "feeds-norm":
+            return self.norm_passes < VANISHING
         return self.scale < VANISHING or self.act_std == 0
+
+    @property
+    def norm_passes(self) -> float:
+        r"""Role ``feeds-norm``: what the norm it feeds passes on of unit scale,
+        :math:`s / \sqrt{s^2 + \epsilon}` (nan for any other role)."""
+        return self.act_std / math.sqrt(self.act_std**2 + self.eps)
 
     @property
     def scale_exploding(self) -> bool:
@@ -170,10 +176,9 @@ class LayerDiagnosis:
             return ["non-finite: an activation or gradient element is inf or nan"]
         out = []
         if self.scale_vanishing and self.role == "feeds-norm":
-            passed = self.act_std / math.sqrt(self.act_std**2 + self.eps)
             out.append(
                 f"vanishing: std {self.act_std:.2g} against the eps {self.eps:.2g} of the norm it "
-                f"feeds, which passes on {passed:.2g}x unit scale < {VANISHING:g}x"
+                f"feeds, which passes on {self.norm_passes:.2g}x unit scale < {VANISHING:g}x"
             )
         elif self.scale_vanishing:
             out.append(f"vanishing: {_num(self.scale)}x {self._against()} < {VANISHING:g}x")
