@@ -238,23 +238,28 @@ def two_scaled_identities(a: float, b: float) -> nn.Sequential:
 
 
 @pytest.mark.parametrize(
-    ("rho", "labels"),
+    "rho",
     [
-        (0.5 * doctor.GRAD_VANISHING, ["vanishing"]),
-        (2.0 * doctor.GRAD_VANISHING, ["ok"]),
-        (0.5 * doctor.GRAD_EXPLODING, ["ok"]),
-        (2.0 * doctor.GRAD_EXPLODING, ["exploding"]),
+        0.5 * doctor.GRAD_VANISHING,
+        2.0 * doctor.GRAD_VANISHING,
+        0.5 * doctor.GRAD_EXPLODING,
+        2.0 * doctor.GRAD_EXPLODING,
     ],
 )
-def test_gradient_ratio_thresholds(rho: float, labels: list[str]) -> None:
+def test_one_layer_s_gradient_ratio_past_a_bound_is_no_label_without_a_depth_trend(
+    rho: float,
+) -> None:
     # With readout gradient R: dL/dW_2 = a R^T x and dL/dW_1 = b R^T x, |W_1| = a sqrt(8) and
-    # |W_2| = b sqrt(8), so rho_1 = (b / a)^2. The forward scale stays within its bounds.
+    # |W_2| = b sqrt(8), so rho_1 = (b / a)^2. The forward scale stays within its bounds. A
+    # ratio is set by the layer's role as much as by depth (an attention's query at init, a
+    # convolution's few shared weights): the vanishing gradient the theory describes is a fall
+    # along the depth (the sigmoid stack's, above), and two layers make no trend.
     x = torch.randn(256, 8, generator=torch.Generator().manual_seed(0))
     d = doctor.diagnose(two_scaled_identities(1.0, rho**0.5), x)
     first, last = d.layers
     assert first.grad_ratio == pytest.approx(rho, rel=1e-4) and last.grad_ratio == 1.0
     assert doctor.VANISHING < last.scale < doctor.EXPLODING
-    assert first.labels == labels and last.labels == ["ok"]
+    assert d.trend is None and first.labels == ["ok"] and last.labels == ["ok"]
 
 
 def test_gradient_ratio_is_the_relative_weight_gradient_over_the_last_layer_s() -> None:

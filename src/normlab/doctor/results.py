@@ -136,12 +136,19 @@ class LayerDiagnosis:
 
     @property
     def grad_vanishing(self) -> bool:
-        """The weights' relative gradient is below :data:`GRAD_VANISHING` of its reference's,
-        not because an intentional branch scaling multiplies it, nor as the mirror of a
-        forward drift; never an embedding's (only the batch's rows get a gradient, so its
-        ratio shrinks with the vocabulary, by design)."""
+        """The weights' relative gradient is below :data:`GRAD_VANISHING` of its reference's
+        as part of a sustained depth trend, not because an intentional branch scaling
+        multiplies it, nor as the mirror of a forward drift; never an embedding's (only the
+        batch's rows get a gradient, so its ratio shrinks with the vocabulary, by design).
+
+        One layer's own ratio is set by its role as much as by the depth: the query and key
+        of an attention whose softmax is near uniform at init, a convolution whose few
+        weights are shared over every position, a gate; what the theory calls a vanishing
+        gradient is the product of the layers' Jacobians, a fall along the depth, which the
+        trend (:class:`Trend`) measures."""
         return (
             self.grad_ratio < GRAD_VANISHING
+            and self.trend == "vanishing"
             and self.scaled_by is None
             and self.grad_judged
             and self.role not in ("zero", "embedding")
@@ -149,7 +156,14 @@ class LayerDiagnosis:
 
     @property
     def grad_exploding(self) -> bool:
-        return self.grad_ratio > GRAD_EXPLODING and self.grad_judged and self.judged
+        """Above :data:`GRAD_EXPLODING` of its reference's as part of a sustained depth trend
+        (see :attr:`grad_vanishing`), not as the mirror of a forward drift."""
+        return (
+            self.grad_ratio > GRAD_EXPLODING
+            and self.trend == "exploding"
+            and self.grad_judged
+            and self.judged
+        )
 
     @property
     def dead(self) -> bool:

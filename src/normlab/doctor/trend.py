@@ -47,15 +47,25 @@ def _trend(layers: Sequence[LayerDiagnosis]) -> Trend | None:
 
 
 def _mark_trend(layers: Sequence[LayerDiagnosis], trend: Trend) -> None:
-    """Label the weight layers the fitted trend puts 10x or more from the output end's ratio."""
+    """Label the weight layers the fitted trend puts 10x or more from the output end's ratio,
+    and those before the first block (a stem of other sizes) whose own ratio is 10x or more
+    past the last block's in the trend's direction: the gradient reaches them after the
+    blocks, on the same way back."""
     weighted = _trended(layers)
     _, groups, depth = _alike(weighted)
+    marked = []
     for group, b in zip(groups, depth, strict=True):
         growth = trend.factor ** (depth[-1] - b)  # from the last block to this one
         if not 0.1 < growth < 10:
-            for i in group:
-                weighted[i].trend = trend.direction
-                weighted[i].labels = _labels(weighted[i])
+            marked += group
+    last = math.exp(sum(math.log(weighted[i].grad_ratio) for i in groups[-1]) / len(groups[-1]))
+    for i in range(min(groups[0])):
+        past = weighted[i].grad_ratio / last
+        if past <= 0.1 if trend.direction == "vanishing" else past >= 10:
+            marked.append(i)
+    for i in marked:
+        weighted[i].trend = trend.direction
+        weighted[i].labels = _labels(weighted[i])
 
 
 def _trended(layers: Sequence[LayerDiagnosis]) -> list[LayerDiagnosis]:
