@@ -12,7 +12,7 @@ from torch import nn
 from normlab import doctor, zoo
 from normlab.doctor.graph import _trace
 from normlab.doctor.kinds import _is_norm
-from tests.calibration import ENTRIES, Entry, gpt2, llama, relu_std1
+from tests.calibration import ENTRIES, Entry, gpt2, hf_resnet, llama, relu_std1
 
 PROBLEMS = ("vanishing", "exploding", "dead", "saturated", "symmetric")
 SEEDS = (0, 1)
@@ -365,3 +365,28 @@ def test_the_model_s_own_loss_can_drive_the_backward_pass() -> None:
     d = doctor.diagnose(model, {"input_ids": ids, "labels": ids}, output="loss")
     assert d.problems == [] and any("own loss" in n for n in d.notes)
     assert all(math.isfinite(la.grad_std) for la in d.layers if la.name.endswith("c_attn"))
+
+
+def _mobilenet_v2() -> nn.Module:
+    from transformers import MobileNetV2Config, MobileNetV2Model
+
+    # depthwise 3x3 convolutions: 9 weights per channel shared over every position, so their
+    # gradient ratio grows with the image's positions (the case that made this one exploding)
+    return MobileNetV2Model(MobileNetV2Config(depth_multiplier=0.35, image_size=64))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("build", [hf_resnet, _mobilenet_v2], ids=["resnet", "mobilenet_v2"])
+def test_labels_do_not_depend_on_image_size_or_batch(build: object) -> None:
+    """The same convolutional model on images of 32 to 128 pixels a side, batch 8 to 32, gets
+    the same labels (none: both train as built)."""
+    torch.manual_seed(0)
+    model = build()  # type: ignore[operator]
+    seen = set()
+    for batch, side in [(8, 32), (8, 64), (8, 128), (32, 64)]:
+        g = torch.Generator().manual_seed(side)
+        x = torch.randn(batch, 3, side, side, generator=g)  # (N, C, H, W)
+        d = doctor.diagnose(model, x, generator=torch.Generator().manual_seed(0))
+        seen.add(tuple(sorted({la.name: tuple(la.labels) for la in d.layers}.items())))
+        assert d.problems == [], (batch, side, d.verdict)
+    assert len(seen) == 1
