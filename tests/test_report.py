@@ -12,6 +12,7 @@ from html import unescape
 
 import torch
 
+import normlab
 from normlab import doctor, plots, report, zoo
 from normlab.experiments import doctor as dfig
 from normlab.experiments.doctor import diagnosis_tables
@@ -146,3 +147,38 @@ def test_the_report_says_why_each_label_and_what_the_fix_measured() -> None:
     page = html_report(exam.before, title="sig", after=exam.after, fix=exam.fix, trial=exam.trial)
     assert "Training check:" in page and "not a cure, keep the model as built" in page
     assert "rho " in page and "&lt; 0.001" in page  # the rule that gave 'vanishing'
+
+
+def test_a_watch_report_draws_the_update_ratio_over_depth_with_karpathy_s_line() -> None:
+    """The watch's report holds two charts: over training, and over depth at the last record,
+    where each weight layer's update:data ratio of that step is drawn beside the 1e-3 guide
+    (its points the record's own ratios); a diagnosis without updates has no such panel."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32), torch.nn.ReLU(),
+        torch.nn.Linear(32, 1),
+    )  # fmt: skip
+    opt = torch.optim.SGD(net.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(1)
+    with normlab.watch(net, every=2) as w:
+        for _ in range(5):
+            opt.zero_grad()
+            net(torch.randn(64, 8, generator=g)).pow(2).mean().backward()
+            w.step()
+            opt.step()
+    last = w.records[-1]
+    want = {la["name"]: la["update_ratio"] for la in last["layers"] if la["update_ratio"]}
+    assert sorted(want) == ["0", "2", "4"] and all(0 < v < 1 for v in want.values())
+    d = report.log_diagnosis(last)
+    figure = dfig.diagnosis_figure(d, updates=want)
+    (panel,) = [p for p in figure.panels if p.title.startswith("Update:data ratio")]
+    assert [line.value for line in panel.lines] == [1e-3] and panel.y.scale == "log"
+    index = {la.name: float(i) for i, la in enumerate(d.layers)}
+    (series,) = panel.series
+    assert list(series.x) == [index[n] for n in want] and list(series.y) == list(want.values())
+    plain = dfig.diagnosis_figure(d)
+    assert not any(p.title.startswith("Update") for p in plain.panels)
+    assert len(plain.panels) == len(figure.panels) - 1
+    page = report.log_report(list(w.records), title="relu")
+    assert 'alt="statistics over training"' in page
+    assert f'alt="statistics over depth at step {last["step"]}"' in page

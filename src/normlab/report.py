@@ -225,6 +225,7 @@ def log_report(records: list[dict[str, Any]], *, title: str) -> str:
     if not records:
         raise ValueError("the log holds no record")
     png = _png(training_figure(records))
+    depth = _png(diagnosis_figure(log_diagnosis(records[-1]), updates=dict(_updates(records[-1]))))
     changes = "".join(f"<li>{html.escape(e)}</li>" for e in events(records)) or "<li>none</li>"
     last = records[-1]
     layers = log_diagnosis(last).layers
@@ -234,6 +235,8 @@ def log_report(records: list[dict[str, Any]], *, title: str) -> str:
         f'<img alt="statistics over training" src="data:image/png;base64,{png}">',
         f"<h2>Labels gained and lost</h2><ul>{changes}</ul>",
         f"<h2>Step {last['step']}</h2>",
+        f'<img alt="statistics over depth at step {last["step"]}" '
+        f'src="data:image/png;base64,{depth}">',
         f"<p>Problems: {html.escape(', '.join(last['problems']) or 'none')}.</p>",
         f"<p>{html.escape(update_summary(last))}</p>" * bool(_updates(last)),
         _layer_table(layers),

@@ -251,16 +251,21 @@ def _fraction_panel(runs: list[tuple[str, Diagnosis]]) -> fig.Panel:
 
 
 def diagnosis_figure(
-    diagnosis: Diagnosis, after: Diagnosis | None = None, label: str = "fixed"
+    diagnosis: Diagnosis,
+    after: Diagnosis | None = None,
+    label: str = "fixed",
+    updates: dict[str, float] | None = None,
 ) -> fig.Figure:
     """Panels over the layers, measured beside predicted: activation std over its anchor's,
     each weight layer's RMS gain and the variance argument's prediction, the residual stream
     against :func:`normlab.theory.residual_stream` (when the model has one), the weights'
-    gradient ratio, gradient std, dead/saturated fractions; ``after`` (a fixed model) drawn
-    beside, dashed."""
+    gradient ratio, gradient std, the update:data ratio of a watched training step (with
+    ``updates``, by layer name: Karpathy's 1e-3 guide drawn), dead/saturated fractions;
+    ``after`` (a fixed model) drawn beside, dashed."""
     runs = [("as given", diagnosis)] + ([(label, after)] if after is not None else [])
     shaded = "(shaded: vanishing below, exploding above)"
     stream = [] if diagnosis.stream is None else [_stream_panel(diagnosis, diagnosis.stream)]
+    update = [] if not updates else [_update_panel(diagnosis, updates)]
     panels = [
         _log_panel(
             runs,
@@ -275,10 +280,12 @@ def diagnosis_figure(
             runs,
             "grad_ratio",
             "gradient ratio ρ",
-            f"Each weight layer's |dL/dW| / |W| over the last weight layer's {shaded}",
+            "Each weight layer's |dL/dW| / |W| over its reference's (shaded: vanishing "
+            "below, exploding above, along a depth trend)",
             (GRAD_VANISHING, GRAD_EXPLODING),
             join=True,
         ),
+        *update,
         _log_panel(
             runs,
             "grad_std",
@@ -288,6 +295,20 @@ def diagnosis_figure(
         _fraction_panel(runs),
     ]
     return fig.Figure("", panels, columns=1, height=2.75, shared_x=True)
+
+
+def _update_panel(d: Diagnosis, updates: dict[str, float]) -> fig.Panel:
+    """Each weight layer's update:data ratio |dW| / |W| of one training step, over depth, with
+    Karpathy's 1e-3 guide: far under it a layer barely learns, far over it it churns."""
+    found = [(i, updates[la.name]) for i, la in enumerate(d.layers) if la.name in updates]
+    y = fig.floored([v if math.isfinite(v) else None for _, v in found], UPDATE_FLOOR)
+    return fig.Panel(
+        _layer_axis(d),
+        fig.Axis("|ΔW| / |W| per step", scale="log"),
+        [fig.Series("measured", [float(i) for i, _ in found], y, kind="line+markers")],
+        "Update:data ratio of the weight layers at this step",
+        lines=(fig.Line(UPDATE_GUIDE, label="1e-3, Karpathy's guide"),),
+    )
 
 
 def _gain_panel(d: Diagnosis) -> fig.Panel:
