@@ -320,13 +320,24 @@ def _input_rules(values: Kwargs, ids: dict[int, int]) -> Kwargs:
     if _is_int(size) or _int_list(size):
         new = _image_size(values)
         out["image_size"] = [new] * len(size) if _int_list(size) else new
-    out |= _cap(values, ["num_frames"], 4)
+    out |= _cap(values, ["num_frames"], 4) | _window_fit(values, out)
     for key, v in values.items():
         if key.endswith(("token_id", "token_index", "token_ids")):
             moved = _move_ids(v, ids)
             if moved != v:
                 out[key] = moved
     return out
+
+
+def _window_fit(values: Kwargs, out: Kwargs) -> Kwargs:
+    """A ViTDet-like backbone's window (in patches, among its global layers) no wider than the
+    shrunk image's patch grid: a wider one is mostly zero padding (SAM pads 4 x 4 patches to
+    its 14 x 14 window), and its attention averages 16 patches with 180 zeros."""
+    window, patch, size = values.get("window_size"), values.get("patch_size"), out.get("image_size")
+    if "global_attn_indexes" not in values or not (_is_int(window) and _is_int(patch)):
+        return {}
+    grid = size // patch if _is_int(size) else 0
+    return {"window_size": grid} if 0 < grid < window else {}
 
 
 def _move_ids(v: Any, ids: dict[int, int]) -> Any:
@@ -835,12 +846,20 @@ def _field(out: object) -> tuple[str | None, bool]:
     return found, found is not None and found != default
 
 
-def _model(family: str, level: int, seed: int) -> tuple[nn.Module, Any]:
+def _model(
+    family: str, level: int, seed: int, overrides: dict[str, Any] | None = None
+) -> tuple[nn.Module, Any]:
     """The family's model at a shrink level, if it holds at most :data:`MAX_PARAMS` parameters
-    (counted on the meta device first: a default config can hold billions)."""
+    (counted on the meta device first: a default config can hold billions); ``overrides``
+    (dotted keys, ``vision_config.initializer_range``) set on the default config before it is
+    shrunk, so they are shrunk as its own values are."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-    config = shrink(CONFIG_MAPPING[family](), level)
+    default = CONFIG_MAPPING[family]()
+    for key, value in (overrides or {}).items():
+        *path, last = key.split(".")
+        setattr(_resolve(default, path), last, value)
+    config = shrink(default, level)
     cls = model_class(family)
     try:
         with torch.device("meta"):
@@ -851,6 +870,13 @@ def _model(family: str, level: int, seed: int) -> tuple[nn.Module, Any]:
         raise ValueError(f"{count / 1e6:.0f}M parameters > {MAX_PARAMS / 1e6:.0f}M")
     torch.manual_seed(seed)
     return cls(config), config
+
+
+def _resolve(config: Any, path: list[str]) -> Any:
+    """The (sub-)config at the dotted ``path`` of ``config``."""
+    for name in path:
+        config = getattr(config, name)
+    return config
 
 
 def _first_input(model: nn.Module, config: Any) -> tuple[Maker, tuple[str | None, bool]]:
@@ -888,9 +914,10 @@ def _notes(family: str, model: nn.Module, batch: Batch) -> list[str]:
     return out
 
 
-def build(family: str, seed: int = SEED) -> Built | Row:
+def build(family: str, seed: int = SEED, overrides: dict[str, Any] | None = None) -> Built | Row:
     """The family's model (seeded) and two input batches (from a generator seeded ``seed``),
-    at the first shrink level that builds and runs; else its :class:`Row` saying why not."""
+    at the first shrink level that builds and runs; else its :class:`Row` saying why not.
+    ``overrides`` are config values set before the shrink (:func:`_model`)."""
     import transformers
 
     transformers.logging.set_verbosity_error()  # config notes about small vocabularies
@@ -902,7 +929,7 @@ def build(family: str, seed: int = SEED) -> Built | Row:
         try:
             with warnings.catch_warnings():  # the models' own notes while they are built
                 warnings.simplefilter("ignore")
-                model, config = _model(family, level, seed)
+                model, config = _model(family, level, seed, overrides)
                 make, output = _first_input(model, config)
         except Exception as exc:  # the next level; record what each said
             errors.append(f"{name}: {_message(exc)}")
