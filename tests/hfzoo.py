@@ -971,7 +971,7 @@ text and mask-decoder parts use it), at the config's own width."""
 
 _EPS_FLOOR = (
     "the vision tower's weights are drawn with std 1e-10 at width 768 (3.5e-10 at 64): its "
-    "patch embedding puts out ~1e-8 of the pixels' scale, 1e-5 of the sqrt(eps) = 3.2e-3 of the "
+    "patch embedding puts out ~1e-8 of the pixels' scale, 3e-6 of the sqrt(eps) = 3.2e-3 of the "
     "LayerNorm it feeds, which then divides by sqrt(eps), not the std, and passes on ~3e-6 of "
     "unit scale: the tower's signal is gone at init"
 )
