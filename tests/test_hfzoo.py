@@ -115,11 +115,7 @@ def test_true_alarms_are_families_of_the_zoo() -> None:
     assert all(a.labels and a.reason for a in hfzoo.TRUE_ALARMS.values())
 
 
-OPEN = {
-    "mobilenet_v2": "issue 30, open: its stem convolutions' gradient ratio is over 1e3 that of "
-    "the last conv, which sees 1/1024 of the positions: a conv's ratio grows with the positions "
-    "it sums over, and the doctor does not yet predict it",
-}
+OPEN: dict[str, str] = {}
 """Families of the subset the doctor still raises a false alarm on, and why (strict: a fix
 fails the test until the entry goes)."""
 
