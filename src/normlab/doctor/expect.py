@@ -203,10 +203,10 @@ def roles(graph: _Graph, tokens: bool) -> dict[str, Role]:
             kind = "branch"
         else:
             kind = "layer"
-        norms = bound.get(name, frozenset()) if kind == "layer" else frozenset()
-        if norms:
-            eps = max(_eps(modules[n]) for n in norms)
-        out[name] = Role(kind, anchor, eps, tuple(sorted(norms)))
+        crossed = bound.get(name, frozenset()) if kind == "layer" else frozenset()
+        if crossed:
+            eps = max(_eps(modules[n]) for n in crossed)
+        out[name] = Role(kind, anchor, eps, tuple(sorted(crossed)))
         passes_on[name] = anchor if anchor is not None and kind == "layer" else name
         if kind in ("feeds-norm", "branch") and anchor is not None:
             passes_on[name] = anchor
