@@ -175,7 +175,8 @@ def roles(graph: _Graph, tokens: bool) -> dict[str, Role]:
 
     Args:
         graph: the traced forward pass.
-        tokens: the input has no scale (token ids): a first weight layer is an embedding.
+        tokens: the input has no scale (token ids): a first weight layer is an embedding (as is
+            one that reads only integer tensors, whatever the first input).
     """
     out: dict[str, Role] = {}
     passes_on: dict[str, str] = {}  # layer -> the anchor its consumers are judged against
@@ -195,7 +196,7 @@ def roles(graph: _Graph, tokens: bool) -> dict[str, Role]:
             kind, anchor = "zero", None
         elif _is_norm(m):
             kind, anchor = "norm", None
-        elif not producers and tokens and _has_weight(m):
+        elif not producers and (tokens or name in graph.ids_fed) and _has_weight(m):
             kind, anchor = "embedding", None
         elif (norms := _fed_norms(graph, name)) is not None:
             kind, eps = "feeds-norm", max(_eps(n) for n in norms)
