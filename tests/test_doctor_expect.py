@@ -373,3 +373,27 @@ def test_a_patch_embedding_before_a_norm() -> None:
     assert d.layers[0].scale < doctor.VANISHING and d.problems == [], d.verdict
     torch.manual_seed(0)
     assert doctor.diagnose(Patches(False), x).problems[0] == "vanishing"
+
+
+def test_token_ids_of_a_second_input_start_their_own_scale() -> None:
+    """A transducer's decoder reads token ids beside the spectrogram: ids have no scale, so
+    its embedding (std 0.005 here, 0.005x the float input's) is an anchor, as the first
+    embedding of a text model is, not a layer that lost 99.5% of the input's scale."""
+
+    class Joint(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.enc = nn.Linear(16, 16)
+            self.emb = nn.Embedding(100, 16)
+            nn.init.normal_(self.emb.weight, std=0.005)
+            self.head = nn.Linear(16, 10)
+
+        def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+            return self.head(self.enc(x) + self.emb(ids))  # (B, T, 10)
+
+    torch.manual_seed(0)
+    x = torch.randn(8, 12, 16, generator=torch.Generator().manual_seed(0))
+    d = doctor.diagnose(Joint(), {"x": x, "ids": _ids(8, 12, vocab=100)})
+    emb = {la.name: la for la in d.layers}["emb"]
+    assert emb.act_std < doctor.VANISHING and emb.role == "embedding"
+    assert d.problems == [], d.verdict
