@@ -247,3 +247,153 @@ def test_roles_and_anchors_of_a_pre_ln_transformer() -> None:
     assert ff.role == "branch" and ff.anchor == "encoder.layers.3.norm2"
     assert math.isfinite(ff.branch) and d.problems == []
     assert set(PROBLEMS).isdisjoint(d.problems)
+
+
+class _Stem(nn.Module):
+    """An ASR-style front end: convolutions from 1 channel at weight std ``std`` (zero biases),
+    then a projection to the model width; each conv keeps about std * sqrt(fan_in) of the scale
+    (0.02 * sqrt(9) = 0.06 and 0.02 * sqrt(16 * 9) = 0.24, times ReLU's sqrt(1/2)). The
+    projection's output goes into a LayerNorm (``norm``), or straight into the head, or both
+    (``bypass``: the stem's output is also added to the head's)."""
+
+    def __init__(self, std: float, norm: bool = True, bypass: bool = False) -> None:
+        super().__init__()
+        self.convs = nn.Sequential(
+            nn.Conv2d(1, 16, 3, stride=2, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(16, 16, 3, stride=2, padding=1),
+            nn.ReLU(),
+        )
+        self.proj = nn.Linear(16 * 4, 32)
+        for m in (*self.convs, self.proj):
+            if isinstance(m, nn.Conv2d | nn.Linear):
+                nn.init.normal_(m.weight, std=std)
+                nn.init.zeros_(m.bias)
+        self.norm = nn.LayerNorm(32) if norm else nn.Identity()
+        self.head = nn.Linear(32, 10)
+        self.skip = nn.Linear(32, 10) if bypass else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.convs(x)  # (B, 16, T/4, 4): 16 mel bins in, stride 2 twice
+        h = h.permute(0, 2, 1, 3).flatten(2)  # (B, T/4, 64)
+        h = self.proj(h)  # (B, T/4, 32)
+        y = self.head(self.norm(h))  # (B, T/4, 10)
+        return y if self.skip is None else y + self.skip(h)
+
+
+def _spectrogram() -> torch.Tensor:
+    return torch.randn(8, 1, 32, 16, generator=torch.Generator().manual_seed(0))  # (B, 1, T, F)
+
+
+def test_a_conv_stem_before_the_first_norm_is_judged_by_what_the_norm_passes_on() -> None:
+    """The stem's scale falls past 0.01x its input (std-0.02 weights on 9 and 144 inputs:
+    ~0.04 and ~0.17 per conv with its ReLU, 0.0054 after the second; the projection, which
+    feeds the norm, ~0.2 more: 0.001 at the norm), but its signal reaches the model only
+    through the LayerNorm, which divides the scale out: it passes on
+    s / sqrt(s^2 + eps) = 0.001 / sqrt(1e-6 + 1e-5) = 0.3 of unit scale, over 0.01x. The same
+    stem whose output reaches the head without a norm, or past the norm as well, is judged by
+    its own scale, as before."""
+    torch.manual_seed(0)
+    d = doctor.diagnose(_Stem(0.02), _spectrogram())
+    relu = {la.name: la for la in d.layers}["convs.3"]
+    assert relu.role == "layer" and relu.scale < doctor.VANISHING
+    assert relu.norm_input == pytest.approx(1e-3, rel=0.5)  # the norm's input, as measured
+    assert relu.norm_passes > doctor.VANISHING and d.problems == [], d.verdict
+    for norm, bypass in ((False, False), (True, True)):
+        torch.manual_seed(0)
+        plain = doctor.diagnose(_Stem(0.02, norm=norm, bypass=bypass), _spectrogram())
+        assert plain.problems[0] == "vanishing", (norm, bypass, plain.verdict)
+        assert "vanishing" in {la.name: la for la in plain.layers}["convs.3"].labels
+
+
+def test_a_stem_whose_scale_falls_under_the_norm_s_sqrt_eps_stays_vanishing() -> None:
+    """The negative twin: at weight std 0.002 the stem keeps ~1e-4 of its input per conv
+    pair and ~0.011 in the projection (~1e-6 at the norm), far under sqrt(eps) = 0.0032: the
+    norm passes on ~3e-4 of unit scale, eps swamps the signal, and the stem is vanishing from
+    its first layer on, the cause first."""
+    torch.manual_seed(0)
+    d = doctor.diagnose(_Stem(0.002), _spectrogram())
+    by = {la.name: la for la in d.layers}
+    assert by["convs.3"].norm_passes < doctor.VANISHING
+    assert d.problems[0] == "vanishing" and "vanishing" in by["convs.0"].labels, d.verdict
+    assert d.verdict.startswith("the scale is vanishing from model.convs[0] on"), d.verdict
+    assert any("only through norms" in c for c in by["convs.3"].criteria())
+
+
+def test_a_stack_with_a_norm_every_two_layers_and_the_vanishing_stack_before_a_norm() -> None:
+    """ReLU layers at weight std 0.01 keep sqrt(128 / 2) * 0.01 = 0.08 of the scale each:
+    two of them fall to 0.0064 of unit, over sqrt(eps) = 0.0032, and the LayerNorm after them
+    restores it (zero biases: the ReLU block is positively homogeneous, the norm's output is
+    the same as at He's init); ten fall to 0.08^10 ~ 1e-11, and the norm after them passes on
+    ~3e-9 of unit scale: the failure set's vanishing stack stays vanishing, the cause first."""
+
+    def stack(depth: int, every: int) -> nn.Module:
+        layers: list[nn.Module] = []
+        for i in range(depth):
+            linear = nn.Linear(128, 128)
+            nn.init.normal_(linear.weight, std=0.01)
+            nn.init.zeros_(linear.bias)
+            layers += [linear, nn.ReLU()]
+            if (i + 1) % every == 0:
+                layers.append(nn.LayerNorm(128))
+        return nn.Sequential(*layers, nn.Linear(128, 10))
+
+    x = torch.randn(64, 128, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    normed = doctor.diagnose(stack(8, 2), x)
+    second = [la for la in normed.layers if la.kind == "ReLU"][1]
+    assert second.scale < doctor.VANISHING and normed.problems == [], normed.verdict
+    torch.manual_seed(0)
+    deep = doctor.diagnose(stack(10, 10), x)
+    assert deep.problems[0] == "vanishing", deep.verdict
+    assert deep.verdict.startswith("the scale is vanishing from model[0] on"), deep.verdict
+
+
+def test_a_patch_embedding_before_a_norm() -> None:
+    """A patch embedding at weight std 1e-3 keeps 1e-3 * sqrt(3 * 4 * 4) = 0.007 of the
+    image's scale; the LayerNorm after it passes on 0.007 / sqrt(0.007^2 + 1e-5) = 0.91 of
+    unit scale: healthy. Without the norm the head reads the small patches directly: vanishing."""
+
+    class Patches(nn.Module):
+        def __init__(self, norm: bool) -> None:
+            super().__init__()
+            self.embed = nn.Conv2d(3, 32, 4, stride=4)
+            nn.init.normal_(self.embed.weight, std=1e-3)
+            nn.init.zeros_(self.embed.bias)
+            self.norm = nn.LayerNorm(32) if norm else nn.Identity()
+            self.mlp = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 10))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.embed(x).flatten(2).transpose(1, 2)  # (B, 16 patches, 32)
+            return self.mlp(self.norm(h))  # (B, 16, 10)
+
+    x = torch.randn(8, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    d = doctor.diagnose(Patches(True), x)
+    assert d.layers[0].scale < doctor.VANISHING and d.problems == [], d.verdict
+    torch.manual_seed(0)
+    assert doctor.diagnose(Patches(False), x).problems[0] == "vanishing"
+
+
+def test_token_ids_of_a_second_input_start_their_own_scale() -> None:
+    """A transducer's decoder reads token ids beside the spectrogram: ids have no scale, so
+    its embedding (std 0.005 here, 0.005x the float input's) is an anchor, as the first
+    embedding of a text model is, not a layer that lost 99.5% of the input's scale."""
+
+    class Joint(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.enc = nn.Linear(16, 16)
+            self.emb = nn.Embedding(100, 16)
+            nn.init.normal_(self.emb.weight, std=0.005)
+            self.head = nn.Linear(16, 10)
+
+        def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+            return self.head(self.enc(x) + self.emb(ids))  # (B, T, 10)
+
+    torch.manual_seed(0)
+    x = torch.randn(8, 12, 16, generator=torch.Generator().manual_seed(0))
+    d = doctor.diagnose(Joint(), {"x": x, "ids": _ids(8, 12, vocab=100)})
+    emb = {la.name: la for la in d.layers}["emb"]
+    assert emb.act_std < doctor.VANISHING and emb.role == "embedding"
+    assert d.problems == [], d.verdict

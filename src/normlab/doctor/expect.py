@@ -13,6 +13,12 @@ than by their own scale:
 - a layer whose output goes only into a normalization layer is divided by its own std there, so
   it is judged by what the norm passes on, :math:`s / \sqrt{s^2 + \epsilon}` of unit scale (only
   a std far under the norm's :math:`\sqrt{\epsilon}` is lost);
+- a layer whose signal reaches the model's output only through normalization layers (a conv
+  stem before the first norm, a patch embedding, the layers between two norms of a stack) matters
+  only by what those norms pass on: they divide its scale out, so forward nothing is lost while
+  the std :math:`s` at their input stays far above :math:`\sqrt{\epsilon}`, and it is judged,
+  like the layer feeding a norm, by :math:`s / \sqrt{s^2 + \epsilon}`; a layer with one path to
+  the output that crosses no norm is judged by its own scale;
 - a layer on a residual branch adds into a stream that carries the signal past it: a small
   branch is a design (ReZero, SkipInit, T-Fixup and std-0.02 transformers start small and train;
   attention at init averages its values over the :math:`T` tokens, so its output shrinks like
@@ -39,6 +45,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from torch import nn
 
@@ -69,12 +76,15 @@ class Role:
     (a first layer fed token ids: an anchor, not judged by scale), ``"feeds-norm"`` (its output
     only enters norms: judged by what they pass on), ``"branch"`` (on a residual branch: not
     judged by a small scale), ``"zero"`` (zero by design: all its parameters 0, or fed only
-    zeros, as DETR's decoder starts from zero queries, or only such layers) or ``"layer"``.
+    zeros, as DETR's decoder starts from zero queries, or only such layers) or ``"layer"``
+    (judged by its scale against its anchor's, or, when every path from it to the output
+    crosses a norm, by what the first norms on those paths, ``norms``, pass on).
     """
 
     kind: str
     anchor: str | None  # INPUT, a layer name, or None: not judged by scale
     eps: float = math.nan  # feeds-norm: the largest eps of the norms it feeds
+    norms: tuple[str, ...] = ()  # layer: the norms every path of its output crosses first
 
 
 def _eps(m: nn.Module) -> float:
@@ -116,6 +126,39 @@ def _fed_norms(graph: _Graph, name: str) -> list[nn.Module] | None:
     return norms or None
 
 
+def _norm_bound(graph: _Graph) -> dict[str, frozenset[str]]:
+    """Each layer whose output reaches the model's output only through normalization layers
+    -> the norms first met on those paths. A path that ends before the output (a layer with
+    layers inside reads its last one's output, which its consumers trace to that one) carries
+    nothing to it; a layer with a path that crosses no norm, or none that reaches the output, is
+    left out. Made once per graph."""
+    if "norm_bound" in graph.memo:
+        return cast(dict[str, frozenset[str]], graph.memo["norm_bound"])
+    modules = dict(graph.order)
+    direct = set(graph.edges.get(_OUTPUT, {}))
+    bound: dict[str, frozenset[str]] = {}
+    ends: set[str] = set()  # layers whose output reaches no layer and not the output
+    for name, _ in reversed(graph.order):  # consumers come later in the forward order
+        consumers = [c for c in graph.consumers.get(name, []) if c not in ends]
+        if name in direct:
+            continue
+        if not consumers:
+            ends.add(name)
+            continue
+        found: set[str] = set()
+        for c in consumers:
+            if _is_norm(modules[c]):
+                found.add(c)
+            elif c in bound:
+                found |= bound[c]
+            else:  # it reaches the output without a norm, or is called before (a loop)
+                break
+        else:
+            bound[name] = frozenset(found)
+    graph.memo["norm_bound"] = bound
+    return bound
+
+
 def _merges(graph: _Graph, name: str, on_branch: set[str]) -> bool:
     """Whether ``name``'s output joins another signal on its way to the output (it is on a
     residual branch, or a layer it feeds reads other layers too: a bias table added to the
@@ -132,13 +175,15 @@ def roles(graph: _Graph, tokens: bool) -> dict[str, Role]:
 
     Args:
         graph: the traced forward pass.
-        tokens: the input has no scale (token ids): a first weight layer is an embedding.
+        tokens: the input has no scale (token ids): a first weight layer is an embedding (as is
+            one that reads only integer tensors, whatever the first input).
     """
     out: dict[str, Role] = {}
     passes_on: dict[str, str] = {}  # layer -> the anchor its consumers are judged against
     position = {name: i for i, (name, _) in enumerate(graph.order)}
     position[INPUT] = -1
     on_branch = graph.branch_layers()
+    bound, modules = _norm_bound(graph), dict(graph.order)
     for name, m in graph.order:
         producers = [p for p in graph.producers.get(name, []) if p in passes_on]
         ups = [passes_on[p] for p in producers] or [INPUT]
@@ -151,7 +196,7 @@ def roles(graph: _Graph, tokens: bool) -> dict[str, Role]:
             kind, anchor = "zero", None
         elif _is_norm(m):
             kind, anchor = "norm", None
-        elif not producers and tokens and _has_weight(m):
+        elif not producers and (tokens or name in graph.ids_fed) and _has_weight(m):
             kind, anchor = "embedding", None
         elif (norms := _fed_norms(graph, name)) is not None:
             kind, eps = "feeds-norm", max(_eps(n) for n in norms)
@@ -159,7 +204,10 @@ def roles(graph: _Graph, tokens: bool) -> dict[str, Role]:
             kind = "branch"
         else:
             kind = "layer"
-        out[name] = Role(kind, anchor, eps)
+        crossed = bound.get(name, frozenset()) if kind == "layer" else frozenset()
+        if crossed:
+            eps = max(_eps(modules[n]) for n in crossed)
+        out[name] = Role(kind, anchor, eps, tuple(sorted(crossed)))
         passes_on[name] = anchor if anchor is not None and kind == "layer" else name
         if kind in ("feeds-norm", "branch") and anchor is not None:
             passes_on[name] = anchor

@@ -12,7 +12,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from normlab.doctor.kinds import _has_weight, _is_layer, _nonlinearity, _passes
+from normlab.doctor.kinds import _has_weight, _is_layer, _is_norm, _nonlinearity, _passes
 from normlab.doctor.running import Input, _graph_call, _preserved, _tensors
 
 Edges = dict[str, "str | None"]  # producing layer -> the small parameter on the way, if any
@@ -33,7 +33,9 @@ class _Graph:
     consumers: dict[str, list[str]]
     edges: dict[str, Edges] = field(default_factory=dict)  # consumer -> producer -> scaling
     streams: dict[str, float] = field(default_factory=dict)  # a sum's reader -> the sum's std
+    norm_inputs: dict[str, float] = field(default_factory=dict)  # a norm -> its input's std
     zero_fed: set[str] = field(default_factory=set)  # layers whose float inputs were all 0
+    ids_fed: set[str] = field(default_factory=set)  # layers that read only integer tensors
     memo: dict[Any, Any] = field(default_factory=dict)  # what is read from it, made once
 
     def _ancestors(self) -> dict[str, set[str]]:
@@ -194,6 +196,8 @@ def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
     streams: dict[str, float] = {}  # a layer reading a sum of layers' outputs: its input's std
     before: dict[str, float] = {}  # an in-place layer's input's std, before it changes it
     zeros: dict[str, bool] = {}  # a layer -> whether every float input it read was all 0
+    ids: set[str] = set()  # layers that read only integer tensors
+    norm_inputs: dict[str, float] = {}  # a norm -> the std of what it divides the scale of
 
     def pre(mod: nn.Module, args: Any, name: str) -> None:
         if _tensors(args):
@@ -209,7 +213,11 @@ def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
                 known[p] = site if known.get(p, site) is not None else None
         if len(edges.get(name, {})) >= 2 and _tensors(args):  # it reads a sum: the stream?
             streams[name] = before.pop(name) if name in before else _std(_tensors(args)[0])
+        if _is_norm(mod) and _tensors(args):
+            norm_inputs.setdefault(name, _std(_tensors(args)[0]))
         floats = [t for t in _tensors(args) if t.is_floating_point() and t.numel() > 0]
+        if _tensors(args) and not any(t.is_floating_point() for t in _tensors(args)):
+            ids.add(name)  # token ids (of a second input: a transducer's decoder) have no scale
         if floats:  # fed only zeros (DETR's decoder starts from zero queries)?
             zeros[name] = zeros.get(name, True) and not any(bool(t.any()) for t in floats)
         for t in _tensors(out):
@@ -236,7 +244,9 @@ def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
             h.remove()
     graph = _Graph.from_edges(list(order.items()), edges)
     graph.streams = streams
+    graph.norm_inputs = norm_inputs
     graph.zero_fed = {name for name, zero in zeros.items() if zero}
+    graph.ids_fed = ids
     return graph
 
 

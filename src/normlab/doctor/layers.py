@@ -91,6 +91,7 @@ def _layer_diagnoses(
             role=role.kind,
             anchor=role.anchor,
             eps=role.eps,
+            norm_input=_norm_input(role, graph),
             params=sum(p.numel() for p in m.parameters(recurse=False) if _is_weight(m, p)),
         )
         layers.append(layer)
@@ -102,6 +103,15 @@ def _layer_diagnoses(
     for layer in layers:
         layer.labels = _labels(layer)
     return layers
+
+
+def _norm_input(role: Role, graph: _Graph | None) -> float:
+    """The least std at the inputs of the norms a layer's signal crosses on every path to the
+    output (:attr:`expect.Role.norms`), as the trace measured it; nan without such norms."""
+    if graph is None or not role.norms:
+        return math.nan
+    stds = [graph.norm_inputs.get(n, math.nan) for n in role.norms]
+    return min(stds) if all(math.isfinite(s) for s in stds) else math.nan
 
 
 def _unit_dim(acts: ActivationStats, j: int, unit_first: bool) -> str:

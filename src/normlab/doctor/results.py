@@ -96,7 +96,8 @@ class LayerDiagnosis:
     role: str = "layer"  # how it is judged (normlab.doctor.expect.Role.kind)
     anchor: str | None = ""  # "" the input, a layer whose output fixes the scale, None: none
     reference: float = math.nan  # the std its scale is judged against (its anchor's)
-    eps: float = math.nan  # role "feeds-norm": the eps of the norm it feeds
+    eps: float = math.nan  # role "feeds-norm", or a layer reaching the output only through norms
+    norm_input: float = math.nan  # the latter: the least std at those norms' inputs
     gain: float = math.nan  # its output's RMS over its input's (its first producer's output)
     predicted_gain: float = math.nan  # a weight layer's, from its weights (expect, variance)
     segment: str | None = None  # "exploding"/"vanishing": its segment drifts so (the cause)
@@ -112,19 +113,23 @@ class LayerDiagnosis:
     @property
     def scale_vanishing(self) -> bool:
         """The forward scale fell below :data:`VANISHING` times its anchor's (or to 0); a layer
-        that only feeds norms, under their sqrt(eps); never a branch's (the stream carries the
-        signal past it) or one scaled on purpose."""
+        that only feeds norms, or reaches the output only through norms, when they pass on under
+        that (:attr:`norm_passes`); never a branch's (the stream carries the signal past it) or
+        one scaled on purpose."""
         if self.scaled_by is not None or self.role in ("branch", "embedding", "zero"):
             return False
-        if self.role == "feeds-norm":
-            return self.norm_passes < VANISHING
+        if self.role == "feeds-norm" or math.isfinite(self.norm_input):
+            return self.norm_passes < VANISHING or self.act_std == 0
         return self.scale < VANISHING or self.act_std == 0
 
     @property
     def norm_passes(self) -> float:
-        r"""Role ``feeds-norm``: what the norm it feeds passes on of unit scale,
-        :math:`s / \sqrt{s^2 + \epsilon}` (nan for any other role)."""
-        return self.act_std / math.sqrt(self.act_std**2 + self.eps)
+        r"""What the norms after it pass on of unit scale, :math:`s / \sqrt{s^2 + \epsilon}`,
+        with :math:`s` its own std (role ``feeds-norm``) or the least std at the inputs of the
+        norms its signal crosses on every path to the output (:attr:`norm_input`); nan for a
+        layer with a path past no norm."""
+        s = self.norm_input if math.isfinite(self.norm_input) else self.act_std
+        return s / math.sqrt(s**2 + self.eps)
 
     @property
     def scale_exploding(self) -> bool:
@@ -193,6 +198,12 @@ class LayerDiagnosis:
             out.append(
                 f"vanishing: std {self.act_std:.2g} against the eps {self.eps:.2g} of the norm it "
                 f"feeds, which passes on {self.norm_passes:.2g}x unit scale < {VANISHING:g}x"
+            )
+        elif self.scale_vanishing and math.isfinite(self.norm_input):
+            out.append(
+                f"vanishing: it reaches the output only through norms, whose input std "
+                f"{self.norm_input:.2g} against their eps {self.eps:.2g} passes on "
+                f"{self.norm_passes:.2g}x unit scale < {VANISHING:g}x"
             )
         elif self.scale_vanishing:
             out.append(f"vanishing: {_num(self.scale)}x {self._against()} < {VANISHING:g}x")
