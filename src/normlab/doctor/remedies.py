@@ -412,6 +412,78 @@ def _warmup(case: _Case, generator: torch.Generator | None) -> Remedied:
     )
 
 
+# -- tanh ----------------------------------------------------------------------------------------
+
+TANH_GAIN = 5 / 3  # init.calculate_gain("tanh")
+
+
+def _hidden_sigmoids(case: _Case) -> list[tuple[str, str]]:
+    """(sigmoid, the weight layer feeding it) for each ``nn.Sigmoid`` that is a hidden
+    activation: every output it makes is read, as it is, by a Linear or Conv. A gate (its
+    output multiplied into another signal, as in a squeeze-excite block or a GLU) and an output
+    sigmoid (a probability) are not: a weight layer never reads their output itself."""
+    sigmoids = [n for n, m in case.graph.order if isinstance(m, nn.Sigmoid)]
+    if not sigmoids:
+        return []
+    made: dict[int, str] = {}  # id of a sigmoid's output -> the sigmoid
+    kept: list[torch.Tensor] = []  # alive, so no other tensor takes an output's id
+    calls = dict.fromkeys(sigmoids, 0)
+    reads = dict.fromkeys(sigmoids, 0)
+
+    def record(name: str) -> Callable[..., None]:
+        def hook(_m: nn.Module, _args: Any, out: torch.Tensor) -> None:
+            calls[name] += 1
+            made[id(out)] = name
+            kept.append(out)
+
+        return hook
+
+    def read(_m: nn.Module, args: Any, _out: Any) -> None:
+        if args and (name := made.pop(id(args[0]), None)) is not None:
+            reads[name] += 1
+
+    weights = [n for n, m in case.graph.order if isinstance(m, _WEIGHT_LAYERS)]
+    _one_pass(case, {n: record(n) for n in sigmoids} | {n: read for n in weights})
+    hidden = [n for n in sigmoids if calls[n] and reads[n] == calls[n]]
+    sources = [case.graph.source(n) for n in hidden]
+    modules = dict(case.graph.order)
+    return [
+        (n, s)
+        for n, s in zip(hidden, sources, strict=True)
+        if s is not None and isinstance(modules[s], _WEIGHT_LAYERS)
+    ]
+
+
+def _tanh_why_not(case: _Case) -> str | None:
+    if not any(isinstance(m, nn.Sigmoid) for _, m in case.graph.order):
+        return "the model has no nn.Sigmoid"
+    if not _hidden_sigmoids(case):
+        return (
+            "its nn.Sigmoid layers are no hidden activations fed by a Linear or Conv (a gate or "
+            "an output sigmoid keeps its sigmoid)"
+        )
+    return None
+
+
+def _tanh(case: _Case, generator: torch.Generator | None) -> Remedied:
+    pairs = _hidden_sigmoids(case)
+    net = copy.deepcopy(case.model)
+    for sigmoid, source in pairs:
+        parent, _, leaf = sigmoid.rpartition(".")
+        setattr(net.get_submodule(parent), leaf, nn.Tanh())
+        layer = net.get_submodule(source)
+        init.xavier_normal_(cast(torch.Tensor, layer.weight), gain=TANH_GAIN, generator=generator)
+        if isinstance(getattr(layer, "bias", None), torch.Tensor):
+            init.zeros_(cast(torch.Tensor, layer.bias))
+    n = len(pairs)
+    return Remedied(
+        net,
+        f"replace {n} hidden nn.Sigmoid by nn.Tanh (slope 1 at 0, where sigmoid's is 1/4) and "
+        f"re-draw the {n} Linear/Conv layer(s) feeding them by Xavier with tanh's gain 5/3, "
+        "biases 0; every other layer as it was",
+    )
+
+
 def _remedies() -> dict[str, Remedy]:
     inits = {
         m: Remedy(
@@ -429,6 +501,10 @@ def _remedies() -> dict[str, Remedy]:
             _branch_scale_why_not, _branch_scale,
         ),
         **inits,
+        "tanh": Remedy(
+            "tanh", ("vanishing", "saturated"), "hidden sigmoids -> tanh, Xavier-drawn",
+            _tanh_why_not, _tanh,
+        ),
         "layernorm": Remedy(
             "layernorm", PROBLEMS_OF_SCALE, "BatchNorm1d on (N, C) inputs -> LayerNorm",
             _layernorm_why_not, _layernorm,
