@@ -18,8 +18,14 @@ name              what it changes                                       tried fo
 ``xavier``,       :func:`normlab.doctor.fix` (the gain of the           dead, saturated,
 ``orthogonal``,   activation that follows each), biases 0               symmetric
 ``lsuv``
+``tanh``          each hidden ``nn.Sigmoid`` (read as it is by a       vanishing, saturated
+                  Linear or Conv) replaced by ``nn.Tanh``, the layer
+                  feeding it re-drawn by Xavier with gain 5/3
 ``layernorm``     each ``BatchNorm1d`` on 2-D input replaced by a       vanishing, exploding
                   ``LayerNorm`` of the same width
+``shallower``     a run of alike normalized blocks in an                vanishing, exploding
+                  ``nn.Sequential`` cut to the blocks the gradient
+                  crosses growing under 10x at the measured trend
 ``pre-ln``        ``norm_first=True`` in every ``TransformerEncoder``/  vanishing, exploding
                   ``DecoderLayer``, a final norm added to their stack
 ``warmup``        the learning rate rises linearly over the first       vanishing, exploding
@@ -35,7 +41,8 @@ its warmed-up run: the model at init is unchanged); a remedy is a cure only when
 References: Zhang et al., 2019, "Fixup initialization" and De & Smith, 2020, "Batch
 normalization biases residual blocks towards the identity" (branch scaling); Xiong et al., 2020,
 "On layer normalization in the Transformer architecture" (pre-LN, warm-up); Yang et al., 2019,
-"A mean field theory of batch normalization" (the deep BatchNorm stack's gradient explosion).
+"A mean field theory of batch normalization" (the deep BatchNorm stack's gradient explosion,
+inherent to its depth: ``shallower``); Glorot & Bengio, 2010 (sigmoid's slope of 1/4: ``tanh``).
 """
 
 from __future__ import annotations
