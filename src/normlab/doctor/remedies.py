@@ -18,7 +18,7 @@ name              what it changes                                       tried fo
 ``xavier``,       :func:`normlab.doctor.fix` (the gain of the           dead, saturated,
 ``orthogonal``,   activation that follows each), biases 0               symmetric
 ``lsuv``
-``tanh``          each hidden ``nn.Sigmoid`` (read as it is by a       vanishing, saturated
+``tanh``          each hidden ``nn.Sigmoid`` (read as it is by a        vanishing, saturated
                   Linear or Conv) replaced by ``nn.Tanh``, the layer
                   feeding it re-drawn by Xavier with gain 5/3
 ``layernorm``     each ``BatchNorm1d`` on 2-D input replaced by a       vanishing, exploding
