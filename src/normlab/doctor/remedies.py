@@ -18,8 +18,14 @@ name              what it changes                                       tried fo
 ``xavier``,       :func:`normlab.doctor.fix` (the gain of the           dead, saturated,
 ``orthogonal``,   activation that follows each), biases 0               symmetric
 ``lsuv``
+``tanh``          each hidden ``nn.Sigmoid`` (read as it is by a        vanishing, saturated
+                  Linear or Conv) replaced by ``nn.Tanh``, the layer
+                  feeding it re-drawn by Xavier with gain 5/3
 ``layernorm``     each ``BatchNorm1d`` on 2-D input replaced by a       vanishing, exploding
                   ``LayerNorm`` of the same width
+``shallower``     a run of alike normalized blocks in an                vanishing, exploding
+                  ``nn.Sequential`` cut to the blocks the gradient
+                  crosses growing under 10x at the measured trend
 ``pre-ln``        ``norm_first=True`` in every ``TransformerEncoder``/  vanishing, exploding
                   ``DecoderLayer``, a final norm added to their stack
 ``warmup``        the learning rate rises linearly over the first       vanishing, exploding
@@ -35,7 +41,8 @@ its warmed-up run: the model at init is unchanged); a remedy is a cure only when
 References: Zhang et al., 2019, "Fixup initialization" and De & Smith, 2020, "Batch
 normalization biases residual blocks towards the identity" (branch scaling); Xiong et al., 2020,
 "On layer normalization in the Transformer architecture" (pre-LN, warm-up); Yang et al., 2019,
-"A mean field theory of batch normalization" (the deep BatchNorm stack's gradient explosion).
+"A mean field theory of batch normalization" (the deep BatchNorm stack's gradient explosion,
+inherent to its depth: ``shallower``); Glorot & Bengio, 2010 (sigmoid's slope of 1/4: ``tanh``).
 """
 
 from __future__ import annotations
@@ -412,6 +419,195 @@ def _warmup(case: _Case, generator: torch.Generator | None) -> Remedied:
     )
 
 
+# -- tanh ----------------------------------------------------------------------------------------
+
+TANH_GAIN = 5 / 3  # init.calculate_gain("tanh")
+
+
+def _hidden_sigmoids(case: _Case) -> list[tuple[str, str]]:
+    """(sigmoid, the weight layer feeding it) for each ``nn.Sigmoid`` that is a hidden
+    activation: every output it makes is read, as it is, by a Linear or Conv. A gate (its
+    output multiplied into another signal, as in a squeeze-excite block or a GLU) and an output
+    sigmoid (a probability) are not: a weight layer never reads their output itself."""
+    sigmoids = [n for n, m in case.graph.order if isinstance(m, nn.Sigmoid)]
+    if not sigmoids:
+        return []
+    made: dict[int, str] = {}  # id of a sigmoid's output -> the sigmoid
+    kept: list[torch.Tensor] = []  # alive, so no other tensor takes an output's id
+    calls = dict.fromkeys(sigmoids, 0)
+    reads = dict.fromkeys(sigmoids, 0)
+
+    def record(name: str) -> Callable[..., None]:
+        def hook(_m: nn.Module, _args: Any, out: torch.Tensor) -> None:
+            calls[name] += 1
+            made[id(out)] = name
+            kept.append(out)
+
+        return hook
+
+    def read(_m: nn.Module, args: Any, _out: Any) -> None:
+        if args and (name := made.pop(id(args[0]), None)) is not None:
+            reads[name] += 1
+
+    weights = [n for n, m in case.graph.order if isinstance(m, _WEIGHT_LAYERS)]
+    _one_pass(case, {n: record(n) for n in sigmoids} | {n: read for n in weights})
+    hidden = [n for n in sigmoids if calls[n] and reads[n] == calls[n]]
+    sources = [case.graph.source(n) for n in hidden]
+    modules = dict(case.graph.order)
+    return [
+        (n, s)
+        for n, s in zip(hidden, sources, strict=True)
+        if s is not None and isinstance(modules[s], _WEIGHT_LAYERS)
+    ]
+
+
+def _tanh_why_not(case: _Case) -> str | None:
+    if not any(isinstance(m, nn.Sigmoid) for _, m in case.graph.order):
+        return "the model has no nn.Sigmoid"
+    if not _hidden_sigmoids(case):
+        return (
+            "its nn.Sigmoid layers are no hidden activations fed by a Linear or Conv (a gate or "
+            "an output sigmoid keeps its sigmoid)"
+        )
+    return None
+
+
+def _tanh(case: _Case, generator: torch.Generator | None) -> Remedied:
+    pairs = _hidden_sigmoids(case)
+    net = copy.deepcopy(case.model)
+    for sigmoid, source in pairs:
+        parent, _, leaf = sigmoid.rpartition(".")
+        setattr(net.get_submodule(parent), leaf, nn.Tanh())
+        layer = net.get_submodule(source)
+        init.xavier_normal_(cast(torch.Tensor, layer.weight), gain=TANH_GAIN, generator=generator)
+        if isinstance(getattr(layer, "bias", None), torch.Tensor):
+            init.zeros_(cast(torch.Tensor, layer.bias))
+    n = len(pairs)
+    return Remedied(
+        net,
+        f"replace {n} hidden nn.Sigmoid by nn.Tanh (slope 1 at 0, where sigmoid's is 1/4) and "
+        f"re-draw the {n} Linear/Conv layer(s) feeding them by Xavier with tanh's gain 5/3, "
+        "biases 0; every other layer as it was",
+    )
+
+
+# -- shallower -----------------------------------------------------------------------------------
+
+TREND_MARK = 10.0
+"""The depth trend labels a block whose gradient ratio lies this far (10x) from the output end's
+(:func:`normlab.doctor.trend._mark_trend`); ``shallower`` keeps as many blocks as the gradient
+crosses growing less than that."""
+MIN_RUN = 3
+
+
+def _chunks(seq: nn.Sequential, prefix: str) -> list[list[str]]:
+    """A Sequential's children cut before each one holding a Linear or Conv: its blocks."""
+    out: list[list[str]] = []
+    for k, child in seq.named_children():
+        name = f"{prefix}.{k}" if prefix else k
+        if any(isinstance(m, _WEIGHT_LAYERS) for m in child.modules()):
+            out.append([name])
+        elif out:
+            out[-1].append(name)
+    return out
+
+
+def _signature(model: nn.Module, chunk: list[str]) -> tuple[Any, ...]:
+    mods = [m for name in chunk for m in model.get_submodule(name).modules()]
+    return tuple((type(m).__name__, *(p.shape for p in m.parameters(False))) for m in mods)
+
+
+def _shapes(case: _Case, chunks: list[list[str]]) -> dict[str, tuple[tuple[int, ...], ...]]:
+    """Each block's first and last child -> (its input's shape, its output's shape)."""
+    shapes: dict[str, tuple[tuple[int, ...], ...]] = {}
+
+    def hook(name: str) -> Callable[..., None]:
+        def record(_m: nn.Module, args: Any, out: Any) -> None:
+            first = args[0] if args and isinstance(args[0], torch.Tensor) else None
+            ins = () if first is None else tuple(first.shape)
+            shapes.setdefault(name, (ins, tuple(getattr(out, "shape", ()))))
+
+        return record
+
+    _one_pass(case, {n: hook(n) for c in chunks for n in (c[0], c[-1])})
+    return shapes
+
+
+def _runs(case: _Case) -> list[list[list[str]]]:
+    """Runs of :data:`MIN_RUN` or more alike blocks in an ``nn.Sequential``, each holding a norm
+    and giving out its input's shape: a normalized stack, whose gradient trend is the
+    architecture's, not the init's, and whose blocks can go without changing the others."""
+    seqs = [(n, m) for n, m in case.model.named_modules() if isinstance(m, nn.Sequential)]
+    shapes = _shapes(case, [c for n, m in seqs for c in _chunks(m, n)])
+
+    def fits(c: list[str]) -> bool:  # keeps its input's shape, holds a norm
+        ends = c[0] in shapes and c[-1] in shapes and shapes[c[0]][0] == shapes[c[-1]][1]
+        mods = [x for n in c for x in case.model.get_submodule(n).modules()]
+        return ends and any(_is_norm(x) for x in mods)
+
+    runs: list[list[list[str]]] = []
+    for n, m in seqs:
+        run: list[list[str]] = []
+        for c in [*_chunks(m, n), []]:
+            ok = bool(c) and fits(c)
+            if ok and run and _signature(case.model, run[0]) == _signature(case.model, c):
+                run.append(c)
+                continue
+            runs += [run] if len(run) >= MIN_RUN else []
+            run = [c] if ok else []
+    return runs
+
+
+def _keep(case: _Case) -> int | None:
+    """How many blocks of a run the gradient crosses growing under :data:`TREND_MARK`, at the
+    diagnosis's fitted factor per block; ``None`` without a sustained depth trend."""
+    trend = None if case.diagnosis is None else case.diagnosis.trend
+    if trend is None or not trend.sustained:
+        return None
+    per_block = max(trend.factor, 1 / trend.factor)
+    return max(1, math.floor(math.log(TREND_MARK) / math.log(per_block)))
+
+
+def _shallower_why_not(case: _Case) -> str | None:
+    keep = _keep(case)
+    if keep is None:
+        return "the diagnosis has no sustained depth trend of the gradient"
+    runs = _runs(case)
+    if not runs:
+        return (
+            f"the model has no nn.Sequential of {MIN_RUN} or more alike normalized blocks that "
+            "keep their input's shape"
+        )
+    if all(len(run) <= keep for run in runs):
+        return f"its runs of blocks are {keep} long at most already"
+    return None
+
+
+def _shallower(case: _Case, generator: torch.Generator | None) -> Remedied:
+    keep = cast(int, _keep(case))
+    trend = cast(Diagnosis, case.diagnosis).trend
+    net = copy.deepcopy(case.model)
+    said = []
+    for run in _runs(case):
+        if len(run) <= keep:
+            continue
+        gone = [n for c in run[keep:] for n in c]
+        said.append(
+            f"{len(run) - keep} of {len(run)} ({module_path(gone[0])} to {module_path(gone[-1])})"
+        )
+        for name in reversed(gone):
+            parent, _, leaf = name.rpartition(".")
+            del cast(nn.Sequential, net.get_submodule(parent))[int(leaf)]
+    factor = max(trend.factor, 1 / trend.factor) if trend else math.nan
+    return Remedied(
+        net,
+        f"drop the last blocks of each run of alike normalized blocks: {'; '.join(said)}. The "
+        f"gradient grows {factor:.3g}x per block toward the input whatever the init (Yang et al. "
+        f"2019), so {keep} blocks keep it under {TREND_MARK:g}x; the model loses the dropped "
+        "blocks' depth",
+    )
+
+
 def _remedies() -> dict[str, Remedy]:
     inits = {
         m: Remedy(
@@ -429,9 +625,17 @@ def _remedies() -> dict[str, Remedy]:
             _branch_scale_why_not, _branch_scale,
         ),
         **inits,
+        "tanh": Remedy(
+            "tanh", ("vanishing", "saturated"), "hidden sigmoids -> tanh, Xavier-drawn",
+            _tanh_why_not, _tanh,
+        ),
         "layernorm": Remedy(
             "layernorm", PROBLEMS_OF_SCALE, "BatchNorm1d on (N, C) inputs -> LayerNorm",
             _layernorm_why_not, _layernorm,
+        ),
+        "shallower": Remedy(
+            "shallower", PROBLEMS_OF_SCALE, "fewer blocks in a deep normalized stack",
+            _shallower_why_not, _shallower,
         ),
         "pre-ln": Remedy(
             "pre-ln", PROBLEMS_OF_SCALE, "post-LN transformer layers -> pre-LN",
