@@ -18,8 +18,11 @@ than by their own scale:
   attention at init averages its values over the :math:`T` tokens, so its output shrinks like
   :math:`1/\sqrt{T}`), and its own gradient, not its scale, says whether it can grow;
 - a layer whose parameters are all zero (a relative-position bias table, a zero-initialized
-  last layer of a residual branch) is zero by design, not dead, where its output joins another
-  signal; on the only path (a plain stack initialized at 0) it cuts the signal, and is judged.
+  last layer of a residual branch), or that looks up zero rows (a padding row) or maps the 0 it
+  is fed to 0 (DETR's decoder starts from zero queries), is zero by design, not dead, where its
+  zero joins another signal, through the layers that carry the zero on (an add, a
+  concatenation, a cross-attention), or is a readout fed a live signal (a logit scale at 0); on
+  the only path (a plain stack initialized at 0) it cuts the signal, and is judged.
 
 The residual stream itself is judged against :func:`normlab.theory.residual_stream`. Pre-LN
 (:math:`x + f(\mathrm{LN}(x))`) adds each branch's variance :math:`\Delta` to the stream, so
@@ -66,7 +69,8 @@ class Role:
     r"""How one layer is judged: its ``kind`` and the ``anchor`` its scale is compared with.
 
     ``kind`` is ``"norm"`` (a normalization layer: judged against unit scale), ``"embedding"``
-    (a first layer fed token ids: an anchor, not judged by scale), ``"feeds-norm"`` (its output
+    (a first layer fed token ids, or learned parameters only, as DETR's object queries: an
+    anchor, not judged by scale), ``"feeds-norm"`` (its output
     only enters norms: judged by what they pass on), ``"branch"`` (on a residual branch: not
     judged by a small scale), ``"zero"`` (zero by design: all its parameters 0, or fed only
     zeros, as DETR's decoder starts from zero queries, or only such layers) or ``"layer"``.
