@@ -397,3 +397,112 @@ def test_token_ids_of_a_second_input_start_their_own_scale() -> None:
     emb = {la.name: la for la in d.layers}["emb"]
     assert emb.act_std < doctor.VANISHING and emb.role == "embedding"
     assert d.problems == [], d.verdict
+
+
+class _ZeroQueryDecoder(nn.Module):
+    """DETR's decoder layer (post-LN): the target starts at 0, the learned queries enter only
+    as position embeddings added to the query and key, so the first self-attention's values,
+    its output and the norm of the zero stream are 0 until cross-attention adds the memory.
+    ``cross=False`` drops the cross-attention: then the zero is the only path to the output."""
+
+    def __init__(self, cross: bool = True) -> None:
+        super().__init__()
+        self.queries = nn.Parameter(torch.randn(10, 32))  # (Q, 32) learned, std 1
+        self.q, self.k, self.v, self.o = (nn.Linear(32, 32) for _ in range(4))
+        self.norm1, self.norm2 = nn.LayerNorm(32), nn.LayerNorm(32)
+        self.memory = nn.Linear(32, 32)  # the encoder's output
+        self.cross = nn.MultiheadAttention(32, 4, batch_first=True) if cross else None
+        self.head = nn.Linear(32, 4)
+        for layer in (self.q, self.k, self.v, self.o):
+            nn.init.zeros_(layer.bias)  # as DETR's init: a zero value path stays 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pos = self.queries.expand(x.shape[0], -1, -1)  # (N, Q, 32)
+        target = torch.zeros_like(pos)  # (N, Q, 32) the decoder starts from nothing
+        scores = self.q(target + pos) @ self.k(target + pos).transpose(1, 2)  # (N, Q, Q)
+        h = self.norm1(target + self.o(scores.softmax(-1) @ self.v(target)))  # (N, Q, 32) all 0
+        if self.cross is not None:
+            memory = self.memory(x)  # (N, T, 32)
+            h = self.norm2(h + self.cross(h + pos, memory, memory, need_weights=False)[0])
+        return self.head(h)  # (N, Q, 4)
+
+
+def test_a_decoder_starting_from_zero_queries_is_zero_by_design() -> None:
+    """The zero target's first self-attention maps 0 to 0 (values 0, biases 0, the norm's
+    shift 0) until cross-attention joins it to the memory: zero by design, not dead; the
+    learned queries start their own scale (std 1 here, DETR's; MaskFormer's are 0.02)."""
+    torch.manual_seed(0)
+    d = doctor.diagnose(_ZeroQueryDecoder(), torch.randn(8, 16, 32))
+    layers = {la.name: la for la in d.layers}
+    for name in ("v", "o", "norm1"):
+        assert layers[name].act_std == 0.0 and layers[name].role == "zero", name
+    assert layers["q"].role == layers["k"].role == "embedding"  # fed the queries, no data
+    assert d.problems == [], d.verdict
+
+
+def test_a_zero_on_the_only_path_is_judged() -> None:
+    """The same decoder without its cross-attention: the zero target reaches the head alone,
+    whose output is then its bias whatever the input; the zero stream is judged, and dead."""
+    torch.manual_seed(0)
+    d = doctor.diagnose(_ZeroQueryDecoder(cross=False), torch.randn(8, 16, 32))
+    layers = {la.name: la for la in d.layers}
+    assert layers["o"].role != "zero" and "dead" in layers["o"].labels
+    assert "dead" in d.problems
+
+
+class _PaddingRows(nn.Module):
+    """RoCBERT's embeddings: shape ids not given are all the padding id, whose row the init
+    sets to 0; the zero rows are concatenated with the word embeddings."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.words = nn.Embedding(100, 32)
+        self.shapes = nn.Embedding(100, 8, padding_idx=0)
+        self.mix = nn.Linear(40, 32)
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        shapes = self.shapes(torch.zeros_like(ids))  # (N, T, 8) the padding row: 0
+        return self.head(self.mix(torch.cat([self.words(ids), shapes], -1)))  # (N, T, 4)
+
+
+def test_a_padding_row_joined_to_other_embeddings_is_zero_by_design() -> None:
+    torch.manual_seed(0)
+    d = doctor.diagnose(_PaddingRows(), _ids(8, 16, vocab=100))
+    shapes = next(la for la in d.layers if la.name == "shapes")
+    assert shapes.dead_frac == 1.0 and shapes.role == "zero" and d.problems == [], d.verdict
+
+
+class _ZeroScale(nn.Module):
+    """A contrastive readout whose logit scale starts at 0 (PE Audio's): its output is 0, and
+    its scale's gradient, the similarities' mean, is not, so it leaves 0 at the first step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(16, 8), nn.Linear(16, 8)
+        self.scale = nn.Parameter(torch.zeros(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.scale * (self.a(x) @ self.b(x).T)  # (N, N)
+
+
+def test_a_readout_whose_parameters_are_zero_is_zero_by_design() -> None:
+    torch.manual_seed(0)
+    d = doctor.diagnose(_ZeroScale(), torch.randn(8, 16))
+    root = next(la for la in d.layers if la.name == "")
+    assert root.dead_frac == 1.0 and root.role == "zero" and d.problems == [], d.verdict
+
+
+def test_a_stack_initialized_at_zero_stays_dead() -> None:
+    """Every weight and bias at 0 (the lesson's "zeros"): each layer makes 0 of the live input
+    or of the 0 before it, and nothing joins it; its readout is fed 0, so its weight gets no
+    gradient: the stack is dead, not zero by design."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 2))
+    for m in net:
+        if isinstance(m, nn.Linear):
+            nn.init.zeros_(m.weight)
+            nn.init.zeros_(m.bias)
+    d = doctor.diagnose(net, torch.randn(64, 8))
+    assert all(la.role != "zero" for la in d.layers)
+    assert "dead" in d.problems and all("dead" in d.layers[i].labels for i in (1, 3))

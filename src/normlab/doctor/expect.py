@@ -24,8 +24,11 @@ than by their own scale:
   attention at init averages its values over the :math:`T` tokens, so its output shrinks like
   :math:`1/\sqrt{T}`), and its own gradient, not its scale, says whether it can grow;
 - a layer whose parameters are all zero (a relative-position bias table, a zero-initialized
-  last layer of a residual branch) is zero by design, not dead, where its output joins another
-  signal; on the only path (a plain stack initialized at 0) it cuts the signal, and is judged.
+  last layer of a residual branch), or that looks up zero rows (a padding row) or maps the 0 it
+  is fed to 0 (DETR's decoder starts from zero queries), is zero by design, not dead, where its
+  zero joins another signal, through the layers that carry the zero on (an add, a
+  concatenation, a cross-attention), or is a readout fed a live signal (a logit scale at 0); on
+  the only path (a plain stack initialized at 0) it cuts the signal, and is judged.
 
 The residual stream itself is judged against :func:`normlab.theory.residual_stream`. Pre-LN
 (:math:`x + f(\mathrm{LN}(x))`) adds each branch's variance :math:`\Delta` to the stream, so
@@ -73,7 +76,8 @@ class Role:
     r"""How one layer is judged: its ``kind`` and the ``anchor`` its scale is compared with.
 
     ``kind`` is ``"norm"`` (a normalization layer: judged against unit scale), ``"embedding"``
-    (a first layer fed token ids: an anchor, not judged by scale), ``"feeds-norm"`` (its output
+    (a first layer fed token ids, or learned parameters only, as DETR's object queries: an
+    anchor, not judged by scale), ``"feeds-norm"`` (its output
     only enters norms: judged by what they pass on), ``"branch"`` (on a residual branch: not
     judged by a small scale), ``"zero"`` (zero by design: all its parameters 0, or fed only
     zeros, as DETR's decoder starts from zero queries, or only such layers) or ``"layer"``
@@ -159,15 +163,35 @@ def _norm_bound(graph: _Graph) -> dict[str, frozenset[str]]:
     return bound
 
 
-def _merges(graph: _Graph, name: str, on_branch: set[str]) -> bool:
-    """Whether ``name``'s output joins another signal on its way to the output (it is on a
-    residual branch, or a layer it feeds reads other layers too: a bias table added to the
-    attention scores): a zero there is a design; a zero on the only path (every weight of a
-    plain stack at 0) cuts the signal, and is judged."""
-    if name in on_branch:
+def _joins(graph: _Graph, name: str, on_branch: set[str]) -> bool:
+    """Whether ``name``'s zero joins another signal on its way to the output: it is on a
+    residual branch, or, following the layers that carry the zero on (they make 0 of 0: a
+    linear map without bias, a norm with zero bias, an attention whose values are 0), one of
+    them is, or a layer they feed reads other layers too (a bias table added to the attention
+    scores, DETR's zero queries meeting the encoder in cross-attention): a zero there is a
+    design. A zero on the only path (every weight of a plain stack at 0) cuts the signal."""
+    frontier, seen = [name], {name}
+    while frontier:
+        here = frontier.pop()
+        if here in on_branch:
+            return True
+        for c in graph.consumers.get(here, []):
+            if len(graph.producers.get(c, [])) >= 2:
+                return True
+            if c in graph.zero_made and c not in seen:
+                seen.add(c)
+                frontier.append(c)
+    return False
+
+
+def _zero_by_design(graph: _Graph, name: str, m: nn.Module, on_branch: set[str]) -> bool:
+    """Whether ``name``'s zero is a design: it joins another signal (:func:`_joins`), or it is
+    a readout whose own parameters are 0 fed a live signal (muP's zero readout, a logit scale
+    at 0: its weight's gradient :math:`x^\top g` is not 0, and it leaves 0 at the first
+    step)."""
+    if _joins(graph, name, on_branch):
         return True
-    consumers = graph.consumers.get(name, [])
-    return any(len(graph.producers.get(c, [])) >= 2 for c in consumers)
+    return _zero(m) and name in graph.edges.get(_OUTPUT, {}) and name not in graph.zero_fed
 
 
 def roles(graph: _Graph, tokens: bool) -> dict[str, Role]:
@@ -192,11 +216,16 @@ def roles(graph: _Graph, tokens: bool) -> dict[str, Role]:
         fed_zero = name in graph.zero_fed or (
             bool(producers) and all(out[p].kind == "zero" for p in producers)
         )
-        if (_zero(m) or fed_zero) and _merges(graph, name, on_branch):  # zero by design
+        made = _zero(m) or name in graph.zero_made  # params at 0, zero rows, or 0 of 0
+        if (made or fed_zero) and _zero_by_design(graph, name, m, on_branch):
             kind, anchor = "zero", None
         elif _is_norm(m):
             kind, anchor = "norm", None
-        elif not producers and (tokens or name in graph.ids_fed) and _has_weight(m):
+        elif (
+            not producers
+            and (tokens or name in graph.ids_fed or name in graph.free)
+            and (_has_weight(m))
+        ):
             kind, anchor = "embedding", None
         elif (norms := _fed_norms(graph, name)) is not None:
             kind, eps = "feeds-norm", max(_eps(n) for n in norms)

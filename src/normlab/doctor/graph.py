@@ -36,6 +36,11 @@ class _Graph:
     norm_inputs: dict[str, float] = field(default_factory=dict)  # a norm -> its input's std
     zero_fed: set[str] = field(default_factory=set)  # layers whose float inputs were all 0
     ids_fed: set[str] = field(default_factory=set)  # layers that read only integer tensors
+    zero_out: set[str] = field(default_factory=set)  # layers whose float outputs were all 0
+    # of those, the ones no non-zero float input fed: they made 0 of 0 (a linear map without
+    # bias) or of their parameters alone (an embedding's padding row)
+    zero_made: set[str] = field(default_factory=set)
+    free: set[str] = field(default_factory=set)  # fed parameters only (a learned query), no data
     memo: dict[Any, Any] = field(default_factory=dict)  # what is read from it, made once
 
     def _ancestors(self) -> dict[str, set[str]]:
@@ -186,6 +191,35 @@ def _walk(tensors: list[torch.Tensor], made_by: dict[Any, str], names: dict[int,
     return found
 
 
+def _reads_parameters_only(tensors: list[torch.Tensor], names: dict[int, str]) -> bool:
+    """Whether the autograd graph behind ``tensors`` ends in model parameters only (DETR's and
+    MaskFormer's learned object queries, read as a tensor): no data reaches them (the input's
+    copies require grad, so the data shows as a leaf of its own; a leaf of zeros the forward
+    pass makes, as MaskFormer's zero target, carries none)."""
+    found = False
+    stack: list[Any] = []
+    for t in tensors:
+        if t.grad_fn is not None:
+            stack.append(t.grad_fn)
+        elif t.requires_grad and t.any():  # a leaf read as it is: a parameter, or the data
+            if id(t) not in names:
+                return False
+            found = True
+    seen = set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        leaf = getattr(node, "variable", None)  # an AccumulateGrad
+        if leaf is not None and leaf.any():
+            if id(leaf) not in names:
+                return False
+            found = True
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return found
+
+
 def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
     """One forward pass with gradients on, recording which layer's output feeds which layer
     (and the model's output), and the small parameters multiplied in between."""
@@ -198,6 +232,8 @@ def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
     zeros: dict[str, bool] = {}  # a layer -> whether every float input it read was all 0
     ids: set[str] = set()  # layers that read only integer tensors
     norm_inputs: dict[str, float] = {}  # a norm -> the std of what it divides the scale of
+    zero_out: dict[str, bool] = {}  # a layer -> whether every float output it made was all 0
+    free: dict[str, bool] = {}  # a layer -> whether it read parameters only, no layer's output
 
     def pre(mod: nn.Module, args: Any, name: str) -> None:
         if _tensors(args):
@@ -220,6 +256,11 @@ def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
             ids.add(name)  # token ids (of a second input: a transducer's decoder) have no scale
         if floats:  # fed only zeros (DETR's decoder starts from zero queries)?
             zeros[name] = zeros.get(name, True) and not any(bool(t.any()) for t in floats)
+            free[name] = free.get(name, True) and name not in edges
+            free[name] = free[name] and _reads_parameters_only(floats, names)
+        made = [t for t in _tensors(out) if t.is_floating_point() and t.numel() > 0]
+        if made:
+            zero_out[name] = zero_out.get(name, True) and not any(bool(t.any()) for t in made)
         for t in _tensors(out):
             if t.grad_fn is not None:
                 made_by.setdefault(t.grad_fn, name)  # an identity layer keeps the first
@@ -247,6 +288,9 @@ def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
     graph.norm_inputs = norm_inputs
     graph.zero_fed = {name for name, zero in zeros.items() if zero}
     graph.ids_fed = ids
+    graph.zero_out = {name for name, zero in zero_out.items() if zero}
+    graph.zero_made = {name for name in graph.zero_out if zeros.get(name, True)}
+    graph.free = {name for name, only in free.items() if only}
     return graph
 
 
