@@ -42,7 +42,31 @@ def not_a_module():
 
 class _Dict(nn.Module):
     def forward(self, x):
-        return {"y": x}
+        return {"y": x, "w": x}
+
+
+def no_tensor_out():
+    return _NoTensor()
+
+
+class _NoTensor(nn.Module):
+    def forward(self, x):
+        return {"feature_maps": (), "label": "cat"}
+
+
+def stages_out():
+    return _Stages()
+
+
+class _Stages(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.first, self.second = nn.Linear(16, 16), nn.Linear(16, 8)
+
+    def forward(self, x):
+        h = torch.relu(self.first(x))
+        return {"feature_maps": (h, torch.relu(self.second(h)))}
 
 
 def dict_out():
@@ -350,7 +374,13 @@ BAD: list[tuple[tuple[str, ...], str]] = [
     ),
     (
         ("models.py:dict_out", "--input-shape", "8,16"),
-        "the model returned dict with tensor fields ['y']: name one with output=",
+        "the model returned dict with tensor fields ['y', 'w']: name one with output=",
+    ),
+    (
+        ("models.py:no_tensor_out", "--input-shape", "8,16"),
+        "the model returned dict with no tensor in its fields ['feature_maps (tuple)', 'label "
+        "(str)']: return the scores as a tensor or a tuple of tensors, in a field that output= "
+        "names",
     ),
     (("models.py:vanishing", "--input-shape", "8,x"), "--input-shape '8,x': use positive"),
     (("models.py:vanishing", "--input-shape", "8"), "--input-shape '8': use positive integers"),
@@ -417,6 +447,20 @@ def test_exit_status_2_reaches_the_shell(workdir: Path) -> None:
     out = normlab("models.py:vanishing", "--input-shape", "8,5", cwd=workdir)
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.count("\n") == 1 and "(8, 5)" in out.stderr
+
+
+def test_an_output_of_feature_maps_is_read_whole_and_said(workdir: Path) -> None:
+    """A dict (a ``ModelOutput``) whose only field is a tuple of feature maps: every map is
+    read, so both layers get a gradient, and the report's notes say what was read."""
+    out = normlab("models.py:stages_out", "--input-shape", "8,16", "--json", cwd=workdir)
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert [la["name"] for la in d["layers"]] == ["first", "second"]
+    assert all(la["grad_std"] > 0 for la in d["layers"])
+    assert d["notes"][0] == (
+        "the model returned dict; its only field that holds tensors, feature_maps, holds 2 "
+        "tensors of shapes [(8, 16), (8, 8)]: the readout reads every one of them"
+    )
 
 
 def test_token_ids_and_a_model_output_field(workdir: Path) -> None:

@@ -498,9 +498,9 @@ def test_the_model_s_own_errors_and_outputs() -> None:
 
     class Dict(nn.Module):
         def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
-            return {"y": x}
+            return {"y": x, "w": x}  # two fields, neither a default one: which is meant?
 
-    with pytest.raises(doctor.ModelOutputError, match=r"dict with tensor fields \['y'\]: name"):
+    with pytest.raises(doctor.ModelOutputError, match=r"tensor fields \['y', 'w'\]: name"):
         doctor.diagnose(Dict(), torch.randn(4, 5))
     with pytest.raises(doctor.ModelOutputError, match="returned int, use a model that returns"):
         doctor.diagnose(nn.Sequential(nn.Linear(5, 3), Count()), torch.randn(4, 5))

@@ -1,12 +1,15 @@
 """The doctor's input side: every model that runs on its input is traced (an audio encoder that
 sets ``requires_grad`` on a view of its input too), and the models and inputs it cannot examine
 are refused with their cause and the flag to use: a model on the meta device, a half-precision
-model given float32, a quantized model, token ids out of an embedding's range. Library calls
-and ``normlab doctor`` (exit status 2, one line)."""
+model given float32, a quantized model, token ids out of an embedding's range. Outputs are read
+as the model makes them: a length it predicts from its input, a tuple of feature maps read
+whole. Library calls and ``normlab doctor`` (exit status 2, one line)."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import os
 import subprocess
 import sys
@@ -19,6 +22,7 @@ from torch import Tensor, nn
 
 from normlab import doctor
 from normlab.doctor.graph import _trace
+from normlab.doctor.running import _output
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never a download
 
@@ -108,6 +112,167 @@ def test_an_audio_encoder_fed_raw_waveforms_is_diagnosed(family: str) -> None:
     names = [la.name for la in d.layers]
     assert set(convs) <= set(names) and "encoder.layers.1.final_layer_norm" in names
     assert all(la.act_std > 0 for la in d.layers if la.name in convs)
+
+
+# -- (2) outputs as the model makes them: a length it predicts, tuples of tensors ----------------
+
+
+class Durations(nn.Module):
+    """A length regulator (FastSpeech's): each of T tokens repeated by a duration the model
+    predicts from its values, so the output's length, the longest sum of durations in the
+    batch, changes from batch to batch. The durations are detached, as the predictor is
+    trained on its own targets; the frames take the gradient."""
+
+    def __init__(self, width: int = 16) -> None:
+        super().__init__()
+        self.encoder = nn.Linear(width, width)
+        self.duration = nn.Linear(width, 1)
+        self.decoder = nn.Linear(width, width)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = torch.tanh(self.encoder(x))  # (N, T, D)
+        frames = self.duration(h).squeeze(-1).detach().exp().round().clamp(1, 4).long()  # (N, T)
+        y = [hi.repeat_interleave(fi, dim=0) for hi, fi in zip(h, frames, strict=True)]
+        return self.decoder(nn.utils.rnn.pad_sequence(y, batch_first=True))  # (N, L, D)
+
+
+def _durations() -> tuple[nn.Module, list[Tensor]]:
+    g = torch.Generator().manual_seed(0)
+    xs = [torch.randn(8, 12, 16, generator=g) for _ in range(2)]  # (N, T, D) each
+    torch.manual_seed(0)
+    return Durations(), xs
+
+
+def test_a_model_whose_output_length_varies_with_its_input_is_measured() -> None:
+    """FastSpeech2-Conformer was refused: "the model's backward pass raised RuntimeError: The
+    size of tensor a (50) must match the size of tensor b (44)", the first pass's readout
+    applied to the second pass's output. Each output shape gets its own readout."""
+    model, xs = _durations()
+    lengths = [model(x).shape[1] for x in xs]
+    assert lengths[0] != lengths[1]  # the case itself: two batches, two lengths
+    for x in xs:  # the model's own forward and backward do not raise
+        y = model(x)
+        (y * torch.randn(y.shape)).sum().backward()
+    d = doctor.diagnose(model, xs, generator=torch.Generator().manual_seed(0))
+    assert d.steps == 2 and [la.name for la in d.layers] == ["encoder", "duration", "decoder"]
+    ratio = {la.name: la.grad_ratio for la in d.layers}
+    assert ratio["encoder"] > 0 and ratio["decoder"] == 1.0  # both steps' gradients, measured
+    assert math.isnan(ratio["duration"])  # detached: no gradient reaches it, as in the model
+
+
+@pytest.mark.slow
+def test_the_training_trial_of_such_a_model_draws_a_target_per_length() -> None:
+    """Training changes the predicted durations, so one batch's output length changes from
+    step to step; the trial's target is drawn per batch and output shape."""
+    model, xs = _durations()
+    e = doctor.examine(model, xs, fix="he", generator=torch.Generator().manual_seed(0))
+    assert e.trial is not None and all(math.isfinite(v) for v in e.trial.after)
+
+
+class Stages(nn.Module):
+    """Three stride-2 convolution stages (channels 3 -> 8 -> 16 -> 32, BatchNorm, ReLU), each
+    stage's output returned, as a backbone's feature maps are: wrapped by ``wrap``."""
+
+    def __init__(self, wrap: Any) -> None:
+        super().__init__()
+        chans, self.wrap = [3, 8, 16, 32], wrap
+        self.stages = nn.ModuleList(
+            nn.Sequential(nn.Conv2d(a, b, 3, stride=2, padding=1), nn.BatchNorm2d(b), nn.ReLU())
+            for a, b in itertools.pairwise(chans)
+        )
+
+    def forward(self, x: Tensor) -> Any:
+        maps = []
+        for stage in self.stages:
+            x = stage(x)
+            maps.append(x)  # (N, C_k, H / 2^k, W / 2^k)
+        return self.wrap(maps)
+
+
+def _backbone_output(maps: list[Tensor]) -> Any:
+    from transformers.modeling_outputs import BackboneOutput
+
+    return BackboneOutput(feature_maps=tuple(maps))  # hidden_states, attentions None: dropped
+
+
+ONLY = "its only field that holds tensors, feature_maps,"
+WHOLE = {  # kind: (how the maps are returned, where the note says they were found)
+    "BackboneOutput": (_backbone_output, f"BackboneOutput; {ONLY}"),
+    "dict": (lambda maps: {"feature_maps": tuple(maps)}, f"dict; {ONLY}"),
+    "logits": (  # MGP-STR's three heads: the default field, a tuple
+        lambda maps: {"logits": tuple(maps), "note": "heads"},
+        "dict; its field logits",
+    ),
+    "nested tuple": (lambda maps: (tuple(maps),), "tuple; its first element"),  # to_tuple()
+    "list": (list, "list; it"),  # timm's features_only
+}
+
+
+def _stages(wrap: Any) -> doctor.Diagnosis:
+    torch.manual_seed(0)
+    x = torch.randn(8, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    return doctor.diagnose(Stages(wrap), x, generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("kind", list(WHOLE))
+def test_an_output_holding_a_tuple_of_feature_maps_is_read_whole(kind: str) -> None:
+    """HGNetV2's backbone (feature maps) and MGP-STR (logits of three heads) were refused:
+    "the model returned BackboneOutput with tensor fields []: name one with output=". Every
+    map is read, so every stage's layers get a gradient, and the notes say so."""
+    wrap, where = WHOLE[kind]
+    d = _stages(wrap)
+    assert len(d.layers) == 9 and all(la.grad_std > 0 for la in d.layers)
+    shapes = "[(8, 8, 16, 16), (8, 16, 8, 8), (8, 32, 4, 4)]"
+    assert d.notes[0] == (
+        f"the model returned {where} holds 3 tensors of shapes {shapes}: the readout reads "
+        "every one of them"
+    )
+
+
+def test_the_joined_readout_is_the_sum_of_a_readout_of_each_map() -> None:
+    """:math:`r \\cdot \\mathrm{cat}_k(y_k) = \\sum_k r_k \\cdot y_k`: the same elements
+    summed in another order, float64 (|error| ~ 1e-16 x the sum of |terms|, under 1e-12)."""
+    g = torch.Generator().manual_seed(0)
+    maps = [torch.randn(4, c, s, s, generator=g, dtype=torch.float64) for c, s in [(2, 8), (4, 4)]]
+    joined, _ = _output({"feature_maps": tuple(maps)}, None)
+    assert joined.shape == (4, 2 * 64 + 4 * 16)
+    r = torch.randn(joined.shape, generator=g, dtype=torch.float64)
+    parts = r.split([2 * 64, 4 * 16], dim=1)
+    each = sum((p.reshape(y.shape) * y).sum() for p, y in zip(parts, maps, strict=True))
+    assert float((r * joined).sum()) == pytest.approx(float(each), abs=1e-12)
+
+
+def test_a_tuple_s_first_element_is_read_and_the_rest_is_named() -> None:
+    """A plain tuple is (output, extras), as nn.LSTM's (output, (h, c)): its first element is
+    read; the notes say the stages that feed only the others got no gradient, and how to read
+    them all."""
+    d = _stages(tuple)
+    grad = {la.name: la.grad_std for la in d.layers}
+    assert all(grad[f"stages.0.{i}"] > 0 for i in range(3))
+    assert all(math.isnan(grad[f"stages.{k}.{i}"]) for k in (1, 2) for i in range(3))
+    assert any("first element was read" in n and "not the 2 tensor(s) after it" in n
+               for n in d.notes)  # fmt: skip
+
+
+def test_a_mapping_s_only_tensor_field_is_read_and_several_must_be_named() -> None:
+    only = _stages(lambda maps: {"last": maps[-1]})
+    assert "the model returned dict; its only field that holds tensors, last, was read" in (
+        only.notes
+    )
+    with pytest.raises(doctor.ModelOutputError, match=r"tensor fields \['a', 'b'\]: name one"):
+        _stages(lambda maps: {"a": maps[0], "b": maps[-1]})
+
+
+def test_an_output_with_no_tensor_names_the_cause_and_the_flag() -> None:
+    with pytest.raises(doctor.ModelOutputError) as info:
+        _stages(lambda maps: {"feature_maps": (), "label": "cat"})
+    assert str(info.value) == (
+        "the model returned dict with no tensor in its fields ['feature_maps (tuple)', "
+        "'label (str)']: return the scores as a tensor or a tuple of tensors, in a field that "
+        "output= names"
+    )
+    with pytest.raises(doctor.ModelOutputError, match=r"shapes \[\(8, 8, 16, 16\), \(16,\)\]"):
+        _stages(lambda maps: {"feature_maps": (maps[0], maps[0][0, :, 0, 0].repeat(2))})
 
 
 # -- (3) refused before any pass, with the cause and the flag -------------------------------------

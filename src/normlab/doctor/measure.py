@@ -55,12 +55,18 @@ def _measure(
     generator: torch.Generator | None,
     output: str | None,
     scaled: set[str],
+    notes: list[str] | None = None,
 ) -> tuple[ActivationStats, GradientStats, dict[str, float], bool]:
     """One forward and backward pass per batch under the probes: the activation and gradient
-    statistics and each weight layer's gradient ratio. Refuses (:class:`CannotDiagnose`) when
-    no probed layer ran or no pass had a gradient."""
+    statistics and each weight layer's gradient ratio; how the output was read is added to
+    ``notes`` (:func:`~normlab.doctor.running._output`). Refuses (:class:`CannotDiagnose`) when
+    no probed layer ran or no pass had a gradient.
+
+    The readout is drawn once per output shape: an output whose length the model computes
+    (a duration predictor's frames) differs from pass to pass, and each pass's loss reads its
+    own output with elements of the same N(0, 1) scale."""
     weights = _weights(model)
-    readout: torch.Tensor | None = None
+    readouts: dict[torch.Size, torch.Tensor] = {}  # output shape -> its readout, that shape
     relative: list[torch.Tensor] = []  # per step: each weight layer's |dL/dW| / |W|, (layers,)
     with _preserved(model):
         with (
@@ -69,9 +75,10 @@ def _measure(
         ):
             for x in xs:
                 model.zero_grad(set_to_none=True)
-                out = _call(model, x, output)
-                if readout is None:
+                out = _call(model, x, output, notes)
+                if (readout := readouts.get(out.shape)) is None:
                     readout = torch.randn(out.shape, generator=generator).to(out.device)
+                    readouts[out.shape] = readout
                 if out.requires_grad and out.is_floating_point():
                     _backward(out, readout)
                     relative.append(_relative_gradients(weights))

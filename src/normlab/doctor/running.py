@@ -86,42 +86,119 @@ def _shape(x: Input) -> str:
 
 
 OUTPUT_FIELDS = ("logits", "last_hidden_state")
-"""The fields of a dict or ``ModelOutput`` read when no ``output=`` is named, in this order."""
+"""The fields of a dict or ``ModelOutput`` read when no ``output=`` is named, in this order;
+where it has none of them, its only field that holds tensors."""
 
 
-def _output(out: object, field: str | None) -> torch.Tensor:
+def _held(value: object) -> list[torch.Tensor]:
+    """The tensors a field (or a tuple's first element) holds: itself, or those of a tuple or
+    list of tensors (a backbone's ``feature_maps``, one per stage; heads' logits)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, tuple | list) and value:
+        return [v for v in value if isinstance(v, torch.Tensor)]
+    return []
+
+
+def _output(out: object, field: str | None) -> tuple[torch.Tensor, str | None]:
     """The tensor the doctor differentiates: ``out`` itself, the first element of a tuple (as
-    ``nn.LSTM``'s ``(output, state)``), or a dict's or Hugging Face ``ModelOutput``'s
-    ``field`` (by default the first of :data:`OUTPUT_FIELDS` it has)."""
+    ``nn.LSTM``'s ``(output, state)``), every tensor of a list (like outputs), or a dict's or
+    Hugging Face ``ModelOutput``'s ``field`` (by default the first of :data:`OUTPUT_FIELDS`
+    it has, else its only field that holds tensors); and what the notes say of it where the
+    reading is not plain: a field found as the only one, several tensors read whole
+    (:func:`_joined`), tensors after a tuple's first element left unread."""
     if isinstance(out, Mapping):
-        keys = [k for k, v in out.items() if isinstance(v, torch.Tensor)]
+        keys = [k for k, v in out.items() if _held(v)]
+        named = field
         if field is None:
             field = next((k for k in OUTPUT_FIELDS if k in keys), None)
+            field = field or (keys[0] if len(keys) == 1 else None)
         if field not in keys:
-            how = f"output={field!r} is not one of them" if field else "name one with output="
-            raise ModelOutputError(
-                f"the model returned {type(out).__name__} with tensor fields {keys}: {how}"
-            )
-        return cast(torch.Tensor, out[field])
+            raise ModelOutputError(_unread(out, keys, field))
+        only = named is None and field not in OUTPUT_FIELDS
+        what = f"its only field that holds tensors, {field}," if only else f"its field {field}"
+        return _joined(_held(out[field]), f"{type(out).__name__}; {what}", only)
     if field is not None:
         raise ModelOutputError(
             f"output={field!r} names a field, but the model returned "
             f"{type(out).__name__}, not a dict or ModelOutput"
         )
-    if isinstance(out, tuple | list) and out and isinstance(out[0], torch.Tensor):
-        return out[0]
+    if isinstance(out, list) and _held(out):  # like outputs (a backbone's feature maps)
+        return _joined(_held(out), "list; it", False)
+    if isinstance(out, tuple) and out and _held(out[0]):
+        y, note = _joined(_held(out[0]), "tuple; its first element", False)
+        return y, note or _rest_note(out)
     if not isinstance(out, torch.Tensor):
         raise ModelOutputError(
             f"the model returned {type(out).__name__}, use a model that returns a tensor, a "
-            "tuple whose first element is a tensor, or a dict or ModelOutput (see output=)"
+            "tuple whose first element is a tensor (or a tuple of them), a list of tensors, "
+            "or a dict or ModelOutput (see output=)"
         )
-    return out
+    return out, None
 
 
-def _call(model: nn.Module, x: Input, field: str | None = None) -> torch.Tensor:
-    """``model(x)`` (``*x``, ``**x``) as one tensor; errors say what the model said and what it
-    was given, and the cause when it is known (:func:`_refuse`, :func:`_ids_checked`,
-    :func:`_rejected`)."""
+def _rest_note(out: tuple[Any, ...]) -> str | None:
+    """The note on a tuple whose first element was read while tensors that carry a gradient
+    follow it: the layers that feed only those get none from the readout."""
+    rest = [t for v in out[1:] for t in _tensors(v) if t.is_floating_point() and t.requires_grad]
+    if not rest:
+        return None
+    return (
+        f"the model returned a tuple of {len(out)}: its first element was read (as "
+        f"nn.LSTM's (output, state)), not the {len(rest)} tensor(s) after it, so the layers "
+        "that feed only those get no gradient; to read them all, return them as a list or "
+        "in one tuple first, ((a, b, ...),)"
+    )
+
+
+def _unread(out: Mapping[str, Any], keys: list[str], field: str | None) -> str:
+    """Why no field of ``out`` was read: the named one holds no tensor, or the fields that
+    do are several (name one), or none does (the model's output has nothing to read)."""
+    said = f"the model returned {type(out).__name__}"
+    if not keys:
+        fields = [f"{k} ({type(v).__name__})" for k, v in out.items()]
+        return (
+            f"{said} with no tensor in its fields {fields}: return the scores as a tensor or "
+            "a tuple of tensors, in a field that output= names"
+        )
+    if field is not None:
+        return f"{said} with tensor fields {keys}: output={field!r} is not one of them"
+    return f"{said} with tensor fields {keys}: name one with output="
+
+
+def _joined(tensors: list[torch.Tensor], what: str, only: bool) -> tuple[torch.Tensor, str | None]:
+    r"""One tensor for the readout to read every one of ``tensors`` (each stage of a backbone,
+    each head: what a loss over them all reads), and the note saying so: each flattened per
+    sample and joined, :math:`(N, \sum_k |y_k| / N)`, so that
+    :math:`r \cdot \mathrm{cat}_k(y_k) = \sum_k r_k \cdot y_k`, the sum of a readout of each.
+    The floating-point ones where there are any (integer predictions carry no gradient); a
+    lone tensor as it is, with a note only where it was the ``only`` field. ``what`` says
+    where they were found. Raises :class:`ModelOutputError` when they are not all per sample
+    (their first sizes differ)."""
+    floats = [t for t in tensors if t.is_floating_point()] or tensors
+    if len(floats) == 1:
+        return floats[0], f"the model returned {what} was read" if only else None
+    shapes = [tuple(t.shape) for t in floats]
+    if any(t.dim() == 0 or t.shape[0] != floats[0].shape[0] for t in floats):
+        raise ModelOutputError(
+            f"the model returned {what} holds tensors of shapes {shapes}, not all per sample "
+            "(their first sizes differ): read one, named with output= (a field holding one "
+            "tensor), or returned first"
+        )
+    n = floats[0].shape[0]
+    joined = torch.cat([t.reshape(n, -1) for t in floats], dim=1)  # (N, sum of sizes / N)
+    return joined, (
+        f"the model returned {what} holds {len(floats)} tensors of shapes {shapes}: the "
+        "readout reads every one of them"
+    )
+
+
+def _call(
+    model: nn.Module, x: Input, field: str | None = None, notes: list[str] | None = None
+) -> torch.Tensor:
+    """``model(x)`` (``*x``, ``**x``) as one tensor (:func:`_output`; how it was read is
+    added to ``notes``, once); errors say what the model said and what it was given, and the
+    cause when it is known (:func:`_refuse`, :func:`_ids_checked`, :func:`_rejected`)."""
     _refuse(model)
     try:
         with _ids_checked(model, x):
@@ -130,7 +207,10 @@ def _call(model: nn.Module, x: Input, field: str | None = None) -> torch.Tensor:
         raise
     except Exception as exc:  # the user's model may raise anything: report it, with the shape
         raise ModelInputError(_rejected(model, x, exc)) from exc
-    return _output(out, field)
+    y, note = _output(out, field)
+    if notes is not None and note is not None and note not in notes:
+        notes.append(note)
+    return y
 
 
 def _invoke(model: nn.Module, x: Input) -> Any:

@@ -192,7 +192,7 @@ def _train(
     net = copy.deepcopy(model)
     g = torch.Generator().manual_seed(seed)  # the same targets for every model of this seed
     opt = torch.optim.Adam(net.parameters(), lr=TRIAL_LR)
-    targets: dict[int, torch.Tensor] = {}  # one per batch: batches may differ in shape
+    targets: dict[tuple[int, torch.Size], torch.Tensor] = {}  # per batch and output shape
     curve = []
     for step in range(steps):
         k = step % len(batches)
@@ -200,9 +200,9 @@ def _train(
             group["lr"] = TRIAL_LR * (min(1.0, (step + 1) / warmup) if warmup else 1.0)
         opt.zero_grad()
         out = _call(net, _map(batches[k], torch.Tensor.clone), output)  # in-place ops: a copy
-        if k not in targets:
-            targets[k] = torch.randn(out.shape, generator=g).to(out)  # (out.shape)
-        loss = torch.nn.functional.mse_loss(out, targets[k])
+        if (key := (k, out.shape)) not in targets:  # an output length the model computes
+            targets[key] = torch.randn(out.shape, generator=g).to(out)  # (out.shape)
+        loss = torch.nn.functional.mse_loss(out, targets[key])
         loss.backward()
         opt.step()
         curve.append(loss.item())

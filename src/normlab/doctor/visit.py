@@ -42,12 +42,14 @@ def diagnose(
 
     Args:
         model: the network to examine; its output is read by :func:`_output`: a tensor, a tuple
-            whose first element is one, or a dict or ``ModelOutput``.
+            whose first element is one, or a dict or ``ModelOutput``; a tuple of tensors
+            there (a backbone's feature maps) is read whole, every tensor.
         batches: one input batch, or several (one step each).
         generator: draws the readout direction.
         output: the field of a dict or ``ModelOutput`` output to read (default: ``logits``,
-            else ``last_hidden_state``). A number (``loss``, of a Hugging Face model given
-            ``labels=``) is the model's own loss, and its gradient is used as it is.
+            else ``last_hidden_state``, else the only field holding tensors). A number
+            (``loss``, of a Hugging Face model given ``labels=``) is the model's own loss,
+            and its gradient is used as it is.
 
     Returns:
         a :class:`Diagnosis`.
@@ -70,7 +72,7 @@ def diagnose(
     model, notes = _eager(model)
     graph = _trace(model, xs[0], output)
     scaled = graph.scaled()
-    acts, grad_stats, ratios, own = _measure(model, xs, generator, output, set(scaled))
+    acts, grad_stats, ratios, own = _measure(model, xs, generator, output, set(scaled), notes)
     if own:
         notes.append(
             "the output is a number, the model's own loss: its gradient was used, not a readout"
