@@ -68,7 +68,7 @@ def test_deep_batchnorm_relu_growth_is_yang_s_pi_over_pi_minus_1() -> None:
     assert d.trend.factor**2 == pytest.approx(math.pi / (math.pi - 1), rel=0.1)
     assert all(la.grad_ratio <= doctor.GRAD_EXPLODING for la in d.layers if la.grad_ratio > 0)
     assert "exploding" in d.problems and "squared" in d.verdict
-    assert any("residual" in s for s in d.suggestions)
+    assert any("(the shallower remedy)" in s for s in d.suggestions)
     assert not any("kaiming" in s or "He (" in s for s in d.suggestions)  # it has He already
 
 
