@@ -247,3 +247,41 @@ def test_roles_and_anchors_of_a_pre_ln_transformer() -> None:
     assert ff.role == "branch" and ff.anchor == "encoder.layers.3.norm2"
     assert math.isfinite(ff.branch) and d.problems == []
     assert set(PROBLEMS).isdisjoint(d.problems)
+
+
+class _DropBranch(nn.Module):
+    """A pre-LN residual block whose branch ends in a dropout: ``x + drop(fc(norm(x)))``."""
+
+    def __init__(self, width: int, std: float, p: float) -> None:
+        super().__init__()
+        self.norm, self.fc, self.drop = nn.LayerNorm(width), nn.Linear(width, width), nn.Dropout(p)
+        nn.init.normal_(self.fc.weight, std=std)
+        nn.init.zeros_(self.fc.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.drop(self.fc(self.norm(x)))  # (N, D)
+
+
+@pytest.mark.parametrize(("p", "training"), [(0.0, True), (0.1, False)], ids=["p0", "eval"])
+def test_a_dropout_ending_a_residual_branch_is_on_the_branch(p: float, training: bool) -> None:
+    """A dropout at p=0 or in eval mode returns the very tensor the branch's last layer made:
+    it is that layer's output under another name, on the branch, and the stream carries the
+    signal past it. The branch is small on purpose: std 1e-4 weights over 32 inputs of unit
+    scale give 1e-4 * sqrt(32) = 5.7e-4 of the anchor, well under the 0.01 bound, so judged
+    as a plain layer it would be labelled vanishing. Its twin, the same dropout after the same
+    small layer in a plain stack (no stream past it), is."""
+    torch.manual_seed(0)
+    width, x = 32, torch.randn(64, 32)
+    blocks = [_DropBranch(width, 1e-4, p) for _ in range(2)]
+    model = nn.Sequential(nn.Linear(width, width), *blocks, nn.Linear(width, 10)).train(training)
+    d = doctor.diagnose(model, x)
+    drop = {la.name: la for la in d.layers}["1.drop"]
+    assert drop.role == "branch" and drop.scale < doctor.VANISHING, (drop.role, drop.scale)
+    assert d.problems == [], d.verdict
+    torch.manual_seed(0)
+    small = nn.Linear(width, width)
+    nn.init.normal_(small.weight, std=1e-4)
+    nn.init.zeros_(small.bias)
+    plain = nn.Sequential(small, nn.Dropout(p), nn.Linear(width, 10)).train(training)
+    twin = {la.name: la for la in doctor.diagnose(plain, x).layers}["1"]
+    assert twin.role == "layer" and "vanishing" in twin.labels, (twin.role, twin.labels)

@@ -34,6 +34,9 @@ class _Graph:
     edges: dict[str, Edges] = field(default_factory=dict)  # consumer -> producer -> scaling
     streams: dict[str, float] = field(default_factory=dict)  # a sum's reader -> the sum's std
     zero_fed: set[str] = field(default_factory=set)  # layers whose float inputs were all 0
+    # a layer whose output was at every call the very tensor another layer made (dropout in
+    # eval or at p=0, an identity, a drop path): the layers whose output it passed on
+    aliases: dict[str, list[str]] = field(default_factory=dict)
     memo: dict[Any, Any] = field(default_factory=dict)  # what is read from it, made once
 
     def _ancestors(self) -> dict[str, set[str]]:
@@ -194,6 +197,8 @@ def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
     streams: dict[str, float] = {}  # a layer reading a sum of layers' outputs: its input's std
     before: dict[str, float] = {}  # an in-place layer's input's std, before it changes it
     zeros: dict[str, bool] = {}  # a layer -> whether every float input it read was all 0
+    aliases: dict[str, list[str]] = {}  # a layer -> whose outputs it returned as they were
+    made: set[str] = set()  # the layers that made an output of their own at some call
 
     def pre(mod: nn.Module, args: Any, name: str) -> None:
         if _tensors(args):
@@ -213,8 +218,13 @@ def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
         if floats:  # fed only zeros (DETR's decoder starts from zero queries)?
             zeros[name] = zeros.get(name, True) and not any(bool(t.any()) for t in floats)
         for t in _tensors(out):
-            if t.grad_fn is not None:
-                made_by.setdefault(t.grad_fn, name)  # an identity layer keeps the first
+            if t.grad_fn is None:
+                continue
+            first = made_by.setdefault(t.grad_fn, name)  # an identity layer keeps the first
+            if first == name:
+                made.add(name)
+            elif first not in aliases.setdefault(name, []):
+                aliases[name].append(first)
 
     handles = [
         m.register_forward_hook(functools.partial(hook, name=name))
@@ -237,6 +247,7 @@ def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
     graph = _Graph.from_edges(list(order.items()), edges)
     graph.streams = streams
     graph.zero_fed = {name for name, zero in zeros.items() if zero}
+    graph.aliases = {name: of for name, of in aliases.items() if name not in made}
     return graph
 
 
