@@ -285,3 +285,42 @@ def test_a_dropout_ending_a_residual_branch_is_on_the_branch(p: float, training:
     plain = nn.Sequential(small, nn.Dropout(p), nn.Linear(width, 10)).train(training)
     twin = {la.name: la for la in doctor.diagnose(plain, x).layers}["1"]
     assert twin.role == "layer" and "vanishing" in twin.labels, (twin.role, twin.labels)
+
+
+class _SqueezeExcite(nn.Module):
+    """``x * sigmoid(W2 relu(W1 avgpool(x) + b1))`` (Hu et al. 2018): the gate reads one
+    pooled vector per image."""
+
+    def __init__(self, channels: int, squeezed: int) -> None:
+        super().__init__()
+        self.squeeze = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(channels, squeezed, 1))
+        self.act = nn.ReLU()
+        self.excite = nn.Sequential(nn.Conv2d(squeezed, channels, 1), nn.Sigmoid())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.excite(self.act(self.squeeze(x)))  # (N, C, H, W) * (N, C, 1, 1)
+
+
+def _se_net(bias: float | None) -> nn.Module:
+    torch.manual_seed(0)
+    se = _SqueezeExcite(32, 8)
+    if bias is not None:
+        nn.init.constant_(se.squeeze[1].bias, bias)
+    return nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), se)
+
+
+def test_a_squeeze_excitation_on_alike_images_is_not_dead_but_a_bias_of_minus_5_is() -> None:
+    """Noise images pool to nearly one vector (each channel's mean over 32x32 positions moves
+    1/32 of its std between images), so each of the gate's units is off or on for the whole
+    batch by the draw of its weights, and as often on as off (w and -w are drawn alike): at
+    this seed 5 of its 8 units are off (62%, over the 60% bound) and 3 on on every image, so
+    62% - 38% = 25% are off beyond chance. Its twin, a bias of -5 under every
+    pre-activation, turns all 8 off and none on."""
+    x = torch.randn(16, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    d = doctor.diagnose(_se_net(None), x)
+    act = {la.name: la for la in d.layers}["3.act"]
+    assert act.dead_frac >= doctor.DEAD_FRAC and act.on_frac > 0, (act.dead_frac, act.on_frac)
+    assert act.dead_beyond_chance < doctor.DEAD_FRAC and d.problems == [], d.verdict
+    dead = doctor.diagnose(_se_net(-5.0), x)
+    act = {la.name: la for la in dead.layers}["3.act"]
+    assert (act.dead_frac, act.on_frac) == (1.0, 0.0) and act.labels == ["dead"], act.labels
