@@ -324,3 +324,40 @@ def test_a_squeeze_excitation_on_alike_images_is_not_dead_but_a_bias_of_minus_5_
     dead = doctor.diagnose(_se_net(-5.0), x)
     act = {la.name: la for la in dead.layers}["3.act"]
     assert (act.dead_frac, act.on_frac) == (1.0, 0.0) and act.labels == ["dead"], act.labels
+
+
+class _Shortcut(nn.Module):
+    """A projection shortcut beside a small two-layer path, from one normalized input, joined
+    by an add (``proj(h) + b(a(h))``, as a stage's first block of Hiera or a ResNet's
+    downsampling block) or, in the twin, by a concatenation."""
+
+    def __init__(self, width: int, add: bool) -> None:
+        super().__init__()
+        self.add, self.norm, self.proj = add, nn.LayerNorm(width), nn.Linear(width, width)
+        self.a, self.b = nn.Linear(width, width), nn.Linear(width, width)
+        for layer, std in ((self.a, 0.02), (self.b, 0.01)):
+            nn.init.normal_(layer.weight, std=std)
+            nn.init.zeros_(layer.bias)
+        self.head = nn.Linear(width * (1 if add else 2), 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(x)  # (N, D)
+        small = self.b(self.a(h))  # (N, D)
+        join = self.proj(h) + small if self.add else torch.cat([self.proj(h), small], -1)
+        return self.head(join)  # (N, 10)
+
+
+def test_a_path_added_beside_a_projection_shortcut_is_on_a_branch() -> None:
+    """Neither path into the add descends from the other, so neither is the stream; the
+    shortcut carries the signal past the small path, whose last layer is at about
+    0.01 * sqrt(32) * 0.02 * sqrt(32) = 0.0064 of the norm's unit scale (under the 0.01 bound)
+    and judged as a branch. Concatenated instead of added, the same layer's output is a
+    signal of its own, and vanishing."""
+    x = torch.randn(64, 32, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    d = doctor.diagnose(_Shortcut(32, add=True), x)
+    b = {la.name: la for la in d.layers}["b"]
+    assert b.role == "branch" and b.scale < doctor.VANISHING and d.problems == [], d.verdict
+    torch.manual_seed(0)
+    twin = {la.name: la for la in doctor.diagnose(_Shortcut(32, add=False), x).layers}["b"]
+    assert twin.role == "layer" and "vanishing" in twin.labels, (twin.role, twin.labels)
