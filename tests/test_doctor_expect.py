@@ -509,3 +509,117 @@ def test_a_stack_initialized_at_zero_stays_dead() -> None:
     d = doctor.diagnose(net, torch.randn(64, 8))
     assert all(la.role != "zero" for la in d.layers)
     assert "dead" in d.problems and all("dead" in d.layers[i].labels for i in (1, 3))
+
+
+class _DropBranch(nn.Module):
+    """A pre-LN residual block whose branch ends in a dropout: ``x + drop(fc(norm(x)))``."""
+
+    def __init__(self, width: int, std: float, p: float) -> None:
+        super().__init__()
+        self.norm, self.fc, self.drop = nn.LayerNorm(width), nn.Linear(width, width), nn.Dropout(p)
+        nn.init.normal_(self.fc.weight, std=std)
+        nn.init.zeros_(self.fc.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.drop(self.fc(self.norm(x)))  # (N, D)
+
+
+@pytest.mark.parametrize(("p", "training"), [(0.0, True), (0.1, False)], ids=["p0", "eval"])
+def test_a_dropout_ending_a_residual_branch_is_on_the_branch(p: float, training: bool) -> None:
+    """A dropout at p=0 or in eval mode returns the very tensor the branch's last layer made:
+    it is that layer's output under another name, on the branch, and the stream carries the
+    signal past it. The branch is small on purpose: std 1e-4 weights over 32 inputs of unit
+    scale give 1e-4 * sqrt(32) = 5.7e-4 of the anchor, well under the 0.01 bound, so judged
+    as a plain layer it would be labelled vanishing. Its twin, the same dropout after the same
+    small layer in a plain stack (no stream past it), is."""
+    torch.manual_seed(0)
+    width, x = 32, torch.randn(64, 32)
+    blocks = [_DropBranch(width, 1e-4, p) for _ in range(2)]
+    model = nn.Sequential(nn.Linear(width, width), *blocks, nn.Linear(width, 10)).train(training)
+    d = doctor.diagnose(model, x)
+    drop = {la.name: la for la in d.layers}["1.drop"]
+    assert drop.role == "branch" and drop.scale < doctor.VANISHING, (drop.role, drop.scale)
+    assert d.problems == [], d.verdict
+    torch.manual_seed(0)
+    small = nn.Linear(width, width)
+    nn.init.normal_(small.weight, std=1e-4)
+    nn.init.zeros_(small.bias)
+    plain = nn.Sequential(small, nn.Dropout(p), nn.Linear(width, 10)).train(training)
+    twin = {la.name: la for la in doctor.diagnose(plain, x).layers}["1"]
+    assert twin.role == "layer" and "vanishing" in twin.labels, (twin.role, twin.labels)
+
+
+class _SqueezeExcite(nn.Module):
+    """``x * sigmoid(W2 relu(W1 avgpool(x) + b1))`` (Hu et al. 2018): the gate reads one
+    pooled vector per image."""
+
+    def __init__(self, channels: int, squeezed: int) -> None:
+        super().__init__()
+        self.squeeze = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Conv2d(channels, squeezed, 1))
+        self.act = nn.ReLU()
+        self.excite = nn.Sequential(nn.Conv2d(squeezed, channels, 1), nn.Sigmoid())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.excite(self.act(self.squeeze(x)))  # (N, C, H, W) * (N, C, 1, 1)
+
+
+def _se_net(bias: float | None) -> nn.Module:
+    torch.manual_seed(0)
+    se = _SqueezeExcite(32, 8)
+    if bias is not None:
+        nn.init.constant_(se.squeeze[1].bias, bias)
+    return nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), se)
+
+
+def test_a_squeeze_excitation_on_alike_images_is_not_dead_but_a_bias_of_minus_5_is() -> None:
+    """Noise images pool to nearly one vector (each channel's mean over 32x32 positions moves
+    1/32 of its std between images), so each of the gate's units is off or on for the whole
+    batch by the draw of its weights, and as often on as off (w and -w are drawn alike): at
+    this seed 5 of its 8 units are off (62%, over the 60% bound) and 3 on on every image, so
+    62% - 38% = 25% are off beyond chance. Its twin, a bias of -5 under every
+    pre-activation, turns all 8 off and none on."""
+    x = torch.randn(16, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    d = doctor.diagnose(_se_net(None), x)
+    act = {la.name: la for la in d.layers}["3.act"]
+    assert act.dead_frac >= doctor.DEAD_FRAC and act.on_frac > 0, (act.dead_frac, act.on_frac)
+    assert act.dead_beyond_chance < doctor.DEAD_FRAC and d.problems == [], d.verdict
+    dead = doctor.diagnose(_se_net(-5.0), x)
+    act = {la.name: la for la in dead.layers}["3.act"]
+    assert (act.dead_frac, act.on_frac) == (1.0, 0.0) and act.labels == ["dead"], act.labels
+
+
+class _Shortcut(nn.Module):
+    """A projection shortcut beside a small two-layer path, from one normalized input, joined
+    by an add (``proj(h) + b(a(h))``, as a stage's first block of Hiera or a ResNet's
+    downsampling block) or, in the twin, by a concatenation."""
+
+    def __init__(self, width: int, add: bool) -> None:
+        super().__init__()
+        self.add, self.norm, self.proj = add, nn.LayerNorm(width), nn.Linear(width, width)
+        self.a, self.b = nn.Linear(width, width), nn.Linear(width, width)
+        for layer, std in ((self.a, 0.02), (self.b, 0.01)):
+            nn.init.normal_(layer.weight, std=std)
+            nn.init.zeros_(layer.bias)
+        self.head = nn.Linear(width * (1 if add else 2), 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(x)  # (N, D)
+        small = self.b(self.a(h))  # (N, D)
+        join = self.proj(h) + small if self.add else torch.cat([self.proj(h), small], -1)
+        return self.head(join)  # (N, 10)
+
+
+def test_a_path_added_beside_a_projection_shortcut_is_on_a_branch() -> None:
+    """Neither path into the add descends from the other, so neither is the stream; the
+    shortcut carries the signal past the small path, whose last layer is at about
+    0.01 * sqrt(32) * 0.02 * sqrt(32) = 0.0064 of the norm's unit scale (under the 0.01 bound)
+    and judged as a branch. Concatenated instead of added, the same layer's output is a
+    signal of its own, and vanishing."""
+    x = torch.randn(64, 32, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    d = doctor.diagnose(_Shortcut(32, add=True), x)
+    b = {la.name: la for la in d.layers}["b"]
+    assert b.role == "branch" and b.scale < doctor.VANISHING and d.problems == [], d.verdict
+    torch.manual_seed(0)
+    twin = {la.name: la for la in doctor.diagnose(_Shortcut(32, add=False), x).layers}["b"]
+    assert twin.role == "layer" and "vanishing" in twin.labels, (twin.role, twin.labels)

@@ -240,7 +240,20 @@ def roles(graph: _Graph, tokens: bool) -> dict[str, Role]:
         passes_on[name] = anchor if anchor is not None and kind == "layer" else name
         if kind in ("feeds-norm", "branch") and anchor is not None:
             passes_on[name] = anchor
+        if (same := _alias(graph, name, out)) is not None:  # its output is another's
+            out[name], passes_on[name] = out[same], passes_on[same]
     return out
+
+
+def _alias(graph: _Graph, name: str, out: dict[str, Role]) -> str | None:
+    """The layer whose role ``name`` takes: the one whose output tensor it returned as it was
+    at every call (a dropout in eval mode or at p=0, an identity, an inactive drop path) when
+    all such layers share one kind. It is that layer's output, under another name: a dropout
+    after a residual branch's last layer is on the branch, as that layer is."""
+    of = [p for p in graph.aliases.get(name, []) if p in out]
+    if not of or len({out[p].kind for p in of}) > 1:
+        return None
+    return of[0]
 
 
 @dataclass

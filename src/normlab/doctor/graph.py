@@ -41,6 +41,10 @@ class _Graph:
     # bias) or of their parameters alone (an embedding's padding row)
     zero_made: set[str] = field(default_factory=set)
     free: set[str] = field(default_factory=set)  # fed parameters only (a learned query), no data
+    # a layer whose output was at every call the very tensor another layer made (dropout in
+    # eval or at p=0, an identity, a drop path): the layers whose output it passed on
+    aliases: dict[str, list[str]] = field(default_factory=dict)
+    sums: set[str] = field(default_factory=set)  # layers whose input is an add (of several)
     memo: dict[Any, Any] = field(default_factory=dict)  # what is read from it, made once
 
     def _ancestors(self) -> dict[str, set[str]]:
@@ -85,9 +89,26 @@ class _Graph:
         left the stream (its ancestors that are not the stream's)."""
         ancestors = self._ancestors()
         out: set[str] = set()
-        for _, end, stream in self._ends():
+        ends = self._ends()
+        for _, end, stream in ends:
             before = set().union(*({s} | ancestors.get(s, set()) for s in stream))
             out |= ({end} | ancestors.get(end, set())) - before
+        return out | self._parallel({reader for reader, _, _ in ends})
+
+    def _parallel(self, done: set[str]) -> set[str]:
+        """The layers on the paths into an add of paths that left one input and none of which
+        descends from another (a projection shortcut beside an attention or a conv stack):
+        each path's layers since the split. No path alone carries the signal: their sum
+        does, and the layer reading it is judged (against the input they split from)."""
+        ancestors = self._ancestors()
+        out: set[str] = set()
+        for reader in self.sums - done:
+            found = list(self.edges.get(reader, {}))
+            lines = [{p} | ancestors.get(p, set()) for p in found]
+            if len(found) < 2 or not set.intersection(*lines):
+                continue  # independent sources (two inputs), not one input split
+            for line in lines:
+                out |= line - set().union(*(o for o in lines if o is not line))
         return out
 
     @classmethod
@@ -234,10 +255,15 @@ def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
     norm_inputs: dict[str, float] = {}  # a norm -> the std of what it divides the scale of
     zero_out: dict[str, bool] = {}  # a layer -> whether every float output it made was all 0
     free: dict[str, bool] = {}  # a layer -> whether it read parameters only, no layer's output
+    added: dict[str, bool] = {}  # an in-place layer -> whether its input was an add
+    aliases: dict[str, list[str]] = {}  # a layer -> whose outputs it returned as they were
+    sums: set[str] = set()  # the layers reading several layers through an add
+    made: set[str] = set()  # the layers that made an output of their own at some call
 
     def pre(mod: nn.Module, args: Any, name: str) -> None:
         if _tensors(args):
             before[name] = _std(_tensors(args)[0])
+            added[name] = _added(_tensors(args)[0], made_by)
 
     def hook(mod: nn.Module, args: Any, out: Any, name: str) -> None:
         order.setdefault(name, mod)
@@ -249,6 +275,8 @@ def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
                 known[p] = site if known.get(p, site) is not None else None
         if len(edges.get(name, {})) >= 2 and _tensors(args):  # it reads a sum: the stream?
             streams[name] = before.pop(name) if name in before else _std(_tensors(args)[0])
+            if added.pop(name, None) or _added(_tensors(args)[0], made_by):
+                sums.add(name)
         if _is_norm(mod) and _tensors(args):
             norm_inputs.setdefault(name, _std(_tensors(args)[0]))
         floats = [t for t in _tensors(args) if t.is_floating_point() and t.numel() > 0]
@@ -262,8 +290,13 @@ def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
         if made:
             zero_out[name] = zero_out.get(name, True) and not any(bool(t.any()) for t in made)
         for t in _tensors(out):
-            if t.grad_fn is not None:
-                made_by.setdefault(t.grad_fn, name)  # an identity layer keeps the first
+            if t.grad_fn is None:
+                continue
+            first = made_by.setdefault(t.grad_fn, name)  # an identity layer keeps the first
+            if first == name:
+                made.add(name)
+            elif first not in aliases.setdefault(name, []):
+                aliases[name].append(first)
 
     handles = [
         m.register_forward_hook(functools.partial(hook, name=name))
@@ -291,7 +324,24 @@ def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
     graph.zero_out = {name for name, zero in zero_out.items() if zero}
     graph.zero_made = {name for name in graph.zero_out if zeros.get(name, True)}
     graph.free = {name for name, only in free.items() if only}
+    graph.aliases = {name: of for name, of in aliases.items() if name not in made}
+    graph.sums = sums
     return graph
+
+
+def _added(x: torch.Tensor, made_by: dict[Any, str]) -> bool:
+    """Whether ``x`` is an add (through reshapes and other one-input operations), not a product
+    or a concatenation: an attention's output reads its query, key and value, a sum does not
+    multiply what it reads."""
+    node = x.grad_fn
+    while node is not None and node not in made_by:
+        if type(node).__name__.startswith("AddBackward"):
+            return True
+        nexts = [n for n, _ in node.next_functions if n is not None]
+        if len(nexts) != 1:
+            return False
+        node = nexts[0]
+    return False
 
 
 def _std(x: torch.Tensor) -> float:

@@ -81,6 +81,7 @@ def _layer_diagnoses(
             act_std=std,
             scale=math.nan,
             dead_frac=_mean(acts.extra[f"dead_{_unit_dim(acts, j, unit_first)}"], j),
+            on_frac=_mean(acts.extra[f"on_{_unit_dim(acts, j, unit_first)}"], j),
             saturated_frac=_saturated(m, acts, j),
             unit_spread=_max(acts.extra[f"spread_{_unit_dim(acts, j, unit_first)}"], j),
             grad_std=grad_std.get(name, math.nan),

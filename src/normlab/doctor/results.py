@@ -104,6 +104,7 @@ class LayerDiagnosis:
     stream: str | None = None  # "exploding": it reads a residual stream that breaks its design
     grad_judged: bool = True  # False: its gradient ratio mirrors a forward drift (not judged)
     params: int = 0  # elements of its own weights (2+ dimensions): blocks alike have alike
+    on_frac: float = math.nan  # fraction of units above 0 on the whole batch (a dead's mirror)
 
     @property
     def judged(self) -> bool:
@@ -171,8 +172,19 @@ class LayerDiagnosis:
         )
 
     @property
+    def dead_beyond_chance(self) -> float:
+        """The fraction of units 0 on the whole batch beyond what chance leaves off: less the
+        fraction on on all of it, their mirror. A zero-mean pre-activation is off on every
+        input as often as it is on on every input (``w`` and ``-w`` are drawn alike); where the
+        batch barely moves a unit (a squeeze-excitation after global pooling of noise images,
+        every image pooled to nearly one vector), about half are off and half on by the draw
+        alone, and none is dead; a bias of -5 turns units off with none on."""
+        on = self.on_frac if math.isfinite(self.on_frac) else 0.0
+        return self.dead_frac - on
+
+    @property
     def dead(self) -> bool:
-        return self.dead_frac >= DEAD_FRAC and self.judged
+        return self.dead_beyond_chance >= DEAD_FRAC and self.judged
 
     @property
     def saturated(self) -> bool:
@@ -225,7 +237,13 @@ class LayerDiagnosis:
         if self.stream is not None:
             out.append(f"{self.stream}: it reads a residual stream that breaks its design")
         if self.dead:
-            out.append(f"dead: {self.dead_frac:.0%} of units 0 >= {DEAD_FRAC:.0%}")
+            mirror = (
+                f", {self.on_frac:.0%} above 0 (their mirror): {self.dead_beyond_chance:.0%} "
+                "beyond chance"
+                if self.on_frac > 0
+                else ""
+            )
+            out.append(f"dead: {self.dead_frac:.0%} of units 0{mirror} >= {DEAD_FRAC:.0%}")
         if self.saturated:
             out.append(f"saturated: {self.saturated_frac:.0%} >= {SATURATED_FRAC:.0%}")
         if self.symmetric:

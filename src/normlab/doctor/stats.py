@@ -39,6 +39,31 @@ def _dead_frac(dim: int) -> Callable[[torch.Tensor], torch.Tensor]:
     return dead
 
 
+def _on_frac(dim: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Fraction of the units along ``dim`` that are above 0 on every element of the output: the
+    mirror of a dead unit (zero-mean weights draw ``w`` and ``-w`` alike, so a unit off on the
+    whole batch by the chance of its draw is as often on on all of it). Read only where a unit
+    is 0 on the batch's first item (else no unit is dead and it is 0, uncounted), in two looks
+    as :func:`_dead_frac`.
+    """
+
+    def on(y: torch.Tensor) -> torch.Tensor:
+        if y.dim() < 2 or (dim == -1 and y.dim() == 2):
+            return _NAN
+        d = dim % y.dim()
+        others = [i for i in range(y.dim()) if i != d]
+        first = y[:1]  # (1, ...)
+        if not bool(first.abs().amax(dim=others).eq(0).any()):  # no unit is dead
+            return _NONE_DEAD
+        suspects = first.amin(dim=others).gt(0).nonzero().squeeze(1)  # on all the first item
+        if len(suspects) == 0:
+            return _NONE_DEAD
+        rest = y.index_select(d, suspects)  # (N, ..., suspects, ...)
+        return rest.amin(dim=others).gt(0).sum().double() / y.shape[d]
+
+    return on
+
+
 SPREAD_VALUES = 32
 """Values of each unit the unit spread compares units on, at least: the batch's first items
 that hold as many (32 rows of a Linear layer's output, one image of a conv layer's channels).
@@ -72,6 +97,8 @@ def _sigmoid_saturated(y: torch.Tensor) -> torch.Tensor:
 _STATS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "dead_first": _dead_frac(1),
     "dead_last": _dead_frac(-1),
+    "on_first": _on_frac(1),
+    "on_last": _on_frac(-1),
     "spread_first": _unit_spread(1),
     "spread_last": _unit_spread(-1),
 }
