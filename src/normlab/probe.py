@@ -35,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 from torch import Tensor, nn
+from torch.nn.utils import parametrize
 from torch.utils.hooks import RemovableHandle
 
 Statistic = Callable[[Tensor], Tensor]
@@ -49,6 +50,42 @@ _MOMENTS = ("mean", "std", "min", "max", "zero_frac", "saturated_frac")
 FloatArray = npt.NDArray[np.float64]
 _Key = tuple[int, torch.dtype, torch.device]  # a sample's length, dtype and device
 _Call = tuple[tuple[int, int, int], list[Tensor]]  # (slot, numel, sampled), f_k(y)
+
+
+def own_parameters(module: nn.Module) -> list[nn.Parameter]:
+    """A module's own parameters, with the one each of its parametrized tensors is computed
+    from (``torch.nn.utils.parametrize``: weight norm's direction ``v``, spectral norm's
+    original; weight norm's per-row length ``g`` is a scale, no weight): a weight-normed
+    convolution computes with a weight that is its own, stored in ``conv.parametrizations``.
+
+    >>> from torch.nn.utils.parametrizations import weight_norm
+    >>> [tuple(p.shape) for p in own_parameters(weight_norm(nn.Conv1d(4, 8, 3)))]
+    [(8,), (8, 4, 3)]
+    """
+    own = list(module.parameters(recurse=False))
+    if parametrize.is_parametrized(module):
+        lists = cast(nn.ModuleDict, module.parametrizations)
+        for name, computed in lists.items():
+            shape = getattr(module, name).shape  # the tensor the module computes with
+            own += [p for p in computed.parameters(recurse=False) if p.shape == shape]
+    return own
+
+
+def is_layer(module: nn.Module) -> bool:
+    """A layer as the probes pick it by default: a leaf (its parametrizations aside), or a
+    module computing with parameters of its own (``nn.MultiheadAttention``)."""
+    children = [c for c in module.children() if c is not getattr(module, "parametrizations", None)]
+    return not children or bool(own_parameters(module))
+
+
+def _in_parametrizations(model: nn.Module) -> set[int]:
+    """The modules inside parametrizations (``conv.parametrizations.weight``, its weight-norm
+    module): they compute a weight, not a signal, so no probe reads them as layers."""
+    inside: set[int] = set()
+    for m in model.modules():
+        if parametrize.is_parametrized(m):
+            inside |= {id(sub) for sub in cast(nn.Module, m.parametrizations).modules()}
+    return inside
 
 
 def select_modules(model: nn.Module, modules: ModuleFilter = None) -> list[tuple[str, nn.Module]]:
@@ -69,7 +106,8 @@ def select_modules(model: nn.Module, modules: ModuleFilter = None) -> list[tuple
     named = list(model.named_modules())  # each module once, under its first name
     listed = list(modules) if isinstance(modules, tuple | list) else None
     if modules is None:  # leaves, and modules with parameters of their own (MultiheadAttention)
-        picked = [(n, m) for n, m in named if not list(m.children()) or list(m.parameters(False))]
+        inside = _in_parametrizations(model)
+        picked = [(n, m) for n, m in named if id(m) not in inside and is_layer(m)]
         what = "leaf module or module with parameters"
     elif isinstance(modules, type) or (listed and all(isinstance(t, type) for t in listed)):
         types = tuple(cast(list[type], listed or [modules]))

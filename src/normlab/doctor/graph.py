@@ -12,8 +12,9 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from normlab.doctor.kinds import _has_weight, _is_layer, _is_norm, _nonlinearity, _passes
+from normlab.doctor.kinds import _has_weight, _is_norm, _nonlinearity, _passes
 from normlab.doctor.running import Input, _graph_call, _preserved, _tensors
+from normlab.probe import select_modules
 
 Edges = dict[str, "str | None"]  # producing layer -> the small parameter on the way, if any
 _OUTPUT = "<output>"  # the model's output, as a consumer
@@ -300,13 +301,12 @@ def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
 
     handles = [
         m.register_forward_hook(functools.partial(hook, name=name))
-        for name, m in model.named_modules()
-        if _is_layer(m)
+        for name, m in select_modules(model)
     ]
     handles += [  # nn.ReLU(inplace=True) after a residual add: the sum, as it read it
         m.register_forward_pre_hook(functools.partial(pre, name=name))
-        for name, m in model.named_modules()
-        if _is_layer(m) and getattr(m, "inplace", False) is True
+        for name, m in select_modules(model)
+        if getattr(m, "inplace", False) is True
     ]
     try:
         with _preserved(model), torch.enable_grad():

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from normlab import nn as nlnn
+from normlab.probe import is_layer, own_parameters
 
 _WEIGHT_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 _NORMS: tuple[type[nn.Module], ...] = (
@@ -106,8 +107,9 @@ def _is_weight(module: nn.Module, p: torch.Tensor) -> bool:
 
 
 def _has_weight(module: nn.Module) -> bool:
-    """A weight layer: parameters of its own with 2+ dimensions (Linear, convs, HF's Conv1D)."""
-    return any(_is_weight(module, p) for p in module.parameters(False))
+    """A weight layer: parameters of its own with 2+ dimensions (Linear, convs, HF's Conv1D;
+    a weight-normed conv's direction too: :func:`normlab.probe.own_parameters`)."""
+    return any(_is_weight(module, p) for p in own_parameters(module))
 
 
 def _nonlinearity(module: nn.Module) -> tuple[str, float | None]:
@@ -127,8 +129,3 @@ def _nonlinearity(module: nn.Module) -> tuple[str, float | None]:
     return _named_activation(
         module
     ) or "linear", None  # SELU included: self-normalizing nets want variance 1/fan_in
-
-
-def _is_layer(module: nn.Module) -> bool:
-    # as the probe picks layers: leaves, and modules computing with parameters of their own
-    return next(module.children(), None) is None or any(True for _ in module.parameters(False))

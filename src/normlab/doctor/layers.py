@@ -24,7 +24,7 @@ from normlab.doctor.kinds import (
 from normlab.doctor.measure import _max, _mean
 from normlab.doctor.results import LayerDiagnosis
 from normlab.doctor.running import Input, _main
-from normlab.probe import ActivationStats, GradientStats
+from normlab.probe import ActivationStats, GradientStats, own_parameters
 
 
 def _reference(inputs: Sequence[Input]) -> tuple[float, float, str]:
@@ -93,7 +93,7 @@ def _layer_diagnoses(
             anchor=role.anchor,
             eps=role.eps,
             norm_input=_norm_input(role, graph),
-            params=sum(p.numel() for p in m.parameters(recurse=False) if _is_weight(m, p)),
+            params=sum(p.numel() for p in own_parameters(m) if _is_weight(m, p)),
         )
         layers.append(layer)
     _scales(layers, ref, producers)

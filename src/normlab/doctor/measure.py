@@ -13,7 +13,7 @@ from torch import nn
 from normlab.doctor.constants import TANH_SATURATION
 from normlab.doctor.errors import CannotDiagnose
 from normlab.doctor.expect import block_keys, like_for_like
-from normlab.doctor.kinds import _SIGMOID_LIKE, _TANH_LIKE, _is_layer, _is_weight
+from normlab.doctor.kinds import _SIGMOID_LIKE, _TANH_LIKE, _is_weight
 from normlab.doctor.running import Input, _backward, _call, _preserved
 from normlab.doctor.stats import _STATS, _sigmoid_saturated
 from normlab.probe import (
@@ -21,6 +21,7 @@ from normlab.probe import (
     ActivationStats,
     GradientProbe,
     GradientStats,
+    own_parameters,
     select_modules,
 )
 
@@ -106,9 +107,9 @@ def _measure(
 def _weights(model: nn.Module) -> dict[str, list[nn.Parameter]]:
     """Each layer's own trainable weights of 2+ dimensions (biases and norm scales left out)."""
     found: dict[str, list[nn.Parameter]] = {}
-    for name, m in model.named_modules():
-        ps = [p for p in m.parameters(recurse=False) if _is_weight(m, p) and p.requires_grad]
-        if ps and _is_layer(m):
+    for name, m in select_modules(model):
+        ps = [p for p in own_parameters(m) if _is_weight(m, p) and p.requires_grad]
+        if ps:
             found[name] = ps
     return found
 
