@@ -242,6 +242,42 @@ def _reads_parameters_only(tensors: list[torch.Tensor], names: dict[int, str]) -
     return found
 
 
+@dataclass
+class _Values:
+    """What the layers read and made, in values, over the traced calls: norms' input std, the
+    inputs of zeros only, of token ids only, of parameters only, and outputs of zeros only."""
+
+    norm_inputs: dict[str, float] = field(default_factory=dict)  # a norm -> its input's std
+    zeros: dict[str, bool] = field(default_factory=dict)  # every float input it read was 0
+    ids: set[str] = field(default_factory=set)  # layers that read only integer tensors
+    zero_out: dict[str, bool] = field(default_factory=dict)  # every float output it made was 0
+    free: dict[str, bool] = field(default_factory=dict)  # it read parameters only, no layer's
+
+    def note(self, mod: nn.Module, name: str, args: Any, out: Any, free: bool) -> None:
+        """One call of layer ``name``: ``free`` says it read parameters only at this call."""
+        read = _tensors(args)
+        if _is_norm(mod) and read:
+            self.norm_inputs.setdefault(name, _std(read[0]))
+        floats = [t for t in read if t.is_floating_point() and t.numel() > 0]
+        if read and not any(t.is_floating_point() for t in read):
+            self.ids.add(name)  # token ids (of a second input: a transducer's decoder)
+        if floats:  # fed only zeros (DETR's decoder starts from zero queries)?
+            self.zeros[name] = self.zeros.get(name, True) and not any(bool(t.any()) for t in floats)
+            self.free[name] = self.free.get(name, True) and free
+        outs = [t for t in _tensors(out) if t.is_floating_point() and t.numel() > 0]
+        if outs:
+            zero = not any(bool(t.any()) for t in outs)
+            self.zero_out[name] = self.zero_out.get(name, True) and zero
+
+    def into(self, graph: _Graph) -> None:
+        graph.norm_inputs = self.norm_inputs
+        graph.zero_fed = {name for name, zero in self.zeros.items() if zero}
+        graph.ids_fed = self.ids
+        graph.zero_out = {name for name, zero in self.zero_out.items() if zero}
+        graph.zero_made = {name for name in graph.zero_out if self.zeros.get(name, True)}
+        graph.free = {name for name, only in self.free.items() if only}
+
+
 def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
     """One forward pass with gradients on, recording which layer's output feeds which layer
     (and the model's output), and the small parameters multiplied in between."""
@@ -251,11 +287,7 @@ def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
     names = {id(p): n for n, p in model.named_parameters()}
     streams: dict[str, float] = {}  # a layer reading a sum of layers' outputs: its input's std
     before: dict[str, float] = {}  # an in-place layer's input's std, before it changes it
-    zeros: dict[str, bool] = {}  # a layer -> whether every float input it read was all 0
-    ids: set[str] = set()  # layers that read only integer tensors
-    norm_inputs: dict[str, float] = {}  # a norm -> the std of what it divides the scale of
-    zero_out: dict[str, bool] = {}  # a layer -> whether every float output it made was all 0
-    free: dict[str, bool] = {}  # a layer -> whether it read parameters only, no layer's output
+    seen = _Values()
     added: dict[str, bool] = {}  # an in-place layer -> whether its input was an add
     aliases: dict[str, list[str]] = {}  # a layer -> whose outputs it returned as they were
     sums: set[str] = set()  # the layers reading several layers through an add
@@ -278,18 +310,9 @@ def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
             streams[name] = before.pop(name) if name in before else _std(_tensors(args)[0])
             if added.pop(name, None) or _added(_tensors(args)[0], made_by):
                 sums.add(name)
-        if _is_norm(mod) and _tensors(args):
-            norm_inputs.setdefault(name, _std(_tensors(args)[0]))
         floats = [t for t in _tensors(args) if t.is_floating_point() and t.numel() > 0]
-        if _tensors(args) and not any(t.is_floating_point() for t in _tensors(args)):
-            ids.add(name)  # token ids (of a second input: a transducer's decoder) have no scale
-        if floats:  # fed only zeros (DETR's decoder starts from zero queries)?
-            zeros[name] = zeros.get(name, True) and not any(bool(t.any()) for t in floats)
-            free[name] = free.get(name, True) and name not in edges
-            free[name] = free[name] and _reads_parameters_only(floats, names)
-        made = [t for t in _tensors(out) if t.is_floating_point() and t.numel() > 0]
-        if made:
-            zero_out[name] = zero_out.get(name, True) and not any(bool(t.any()) for t in made)
+        free = bool(floats) and name not in edges and _reads_parameters_only(floats, names)
+        seen.note(mod, name, args, out, free)
         for t in _tensors(out):
             if t.grad_fn is None:
                 continue
@@ -318,12 +341,7 @@ def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
             h.remove()
     graph = _Graph.from_edges(list(order.items()), edges)
     graph.streams = streams
-    graph.norm_inputs = norm_inputs
-    graph.zero_fed = {name for name, zero in zeros.items() if zero}
-    graph.ids_fed = ids
-    graph.zero_out = {name for name, zero in zero_out.items() if zero}
-    graph.zero_made = {name for name in graph.zero_out if zeros.get(name, True)}
-    graph.free = {name for name, only in free.items() if only}
+    seen.into(graph)
     graph.aliases = {name: of for name, of in aliases.items() if name not in made}
     graph.sums = sums
     return graph

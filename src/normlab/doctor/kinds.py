@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from normlab import nn as nlnn
-from normlab.probe import is_layer, own_parameters
+from normlab.probe import own_parameters
 
 _WEIGHT_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 _NORMS: tuple[type[nn.Module], ...] = (
