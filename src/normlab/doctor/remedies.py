@@ -64,7 +64,7 @@ from normlab import nn as nlnn
 from normlab.doctor.cure import _skipped, _tied, fix
 from normlab.doctor.graph import _Graph, _trace
 from normlab.doctor.kinds import _WEIGHT_LAYERS, _is_norm
-from normlab.doctor.results import Diagnosis, module_path
+from normlab.doctor.results import TREND_MARK, Diagnosis, module_path
 from normlab.doctor.running import Input, _call, _preserved, _steps
 from normlab.doctor.training import (
     TRIAL_SEEDS,
@@ -493,10 +493,6 @@ def _tanh(case: _Case, generator: torch.Generator | None) -> Remedied:
 
 # -- shallower -----------------------------------------------------------------------------------
 
-TREND_MARK = 10.0
-"""The depth trend labels a block whose gradient ratio lies this far (10x) from the output end's
-(:func:`normlab.doctor.trend._mark_trend`); ``shallower`` keeps as many blocks as the gradient
-crosses growing less than that."""
 MIN_RUN = 3
 
 

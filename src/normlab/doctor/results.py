@@ -24,6 +24,9 @@ from normlab.probe import finite_or_none
 TREND_BLOCKS, TREND_R2, TREND_TOTAL = 6, 0.9, 1e2
 """A sustained gradient trend: over at least this many blocks, a fit of log rho over depth this
 good (R^2), and this much growth from one end to the other."""
+TREND_MARK = 10.0
+"""A sustained trend labels the blocks whose ratio it puts this many times (or 1/this) from the
+output end's."""
 
 
 def module_path(name: str, root: str = "model") -> str:

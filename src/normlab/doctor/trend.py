@@ -10,7 +10,7 @@ import torch
 
 from normlab.doctor.expect import _blocks
 from normlab.doctor.layers import _labels
-from normlab.doctor.results import LayerDiagnosis, Trend
+from normlab.doctor.results import TREND_MARK, LayerDiagnosis, Trend
 
 
 def _alike(weighted: Sequence[LayerDiagnosis]) -> tuple[str, list[list[int]], list[int]]:
@@ -56,12 +56,12 @@ def _mark_trend(layers: Sequence[LayerDiagnosis], trend: Trend) -> None:
     marked = []
     for group, b in zip(groups, depth, strict=True):
         growth = trend.factor ** (depth[-1] - b)  # from the last block to this one
-        if not 0.1 < growth < 10:
+        if not 1 / TREND_MARK < growth < TREND_MARK:
             marked += group
     last = math.exp(sum(math.log(weighted[i].grad_ratio) for i in groups[-1]) / len(groups[-1]))
     for i in range(min(groups[0])):
         past = weighted[i].grad_ratio / last
-        if past <= 0.1 if trend.direction == "vanishing" else past >= 10:
+        if past <= 1 / TREND_MARK if trend.direction == "vanishing" else past >= TREND_MARK:
             marked.append(i)
     for i in marked:
         weighted[i].trend = trend.direction
