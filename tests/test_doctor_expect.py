@@ -623,3 +623,41 @@ def test_a_path_added_beside_a_projection_shortcut_is_on_a_branch() -> None:
     torch.manual_seed(0)
     twin = {la.name: la for la in doctor.diagnose(_Shortcut(32, add=False), x).layers}["b"]
     assert twin.role == "layer" and "vanishing" in twin.labels, (twin.role, twin.labels)
+
+
+class _DropsOnce(nn.Module):
+    """Stochastic depth (LayerDrop) made deterministic: the block is skipped on its first call
+    (the doctor's trace), run on the others (its measured passes)."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner, self.calls = inner, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return x if self.calls == 1 else x + self.inner(x)
+
+
+def test_a_layer_the_trace_did_not_see_is_not_judged_against_the_input() -> None:
+    """A block that stochastic depth skipped in the traced pass has no known role or anchor:
+    its layers are measured, but their scale is judged against nothing, not the input (the
+    block's branch at std 0.005 sits ~0.001x the input: seen, it is a residual branch, which
+    the stream carries past; unseen, judged against the input, it was called vanishing)."""
+    torch.manual_seed(0)
+    inner = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64))
+    for m in inner:
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, std=0.005)
+            nn.init.zeros_(m.bias)
+    net = nn.Sequential(nn.Linear(64, 64), _DropsOnce(inner), nn.Linear(64, 8))
+    d = doctor.diagnose(net, [torch.randn(32, 64), torch.randn(32, 64)])
+    unseen = [la for la in d.layers if la.name.startswith("1.inner.")]
+    assert len(unseen) == 3 and all(la.anchor is None and math.isnan(la.scale) for la in unseen)
+    assert unseen[-1].act_std < doctor.VANISHING * d.input_std
+    assert d.problems == [], d.verdict
+    seen = {la.name: la for la in d.layers}
+    assert seen["0"].anchor == "" and math.isfinite(seen["0"].scale)
+    net[1].calls = 1  # never skipped again: the trace sees the block, a residual branch
+    d = doctor.diagnose(net, [torch.randn(32, 64), torch.randn(32, 64)])
+    branch = [la for la in d.layers if la.name.startswith("1.inner.")]
+    assert [la.role for la in branch] == ["branch"] * 3 and d.problems == [], d.verdict

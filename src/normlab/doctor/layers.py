@@ -71,7 +71,9 @@ def _layer_diagnoses(
         m = modules[name]
         if not _is_elementwise(m):
             unit_first = isinstance(m, _CHANNEL_FIRST)
-        role = (roles or {}).get(name) or Role("layer", "")
+        # with a trace, a layer it did not see (a block stochastic depth skipped in its pass)
+        # has no known anchor, so its scale is not judged; without one, a plain stack's
+        role = (roles or {}).get(name) or Role("layer", None if roles else "")
         std, mean = _mean(acts.std, j), _mean(acts.mean, j)
         layer = LayerDiagnosis(
             name=name,
