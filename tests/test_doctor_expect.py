@@ -661,3 +661,41 @@ def test_a_layer_the_trace_did_not_see_is_not_judged_against_the_input() -> None
     d = doctor.diagnose(net, [torch.randn(32, 64), torch.randn(32, 64)])
     branch = [la for la in d.layers if la.name.startswith("1.inner.")]
     assert [la.role for la in branch] == ["branch"] * 3 and d.problems == [], d.verdict
+
+
+class _Stem(nn.Module):
+    """A speech front end: three std-0.02 convolutions (each ~0.1x its input), one ReLU
+    module applied after each (``shared``) or one ReLU each, a projection, then a LayerNorm."""
+
+    def __init__(self, shared: bool) -> None:
+        super().__init__()
+        self.convs = nn.ModuleList(nn.Conv1d(c, 16, 3, padding=1) for c in (1, 16, 16))
+        for conv in self.convs:
+            nn.init.normal_(conv.weight, std=0.02)
+            nn.init.zeros_(conv.bias)
+        n = 1 if shared else 3
+        self.acts = nn.ModuleList(nn.ReLU() for _ in range(n))
+        self.proj, self.norm, self.head = nn.Linear(16, 32), nn.LayerNorm(32), nn.Linear(32, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (N, 1, T)
+        for i, conv in enumerate(self.convs):
+            x = self.acts[i % len(self.acts)](conv(x))  # (N, 16, T)
+        return self.head(self.norm(self.proj(x.transpose(1, 2))))  # (N, T, 4)
+
+
+def test_a_module_called_in_several_places_is_looked_through() -> None:
+    """One nn.ReLU applied after three convolutions is a function used three times, not one
+    layer: traced as a node it joined them into a loop, and the stem's path to the norm was
+    lost (judged against the input, vanishing). Looked through, the stem reaches the output
+    only through the norm, as its twin with three ReLUs, and both are healthy."""
+    x = torch.randn(8, 1, 64, generator=torch.Generator().manual_seed(0))  # (N, 1, T)
+    got = {}
+    for shared in (True, False):
+        torch.manual_seed(0)
+        d = doctor.diagnose(_Stem(shared), x)
+        got[shared] = d
+        assert d.problems == [], (shared, d.verdict)
+    byname = {la.name: la for la in got[True].layers}
+    assert byname["convs.2"].act_std < doctor.VANISHING * got[True].input_std
+    assert byname["acts.0"].anchor is None  # used in three places: no one anchor
+    assert byname["convs.1"].role == got[False].layers[2].role == "layer"

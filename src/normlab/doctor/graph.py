@@ -14,7 +14,7 @@ from torch import nn
 
 from normlab.doctor.kinds import _has_weight, _is_norm, _nonlinearity, _passes
 from normlab.doctor.running import Input, _graph_call, _preserved, _tensors
-from normlab.probe import select_modules
+from normlab.probe import own_parameters, select_modules
 
 Edges = dict[str, "str | None"]  # producing layer -> the small parameter on the way, if any
 _OUTPUT = "<output>"  # the model's output, as a consumer
@@ -278,9 +278,17 @@ class _Values:
         graph.free = {name for name, only in self.free.items() if only}
 
 
-def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
+def _trace(
+    model: nn.Module, batch: Input, output: str | None = None, through: frozenset[str] = frozenset()
+) -> _Graph:
     """One forward pass with gradients on, recording which layer's output feeds which layer
-    (and the model's output), and the small parameters multiplied in between."""
+    (and the model's output), and the small parameters multiplied in between.
+
+    A module without parameters called more than once in the pass (one ``nn.ReLU`` applied
+    after each of three convolutions) is a function used in several places, not one layer in
+    one: as a node it would join those places into a loop. The pass is then traced again
+    looking ``through`` such modules, to the layers that feed each call."""
+    calls: dict[str, int] = {}  # layer -> how many times it ran in the pass
     made_by: dict[Any, str] = {}  # autograd node of a layer's output -> that layer
     order: dict[str, nn.Module] = {}
     edges: dict[str, Edges] = {}  # layer -> its producers, each with a scaling parameter
@@ -294,11 +302,14 @@ def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
     made: set[str] = set()  # the layers that made an output of their own at some call
 
     def pre(mod: nn.Module, args: Any, name: str) -> None:
-        if _tensors(args):
+        if _tensors(args) and name not in through:
             before[name] = _std(_tensors(args)[0])
             added[name] = _added(_tensors(args)[0], made_by)
 
     def hook(mod: nn.Module, args: Any, out: Any, name: str) -> None:
+        if name in through:
+            return
+        calls[name] = calls.get(name, 0) + 1
         order.setdefault(name, mod)
         # a layer with layers inside (ReZero's block: x + alpha * f(x)) also reads theirs
         read = _tensors(args) + (_tensors(out) if next(mod.children(), None) else [])
@@ -339,6 +350,9 @@ def _trace(model: nn.Module, batch: Input, output: str | None = None) -> _Graph:
     finally:
         for h in handles:
             h.remove()
+    reused = {name for name, n in calls.items() if n > 1 and not own_parameters(order[name])}
+    if reused:
+        return _trace(model, batch, output, through | reused)
     graph = _Graph.from_edges(list(order.items()), edges)
     graph.streams = streams
     seen.into(graph)
