@@ -663,7 +663,7 @@ def test_a_layer_the_trace_did_not_see_is_not_judged_against_the_input() -> None
     assert [la.role for la in branch] == ["branch"] * 3 and d.problems == [], d.verdict
 
 
-class _Stem(nn.Module):
+class _SpeechStem(nn.Module):
     """A speech front end: three std-0.02 convolutions (each ~0.1x its input), one ReLU
     module applied after each (``shared``) or one ReLU each, a projection, then a LayerNorm."""
 
@@ -692,7 +692,7 @@ def test_a_module_called_in_several_places_is_looked_through() -> None:
     got = {}
     for shared in (True, False):
         torch.manual_seed(0)
-        d = doctor.diagnose(_Stem(shared), x)
+        d = doctor.diagnose(_SpeechStem(shared), x)
         got[shared] = d
         assert d.problems == [], (shared, d.verdict)
     byname = {la.name: la for la in got[True].layers}
