@@ -185,6 +185,16 @@ def test_broken_json_is_422(client: TestClient) -> None:
     still_serving(client)
 
 
+@pytest.mark.parametrize("body", [b"\r", b"  \n"])
+def test_a_body_of_whitespace_is_no_json_object(client: TestClient, body: bytes) -> None:
+    # no body at all runs the defaults; a body must be JSON (schemathesis sent "\r")
+    json_type = {"content-type": "application/json"}
+    r = client.post("/api/experiments/drift", content=body, headers=json_type)
+    assert r.status_code == 422 and "not valid JSON" in r.json()["detail"]["message"]
+    assert client.post("/api/experiments/drift", content=b"", headers=json_type).status_code == 200
+    still_serving(client)
+
+
 def test_a_huge_body_is_refused_unread_and_the_lab_goes_on(client: TestClient) -> None:
     json_type = {"Content-Type": "application/json"}
     declared = client.post(

@@ -77,7 +77,7 @@ async def _read_params(request: Request) -> dict[str, Any] | JSONResponse:
     raw = await read_body(request, MAX_PARAMS_BYTES, None)
     if isinstance(raw, JSONResponse):
         return raw
-    if not raw.strip():
+    if not raw:  # no body: the defaults; a body of whitespace is no JSON object
         return {}
     try:
         body = json.loads(raw)
