@@ -35,6 +35,7 @@ Usage::
     python benchmarks/watch.py                     # cost, 20 rounds of 10 steps
     python benchmarks/watch.py --rounds 5          # shorter
     python benchmarks/watch.py --threads 1 --cpu-time   # steadier on a busy machine
+    python benchmarks/watch.py --mlp-only --width 1024  # the same MLP with 16x the work a layer
     python benchmarks/watch.py --profile 1         # where every-step watching spends its time
     python benchmarks/watch.py --memory --steps 10000
 """
@@ -76,19 +77,20 @@ def gpt2(layers: int) -> nn.Module:
     return transformers.GPT2LMHeadModel(config)
 
 
-def models() -> list[tuple[str, nn.Module, Loss]]:
-    """(name, model, loss of one batch) for the MLP, the CNN and the transformer."""
+def models(width: int = 256, batch: int = 128) -> list[tuple[str, nn.Module, Loss]]:
+    """(name, model, loss of one batch) for the MLP (``width``, ``batch``), the CNN and the
+    transformer."""
     g = torch.Generator().manual_seed(0)
     torch.manual_seed(0)
     layers: list[nn.Module] = []
     for _ in range(8):
-        layers += [nn.Linear(256, 256), nn.ReLU()]
-    mlp = nn.Sequential(*layers, nn.Linear(256, 10))
-    x = torch.randn(128, 256, generator=g)  # (N, D)
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    mlp = nn.Sequential(*layers, nn.Linear(width, 10))
+    x = torch.randn(batch, width, generator=g)  # (N, D)
     images = torch.randn(zoo.input_shape("resnet", 64), generator=g)  # (N, 3, 16, 16)
     ids = torch.randint(1000, (8, 64), generator=g)  # (N, T)
     return [
-        ("MLP 8 x 256", mlp, lambda m: m(x).square().mean()),
+        (f"MLP 8 x {width}, batch {batch}", mlp, lambda m: m(x).square().mean()),
         ("CNN zoo.resnet", zoo.build("resnet"), lambda m: m(images).square().mean()),
         ("GPT-2 4 x 128", gpt2(4), lambda m: m(ids, labels=ids).loss),
     ]
@@ -138,11 +140,13 @@ def rounds_of(loops: dict[str, Loop], rounds: int, clock: Clock) -> dict[str, li
     return times
 
 
-def cost(rounds: int, clock: Clock) -> list[tuple[str, float, float, float]]:
+def cost(
+    rounds: int, clock: Clock, width: int = 256, batch: int = 128, mlp_only: bool = False
+) -> list[tuple[str, float, float, float]]:
     """Print each model's median step times and paired ratios; return (name, every=1 ratio,
     every=10 ratio, microseconds every=1 adds per probed module and step)."""
     out = []
-    for name, model, loss in models():
+    for name, model, loss in models(width, batch)[: 1 if mlp_only else None]:
         loops = {"plain": Loop(model, loss, None), PROBES: Loop(model, loss, 0)}
         loops |= {f"every={k}": Loop(model, loss, k) for k in (1, 10)}
         loops[EXACT] = Loop(model, loss, 1, sample_size=None)
@@ -214,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", type=int, default=None, metavar="EVERY", help="cProfile")
     parser.add_argument("--memory", action="store_true", help="the long memory run instead")
     parser.add_argument("--steps", type=int, default=10_000, help="steps of the memory run")
+    parser.add_argument("--width", type=int, default=256, help="the MLP's width")
+    parser.add_argument("--batch", type=int, default=128, help="the MLP's batch")
+    parser.add_argument("--mlp-only", action="store_true", help="measure the MLP alone")
     args = parser.parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -228,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     what = "process CPU time" if args.cpu_time else "wall time"
     threads = torch.get_num_threads()
     print(f"normlab.watch cost: {threads} threads, {what}, load average {load}")
-    results = cost(args.rounds, clock)
+    results = cost(args.rounds, clock, args.width, args.batch, args.mlp_only)
     print()
     for name, r1, r10, added in results:
         verdict = "within" if r1 <= TARGET else "OVER"

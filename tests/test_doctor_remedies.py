@@ -15,6 +15,7 @@ from torch import nn
 from normlab import doctor, init, zoo
 from normlab.cli import main
 from normlab.doctor import Advice, Trial
+from tests.calibration import ENTRIES
 
 BATCH = 64
 
@@ -543,3 +544,52 @@ def test_shallower_is_never_offered_without_a_sustained_trend() -> None:
     assert 8 <= kept <= 14 and len(deep) == 31  # ~11 at 1.22x a block; the given is as it was
     assert all(torch.equal(v, deep.state_dict()[k]) for k, v in made.model.state_dict().items()
                if not k.startswith(f"{kept + 1}."))  # fmt: skip  # the kept blocks as they were
+
+
+# -- the calibration set's failures: each one's own diagnosis, and a measured cure ----------------
+
+CALIBRATION_CURES = {
+    "relu-std1": "he",
+    "tanh-std1": "xavier",
+    "relu-std001": "he",
+    "bias-minus5": "zero-bias",
+    "constant-conv": "he",
+    "embedding-std10": "lsuv",
+    "sigmoid-deep": "tanh",
+}
+"""A remedy per failure of :data:`tests.calibration.ENTRIES` whose cure no other test checks
+(measured over all remedies, ``doctor.advise`` at its defaults: these cure; the embedding's is
+LSUV alone, which rescales the tanh layers' weights to the std-10 input they get)."""
+CURED_ELSEWHERE = {
+    "encoder48-post": test_pre_ln_cures_the_48_layer_post_ln_encoder,
+    "residual-mlp": test_branch_scale_cures_the_deep_pre_ln_residual_mlp,
+    "zoo:deep-batchnorm": test_shallower_cures_the_deep_batchnorm_stack,
+    "zoo:vanishing-sigmoid": test_tanh_cures_the_deep_sigmoid_stacks,
+    "zoo:vanishing-tanh": test_each_zoo_failure_gets_a_measured_cure,
+    "zoo:exploding-relu": test_each_zoo_failure_gets_a_measured_cure,
+    "zoo:dead-relu": test_each_zoo_failure_gets_a_measured_cure,
+}
+"""The failures whose cure another test here checks (``zoo:symmetric``'s: test_calibration)."""
+
+
+def test_every_calibration_failure_has_a_cure_checked() -> None:
+    failures = {e.name for e in ENTRIES if e.truth}
+    checked = set(CALIBRATION_CURES) | set(CURED_ELSEWHERE) | {"zoo:symmetric"}
+    assert failures == checked  # a new failure needs its cure checked
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "remedy"), CALIBRATION_CURES.items())
+def test_each_calibration_failure_gets_a_measured_cure_from_its_own_diagnosis(
+    name: str, remedy: str
+) -> None:
+    """The diagnosis as the doctor makes it (not a label put in its place), and the advice at
+    the training check's defaults (3 seeds of 100 Adam steps): a cure, lower on every seed."""
+    (entry,) = [e for e in ENTRIES if e.name == name]
+    g = torch.Generator().manual_seed(0)
+    xs = [entry.inputs(g) for _ in range(2)]
+    net = entry.build()
+    d = doctor.diagnose(net, xs, generator=g, output=entry.output)
+    assert set(entry.truth) <= set(d.problems), d.problems
+    (advice,) = doctor.advise(net, xs, d, generator=g, output=entry.output, remedies=[remedy])
+    assert_cure(advice)

@@ -333,13 +333,11 @@ def _trace(
             elif first not in aliases.setdefault(name, []):
                 aliases[name].append(first)
 
-    handles = [
-        m.register_forward_hook(functools.partial(hook, name=name))
-        for name, m in select_modules(model)
-    ]
+    layers = select_modules(model)
+    handles = [m.register_forward_hook(functools.partial(hook, name=name)) for name, m in layers]
     handles += [  # nn.ReLU(inplace=True) after a residual add: the sum, as it read it
         m.register_forward_pre_hook(functools.partial(pre, name=name))
-        for name, m in select_modules(model)
+        for name, m in layers
         if getattr(m, "inplace", False) is True
     ]
     try:
