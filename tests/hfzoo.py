@@ -1027,6 +1027,29 @@ def _branch_ends_scaled(model: nn.Module) -> None:
                 p.mul_(len(ends) ** -0.5)
 
 
+_ZERO_CODEBOOK = (
+    "the model's own _init_weights fills every codebook of the residual quantizer with zeros "
+    "(the `embed` buffers, marked `inited` so no k-means fills them; no gradient reaches a "
+    "buffer): every frame is coded 0, the decoder's fc2 reads zeros on the only path to "
+    "audio_values (fc2 and acoustic_decoder.conv1 0 on every unit), so the output is a "
+    "constant: two different inputs give bit-identical audio_values (std 0.0029, the biases'), "
+    "and no gradient reaches the encoder through the argmax; the twin with each codebook's rows "
+    "drawn N(0, 1) (as a k-means of live features would fill them) gives an output that "
+    "depends on the input and is healthy. The frozen semantic model (torch.no_grad) is not "
+    "judged either way"
+)
+
+
+def _codebooks_drawn(model: nn.Module) -> None:
+    """Each all-zero codebook buffer (``...codebook.embed``) drawn N(0, 1) (generator seeded
+    :data:`SEED`): codes that depend on the input, as a k-means init would give."""
+    g = torch.Generator().manual_seed(SEED)
+    with torch.no_grad():
+        for name, buf in model.named_buffers():
+            if name.endswith("codebook.embed") and not buf.any():
+                buf.normal_(generator=g)
+
+
 TRUE_ALARMS: dict[str, TrueAlarm] = {
     "kosmos-2.5": TrueAlarm(
         "text_config.init_std", 0.02, ("exploding",), _DEEP_PRE_LN, _branch_ends_scaled
@@ -1050,6 +1073,9 @@ TRUE_ALARMS: dict[str, TrueAlarm] = {
     "sam_vision_model": TrueAlarm("initializer_range", 1e-10, ("vanishing",), _EPS_FLOOR),
     "sam_hq_vision_model": TrueAlarm("initializer_range", 1e-10, ("vanishing",), _EPS_FLOOR),
     "cpmant": TrueAlarm("init_std", 1.0, ("exploding",), _CPMANT),
+    "xcodec": TrueAlarm(
+        "initializer_range", 0.02, ("vanishing", "dead"), _ZERO_CODEBOOK, _codebooks_drawn
+    ),
 }
 """Families whose standard init is degenerate by their config's own constant (the doctor's
 alarm is true; an ``exploding`` after a collapsed tower is the projection read against the

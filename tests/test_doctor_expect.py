@@ -699,3 +699,59 @@ def test_a_module_called_in_several_places_is_looked_through() -> None:
     assert byname["convs.2"].act_std < doctor.VANISHING * got[True].input_std
     assert byname["acts.0"].anchor is None  # used in three places: no one anchor
     assert byname["convs.1"].role == got[False].layers[2].role == "layer"
+
+
+class _FrozenFront(nn.Module):
+    """A front of two linear maps whose first puts out 0.005 of its input and whose second
+    restores it (x200: a pretrained feature extractor's weights need not keep each layer's
+    scale), run under ``torch.no_grad`` when ``frozen``, then a trained stack of ``depth``
+    ReLU layers at std ``std`` and a head."""
+
+    def __init__(self, frozen: bool, depth: int = 2, std: float = 0.25) -> None:
+        super().__init__()
+        self.frozen = frozen
+        self.down, self.up = nn.Linear(32, 32, bias=False), nn.Linear(32, 32, bias=False)
+        nn.init.normal_(self.down.weight, std=0.005 / 32**0.5)  # gain 0.005
+        nn.init.normal_(self.up.weight, std=200 / 32**0.5)  # gain 200
+        self.stack = nn.Sequential(
+            *[m for _ in range(depth) for m in (nn.Linear(32, 32, bias=False), nn.ReLU())]
+        )
+        for m in self.stack:
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, std=std)
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (N, 32)
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.frozen):
+            x = self.up(self.down(x))  # (N, 32), ~the input's scale
+        return self.head(self.stack(x))  # (N, 4)
+
+
+def test_a_front_run_under_no_grad_is_not_judged_by_scale() -> None:
+    """A front run under torch.no_grad neither trains nor passes a gradient: it is a fixed
+    transform of the input (as PE-Audio's frozen DAC encoder), so its first layer's 0.005 of
+    the input is no training pathology, and the model is healthy; the same front trained is
+    judged, its first layer under VANISHING = 0.01 of the input."""
+    x = torch.randn(64, 32, generator=torch.Generator().manual_seed(0))  # (N, 32)
+    verdicts = {}
+    for frozen in (True, False):
+        torch.manual_seed(0)
+        d = doctor.diagnose(_FrozenFront(frozen), x)
+        verdicts[frozen] = d
+        down = next(la for la in d.layers if la.name == "down")
+        assert down.act_std < doctor.VANISHING * d.input_std  # ~0.005 of it either way
+        assert (down.role == "frozen") is frozen
+    assert verdicts[True].problems == [], verdicts[True].verdict
+    assert verdicts[False].problems == ["vanishing"], verdicts[False].verdict
+
+
+def test_a_vanishing_relu_stack_after_a_frozen_front_stays_vanishing() -> None:
+    """The trained stack after the frozen front at std 0.01 (gain 0.01 sqrt(32/2) = 0.04 a
+    layer, 2.6e-6 over four) is the failure set's vanishing ReLU stack: still labelled."""
+    x = torch.randn(64, 32, generator=torch.Generator().manual_seed(0))  # (N, 32)
+    torch.manual_seed(0)
+    d = doctor.diagnose(_FrozenFront(True, depth=4, std=0.01), x)
+    assert d.problems[0] == "vanishing", d.verdict
+    stack = [la for la in d.layers if la.name.startswith("stack.")]
+    assert all(la.role == "layer" for la in stack)
+    assert "vanishing" in stack[-1].labels

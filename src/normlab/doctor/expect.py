@@ -23,6 +23,9 @@ than by their own scale:
   branch is a design (ReZero, SkipInit, T-Fixup and std-0.02 transformers start small and train;
   attention at init averages its values over the :math:`T` tokens, so its output shrinks like
   :math:`1/\sqrt{T}`), and its own gradient, not its scale, says whether it can grow;
+- a layer run with gradient recording off (``torch.no_grad``: a frozen pretrained feature
+  extractor inside a model) is no part of what trains: its output is a fixed transform of the
+  input, as a spectrogram is, so its scale is not judged (nor does it start a segment);
 - a layer whose parameters are all zero (a relative-position bias table, a zero-initialized
   last layer of a residual branch), or that looks up zero rows (a padding row) or maps the 0 it
   is fed to 0 (DETR's decoder starts from zero queries), is zero by design, not dead, where its
@@ -79,8 +82,11 @@ class Role:
     (a first layer fed token ids, or learned parameters only, as DETR's object queries: an
     anchor, not judged by scale), ``"feeds-norm"`` (its output
     only enters norms: judged by what they pass on), ``"branch"`` (on a residual branch: not
-    judged by a small scale), ``"zero"`` (zero by design: all its parameters 0, or fed only
-    zeros, as DETR's decoder starts from zero queries, or only such layers) or ``"layer"``
+    judged by a small scale), ``"frozen"`` (run under ``torch.no_grad``: a fixed transform of
+    the input that neither trains nor passes a gradient, as a pretrained feature extractor
+    inside a model; not judged by scale), ``"zero"`` (zero by design: all its parameters 0, or
+    fed only zeros, as DETR's decoder starts from zero queries, or only such layers) or
+    ``"layer"``
     (judged by its scale against its anchor's, or, when every path from it to the output
     crosses a norm, by what the first norms on those paths, ``norms``, pass on).
     """
@@ -217,7 +223,9 @@ def roles(graph: _Graph, tokens: bool) -> dict[str, Role]:
             bool(producers) and all(out[p].kind == "zero" for p in producers)
         )
         made = _zero(m) or name in graph.zero_made  # params at 0, zero rows, or 0 of 0
-        if (made or fed_zero) and _zero_by_design(graph, name, m, on_branch):
+        if name in graph.frozen:
+            kind, anchor = "frozen", None
+        elif (made or fed_zero) and _zero_by_design(graph, name, m, on_branch):
             kind, anchor = "zero", None
         elif _is_norm(m):
             kind, anchor = "norm", None

@@ -42,6 +42,7 @@ class _Graph:
     # bias) or of their parameters alone (an embedding's padding row)
     zero_made: set[str] = field(default_factory=set)
     free: set[str] = field(default_factory=set)  # fed parameters only (a learned query), no data
+    frozen: set[str] = field(default_factory=set)  # run with gradient recording off: not trained
     # a layer whose output was at every call the very tensor another layer made (dropout in
     # eval or at p=0, an identity, a drop path): the layers whose output it passed on
     aliases: dict[str, list[str]] = field(default_factory=dict)
@@ -252,6 +253,7 @@ class _Values:
     ids: set[str] = field(default_factory=set)  # layers that read only integer tensors
     zero_out: dict[str, bool] = field(default_factory=dict)  # every float output it made was 0
     free: dict[str, bool] = field(default_factory=dict)  # it read parameters only, no layer's
+    frozen: dict[str, bool] = field(default_factory=dict)  # it ran without gradient recording
 
     def note(self, mod: nn.Module, name: str, args: Any, out: Any, free: bool) -> None:
         """One call of layer ``name``: ``free`` says it read parameters only at this call."""
@@ -276,6 +278,7 @@ class _Values:
         graph.zero_out = {name for name, zero in self.zero_out.items() if zero}
         graph.zero_made = {name for name in graph.zero_out if self.zeros.get(name, True)}
         graph.free = {name for name, only in self.free.items() if only}
+        graph.frozen = {name for name, off in self.frozen.items() if off}
 
 
 def _trace(
@@ -324,6 +327,7 @@ def _trace(
         floats = [t for t in _tensors(args) if t.is_floating_point() and t.numel() > 0]
         free = bool(floats) and name not in edges and _reads_parameters_only(floats, names)
         seen.note(mod, name, args, out, free)
+        seen.frozen[name] = seen.frozen.get(name, True) and _frozen(mod, out)
         for t in _tensors(out):
             if t.grad_fn is None:
                 continue
@@ -357,6 +361,18 @@ def _trace(
     graph.aliases = {name: of for name, of in aliases.items() if name not in made}
     graph.sums = sums
     return graph
+
+
+def _frozen(mod: nn.Module, out: Any) -> bool:
+    """Whether a call ran with gradient recording off (under ``torch.no_grad``, as a frozen
+    feature extractor inside a model runs): the grad mode at the hook, or, for a layer with
+    parameters that require grad, an output without autograd history (no layer makes one with
+    recording on)."""
+    if not torch.is_grad_enabled():
+        return True
+    trained = any(p.requires_grad for p in own_parameters(mod))
+    outs = [t for t in _tensors(out) if t.is_floating_point()]
+    return trained and bool(outs) and not any(t.requires_grad for t in outs)
 
 
 def _added(x: torch.Tensor, made_by: dict[Any, str]) -> bool:

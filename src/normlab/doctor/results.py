@@ -118,9 +118,9 @@ class LayerDiagnosis:
     def scale_vanishing(self) -> bool:
         """The forward scale fell below :data:`VANISHING` times its anchor's (or to 0); a layer
         that only feeds norms, or reaches the output only through norms, when they pass on under
-        that (:attr:`norm_passes`); never a branch's (the stream carries the signal past it) or
-        one scaled on purpose."""
-        if self.scaled_by is not None or self.role in ("branch", "embedding", "zero"):
+        that (:attr:`norm_passes`); never a branch's (the stream carries the signal past it),
+        one scaled on purpose, or a frozen one's (run under ``torch.no_grad``: not trained)."""
+        if self.scaled_by is not None or self.role in ("branch", "embedding", "zero", "frozen"):
             return False
         if self.role == "feeds-norm" or math.isfinite(self.norm_input):
             return self.norm_passes < VANISHING or self.act_std == 0
