@@ -389,17 +389,68 @@ keeps the standard init's per-layer gain, not its std (or std-0.02 weights at wi
 multiply the scale by 0.16 a layer, a model no one trains)."""
 
 
-def _init_rules(values: Kwargs, out: Kwargs) -> Kwargs:
-    """The init stds scaled by sqrt(width before / width after) of the config's first width."""
+def _factor(values: Kwargs, out: Kwargs) -> float:
+    """sqrt(width before / width after) of the config's first shrunk width (1: none shrank)."""
     shrunk = [
         k
         for k in _keys(values, _WIDTHS)
         if _is_int(values.get(k)) and _is_int(out.get(k)) and 0 < out[k] < values[k]
     ]
-    if not shrunk:
+    return (values[shrunk[0]] / out[shrunk[0]]) ** 0.5 if shrunk else 1.0
+
+
+def _init_rules(values: Kwargs, out: Kwargs) -> Kwargs:
+    """The init stds scaled by sqrt(width before / width after) of the config's first width."""
+    factor = _factor(values, out)
+    if factor == 1.0:
         return {}
-    factor = (values[shrunk[0]] / out[shrunk[0]]) ** 0.5
     return {key: values[key] * factor for key in INIT_STDS if isinstance(values.get(key), float)}
+
+
+LIBRARY_STD = 0.02
+"""The std ``PreTrainedModel._init_weights`` falls back to when a config names none of its own
+(nor its text config): "the standard default value across the library"."""
+
+
+def _shrink_factor(old: Any, new: Any) -> float:
+    """The factor :func:`_init_rules` scales ``old``'s stds by in ``new``; a config with no width
+    of its own shrunk, the geometric mean of its shrunk sub-configs' smallest and largest
+    factors (1: none shrank): one std for layers shrunk by several factors, each layer's gain
+    then within sqrt(largest / smallest) of its full-size one, the least worst ratio."""
+    keys = _keys(_values(old, list(old.to_dict())), _WIDTHS)
+    own = _factor(_values(old, keys), _values(new, keys))
+    if own > 1.0:
+        return own
+    subs = [
+        _shrink_factor(getattr(old, name), getattr(new, name))
+        for name in sorted(set(getattr(old, "sub_configs", {}) or {}))
+        if hasattr(getattr(old, name, None), "to_dict")
+        and hasattr(getattr(new, name, None), "to_dict")
+    ]
+    shrunk = [f for f in subs if f > 1.0]
+    return math.sqrt(min(shrunk) * max(shrunk)) if shrunk else 1.0
+
+
+def _std_rules(old: Any, new: Any) -> Kwargs:
+    """The init std of a composite's own layers, where :func:`_init_rules` cannot see it.
+
+    A config whose std initializes layers sized by its sub-configs (a diarization model's
+    projection and classifier, sized by its head and audio configs, none of its own widths) is
+    scaled by theirs (:func:`_shrink_factor`). A config
+    whose widths shrank but that names no std (nor its text config), so that its layers fall
+    back to :data:`LIBRARY_STD`, is given that std scaled (a transducer's projector and joint
+    head: 0.02 at width 64 is a gain of 0.16 a layer, five of them 0.0006x of the encoder; at
+    full width 0.1x)."""
+    factor = _shrink_factor(old, new)
+    if factor == 1.0:
+        return {}
+    values = _values(old, list(INIT_STDS))
+    if _factor(_values(old, list(old.to_dict())), _values(new, list(old.to_dict()))) == 1.0:
+        return {key: v * factor for key, v in values.items() if isinstance(v, float)}
+    named = values or hasattr(old, "initializer_factor")
+    if named or getattr(old.get_text_config(), "initializer_range", None) is not None:
+        return {}
+    return {"initializer_range": LIBRARY_STD * factor}
 
 
 def _window_rules(values: Kwargs) -> Kwargs:
@@ -563,7 +614,9 @@ def shrink(config: Any, level: int = 0, ids: dict[int, int] | None = None) -> An
             kwargs[name] = shrink(sub, level, ids)
         elif isinstance(sub, dict):
             kwargs[name] = sub | _rules(sub, level, ids)
-    return type(config)(**kwargs)
+    new = type(config)(**kwargs)
+    extra = _std_rules(config, new) if level == 0 else {}
+    return type(config)(**(kwargs | extra)) if extra else new
 
 
 # --- inputs ------------------------------------------------------------------------------------

@@ -755,3 +755,47 @@ def test_a_vanishing_relu_stack_after_a_frozen_front_stays_vanishing() -> None:
     stack = [la for la in d.layers if la.name.startswith("stack.")]
     assert all(la.role == "layer" for la in stack)
     assert "vanishing" in stack[-1].labels
+
+
+class _GatedMixer(nn.Module):
+    """A pre-LN MLP block whose output is gated, ``x + g * softmax(W g)`` with
+    ``g = fc2(gelu(fc1(LN x)))`` (the gated attention of TSMixer, Chen et al. 2023), std-0.02
+    weights over 8 and 16 inputs; ``residual=False``: the gated MLP alone, no stream past it."""
+
+    def __init__(self, width: int, residual: bool) -> None:
+        super().__init__()
+        self.norm, self.residual = nn.LayerNorm(width), residual
+        self.fc1, self.fc2 = nn.Linear(width, 2 * width), nn.Linear(2 * width, width)
+        self.gate = nn.Linear(width, width)
+        for m in (self.fc1, self.fc2, self.gate):
+            nn.init.normal_(m.weight, std=0.02)
+            nn.init.zeros_(m.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (N, width)
+        g = self.fc2(nn.functional.gelu(self.fc1(self.norm(x))))  # (N, width)
+        gated = g * torch.softmax(self.gate(g), dim=-1)  # (N, width)
+        return x + gated if self.residual else gated
+
+
+def test_a_gated_residual_branch_is_a_branch_up_to_its_gated_value() -> None:
+    """The add reads the stream and ``g * softmax(W g)``: the branch's operand holds the gate
+    and the value it gates, both on the branch (the gate alone was taken for its end, and
+    ``fc1``, ``fc2`` for the stream). Its scale is small on purpose: fc1 gives
+    0.02 sqrt(8) = 0.057 of the norm's unit scale, GELU about halves it near 0, fc2 multiplies
+    by 0.02 sqrt(16) = 0.08: ~0.0023 < 0.01. The twin without the add carries the signal
+    through that branch alone, and its last block stays vanishing. (A first linear layer makes
+    the stream: the input itself is no layer the trace can name.)"""
+    x = torch.randn(64, 8, generator=torch.Generator().manual_seed(0))
+    for residual in (True, False):
+        torch.manual_seed(0)
+        blocks = (_GatedMixer(8, residual) for _ in range(2))
+        model = nn.Sequential(nn.Linear(8, 8), *blocks, nn.Linear(8, 4))
+        d = doctor.diagnose(model, x)
+        byname = {la.name: la for la in d.layers}
+        fc2 = byname["2.fc2"]
+        assert fc2.scale < doctor.VANISHING, fc2.scale
+        if residual:
+            roles = {byname[f"{i}.{n}"].role for i in (1, 2) for n in ("fc1", "fc2", "gate")}
+            assert roles == {"branch"} and d.problems == [], (roles, d.verdict)
+        else:
+            assert fc2.role == "layer" and "vanishing" in fc2.labels, (fc2.role, fc2.labels)

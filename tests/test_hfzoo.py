@@ -11,6 +11,7 @@ finds its families, and that the committed table lists every family and skip rea
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -175,3 +176,27 @@ def test_the_docs_table_is_up_to_date() -> None:
     skipped = {f: row.split(" | ")[-1] for f, row in sections["Skipped"].items()}
     expected = {f: hfzoo.skip_reason(f) for f in hfzoo.families()}
     assert skipped == {f: why for f, why in expected.items() if why is not None}
+
+
+def test_a_composite_s_own_init_std_is_scaled_with_the_widths_it_serves() -> None:
+    """The transducer's config shrinks its decoder 640 -> 64 and names no std (its projector
+    and joint head fall back to the library's 0.02): shrunk, it gets 0.02 sqrt(640 / 64). The
+    diarization config's std serves widths of its audio config (512 -> 64, factor sqrt(8)) and
+    head config (192 -> 64, sqrt(3)): the geometric mean of the two factors. Without either
+    rule both kept 0.02, a gain of 0.16 a layer at width 64 (0.0006x and 0.0019x of their
+    encoder at the head, against ~0.1x and ~0.02x at full width)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    asr = CONFIG_MAPPING["nemotron3_5_asr"]()
+    assert not hasattr(asr, "initializer_range") and asr.decoder_hidden_size == 640
+    shrunk = hfzoo.shrink(asr)
+    assert shrunk.decoder_hidden_size == hfzoo.WIDTH
+    assert shrunk.initializer_range == pytest.approx(0.02 * math.sqrt(640 / 64), rel=1e-9)
+    diar = CONFIG_MAPPING["nemotron3_diarization"]()
+    assert diar.initializer_range == 0.02
+    small = hfzoo.shrink(diar)
+    factor = math.sqrt(math.sqrt(512 / 64) * math.sqrt(192 / 64))
+    assert small.initializer_range == pytest.approx(0.02 * factor, rel=1e-9)
+    assert hfzoo.shrink(CONFIG_MAPPING["bert"]()).initializer_range == pytest.approx(
+        0.02 * math.sqrt(768 / 64), rel=1e-9
+    )  # a config with its own width and std: as before

@@ -47,6 +47,8 @@ class _Graph:
     # eval or at p=0, an identity, a drop path): the layers whose output it passed on
     aliases: dict[str, list[str]] = field(default_factory=dict)
     sums: set[str] = field(default_factory=set)  # layers whose input is an add (of several)
+    operands: dict[str, list[set[str]]] = field(default_factory=dict)  # a sum's reader -> the
+    # layers each operand of its add reads (x + f(x): {x's layer}, {f's last layer})
     memo: dict[Any, Any] = field(default_factory=dict)  # what is read from it, made once
 
     def _ancestors(self) -> dict[str, set[str]]:
@@ -92,10 +94,27 @@ class _Graph:
         ancestors = self._ancestors()
         out: set[str] = set()
         ends = self._ends()
-        for _, end, stream in ends:
+        for reader, end, stream in ends:
+            tips = self._tips(reader, end)
+            stream = [s for s in stream if s not in tips]
             before = set().union(*({s} | ancestors.get(s, set()) for s in stream))
-            out |= ({end} | ancestors.get(end, set())) - before
+            for tip in tips:
+                out |= ({tip} | ancestors.get(tip, set())) - before
         return out | self._parallel({reader for reader, _, _ in ends})
+
+    def _tips(self, reader: str, end: str) -> set[str]:
+        """The layers the branch's operand of the add reads: the branch end, and beside it the
+        layers it multiplies (a gated branch, :math:`x + f(x) \\odot \\mathrm{softmax}(W f(x))`,
+        ends in the gate, and the gated :math:`f(x)` is on the branch too, not the stream). The
+        stream is the other operand; a layer both operands read is the stream's."""
+        sides = self.operands.get(reader, [])
+        for i, side in enumerate(sides):
+            if end in side:
+                others = set().union(*(o for j, o in enumerate(sides) if j != i))
+                tips = side - others
+                if others and set(self.edges.get(reader, {})) - tips:
+                    return tips
+        return {end}
 
     def _parallel(self, done: set[str]) -> set[str]:
         """The layers on the paths into an add of paths that left one input and none of which
@@ -197,8 +216,13 @@ def _scaling(node: Any, names: dict[int, str]) -> str | None:
 def _walk(tensors: list[torch.Tensor], made_by: dict[Any, str], names: dict[int, str]) -> Edges:
     """The layers whose outputs reach ``tensors`` through the autograd graph, each with the
     small parameter multiplied in on the way (``None``: no intentional scaling)."""
+    return _reach([t.grad_fn for t in tensors], made_by, names)
+
+
+def _reach(nodes: list[Any], made_by: dict[Any, str], names: dict[int, str]) -> Edges:
+    """:func:`_walk` from autograd nodes."""
     found: Edges = {}
-    stack: list[tuple[Any, str | None]] = [(t.grad_fn, None) for t in tensors]
+    stack: list[tuple[Any, str | None]] = [(node, None) for node in nodes]
     seen = set()
     while stack:
         node, site = stack.pop()
@@ -300,6 +324,8 @@ def _trace(
     before: dict[str, float] = {}  # an in-place layer's input's std, before it changes it
     seen = _Values()
     added: dict[str, bool] = {}  # an in-place layer -> whether its input was an add
+    split: dict[str, list[set[str]]] = {}  # an in-place layer -> its add's operands' layers
+    operands: dict[str, list[set[str]]] = {}  # a sum's reader -> its add's operands' layers
     aliases: dict[str, list[str]] = {}  # a layer -> whose outputs it returned as they were
     sums: set[str] = set()  # the layers reading several layers through an add
     made: set[str] = set()  # the layers that made an output of their own at some call
@@ -308,6 +334,7 @@ def _trace(
         if _tensors(args) and name not in through:
             before[name] = _std(_tensors(args)[0])
             added[name] = _added(_tensors(args)[0], made_by)
+            split[name] = _operands(_tensors(args)[0], made_by, names)
 
     def hook(mod: nn.Module, args: Any, out: Any, name: str) -> None:
         if name in through:
@@ -324,6 +351,8 @@ def _trace(
             streams[name] = before.pop(name) if name in before else _std(_tensors(args)[0])
             if added.pop(name, None) or _added(_tensors(args)[0], made_by):
                 sums.add(name)
+            found = split.pop(name, None) or _operands(_tensors(args)[0], made_by, names)
+            operands.setdefault(name, found)
         floats = [t for t in _tensors(args) if t.is_floating_point() and t.numel() > 0]
         free = bool(floats) and name not in edges and _reads_parameters_only(floats, names)
         seen.note(mod, name, args, out, free)
@@ -349,6 +378,7 @@ def _trace(
             y = _graph_call(model, batch, output)
             edges[_OUTPUT] = _walk([y], made_by, names)
             streams[_OUTPUT] = _std(y)
+            operands[_OUTPUT] = _operands(y, made_by, names)
     finally:
         for h in handles:
             h.remove()
@@ -360,6 +390,7 @@ def _trace(
     seen.into(graph)
     graph.aliases = {name: of for name, of in aliases.items() if name not in made}
     graph.sums = sums
+    graph.operands = operands
     return graph
 
 
@@ -379,15 +410,28 @@ def _added(x: torch.Tensor, made_by: dict[Any, str]) -> bool:
     """Whether ``x`` is an add (through reshapes and other one-input operations), not a product
     or a concatenation: an attention's output reads its query, key and value, a sum does not
     multiply what it reads."""
+    return _add_node(x, made_by) is not None
+
+
+def _add_node(x: torch.Tensor, made_by: dict[Any, str]) -> Any:
+    """The autograd node of the add ``x`` is (see :func:`_added`), or ``None``."""
     node = x.grad_fn
     while node is not None and node not in made_by:
         if type(node).__name__.startswith("AddBackward"):
-            return True
+            return node
         nexts = [n for n, _ in node.next_functions if n is not None]
         if len(nexts) != 1:
-            return False
+            return None
         node = nexts[0]
-    return False
+    return None
+
+
+def _operands(x: torch.Tensor, made_by: dict[Any, str], names: dict[int, str]) -> list[set[str]]:
+    """The layers each operand of the add ``x`` is reads (``[]`` when ``x`` is no add)."""
+    node = _add_node(x, made_by)
+    if node is None:
+        return []
+    return [set(_reach([n], made_by, names)) for n, _ in node.next_functions if n is not None]
 
 
 def _std(x: torch.Tensor) -> float:
