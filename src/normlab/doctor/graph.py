@@ -35,6 +35,8 @@ class _Graph:
     edges: dict[str, Edges] = field(default_factory=dict)  # consumer -> producer -> scaling
     streams: dict[str, float] = field(default_factory=dict)  # a sum's reader -> the sum's std
     norm_inputs: dict[str, float] = field(default_factory=dict)  # a norm -> its input's std
+    # a layer of one output unit (weight of one row) -> its input's second moment E[x^2]
+    unit_inputs: dict[str, float] = field(default_factory=dict)
     zero_fed: set[str] = field(default_factory=set)  # layers whose float inputs were all 0
     ids_fed: set[str] = field(default_factory=set)  # layers that read only integer tensors
     zero_out: set[str] = field(default_factory=set)  # layers whose float outputs were all 0
@@ -273,6 +275,7 @@ class _Values:
     inputs of zeros only, of token ids only, of parameters only, and outputs of zeros only."""
 
     norm_inputs: dict[str, float] = field(default_factory=dict)  # a norm -> its input's std
+    unit_inputs: dict[str, list[float]] = field(default_factory=dict)  # one unit: E[x^2]s
     zeros: dict[str, bool] = field(default_factory=dict)  # every float input it read was 0
     ids: set[str] = field(default_factory=set)  # layers that read only integer tensors
     zero_out: dict[str, bool] = field(default_factory=dict)  # every float output it made was 0
@@ -284,6 +287,9 @@ class _Values:
         read = _tensors(args)
         if _is_norm(mod) and read:
             self.norm_inputs.setdefault(name, _std(read[0]))
+        if _one_unit(mod) and read and read[0].is_floating_point():
+            second = float(read[0].detach().double().square().mean())  # E[x^2] at this call
+            self.unit_inputs.setdefault(name, []).append(second)
         floats = [t for t in read if t.is_floating_point() and t.numel() > 0]
         if read and not any(t.is_floating_point() for t in read):
             self.ids.add(name)  # token ids (of a second input: a transducer's decoder)
@@ -297,6 +303,7 @@ class _Values:
 
     def into(self, graph: _Graph) -> None:
         graph.norm_inputs = self.norm_inputs
+        graph.unit_inputs = {name: sum(m) / len(m) for name, m in self.unit_inputs.items()}
         graph.zero_fed = {name for name, zero in self.zeros.items() if zero}
         graph.ids_fed = self.ids
         graph.zero_out = {name for name, zero in self.zero_out.items() if zero}
@@ -392,6 +399,20 @@ def _trace(
     graph.sums = sums
     graph.operands = operands
     return graph
+
+
+def _one_unit(mod: nn.Module) -> bool:
+    """Whether ``mod`` maps its input to one output unit through a weight of one row (a
+    ``Linear`` of one output feature, a convolution of one output channel; not a transposed
+    one, whose first weight dimension is its input's)."""
+    w = getattr(mod, "weight", None)
+    units = getattr(mod, "out_features", getattr(mod, "out_channels", None))
+    return (
+        isinstance(w, torch.Tensor)
+        and w.dim() >= 2
+        and units == 1 == w.shape[0]
+        and not getattr(mod, "transposed", False)
+    )
 
 
 def _frozen(mod: nn.Module, out: Any) -> bool:

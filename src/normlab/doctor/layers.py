@@ -100,6 +100,7 @@ def _layer_diagnoses(
         layers.append(layer)
     _scales(layers, ref, producers)
     if graph is not None:
+        _one_unit_scales(layers, modules, graph)
         _predicted_gains(layers, modules, graph)
     _segments(layers, modules)
     _cause_first(layers)
@@ -153,6 +154,35 @@ def _scales(
         before = [by_name[p] for p in producers.get(layer.name, []) if p in by_name]
         rms_in = _rms(before[0]) if before else ref[1]
         layer.gain = _rms(layer) / rms_in if rms_in > 0 else math.nan
+
+
+def _one_unit_scales(
+    layers: list[LayerDiagnosis], modules: dict[str, nn.Module], graph: _Graph
+) -> None:
+    r"""The scale of a layer of one output unit, as the variance argument measures it.
+
+    The variance argument (LeCun et al. 1998; He et al. 2015) predicts the second moment
+    :math:`q = n_\text{in} \sigma_W^2 \mathbb{E}[x^2]` of a unit's pre-activation over the
+    draw of its weights, the input-independent part (a learned query's offset) included, as in
+    its anchor's std (a norm's output: unit second moment over its units). The std over every
+    element of a layer of many units is that average over units (one draw each), as its
+    anchor's is; of one unit it holds no average, only the unit's spread between examples,
+    which a learned query nearly the same for every input makes small whatever the weights (a
+    one-unit readout of such a query reads 0.002x its norm, the same head with 8 units
+    0.09x). Its scale is then :math:`\sqrt{\lVert w \rVert^2 \mathbb{E}[x^2]}`, the
+    RMS its weight row gives its input in expectation over the row's direction, against its
+    anchor's: the one draw's alignment with the input is chance, the row's norm and the
+    input's scale are what the init and the layers before made. A layer that returns such a
+    layer's output as it is (a model whose output is its one-unit head's) is measured so too."""
+    for layer in layers:
+        of = [n for n in [layer.name, *graph.aliases.get(layer.name, [])] if n in graph.unit_inputs]
+        second = graph.unit_inputs[of[0]] if of else math.nan  # E[x^2] of its input
+        w = getattr(modules[of[0]], "weight", None) if of else None
+        if not isinstance(w, torch.Tensor) or not math.isfinite(second):
+            continue
+        layer.unit_rms = math.sqrt(float(w.detach().double().square().sum()) * second)
+        if layer.reference > 0:
+            layer.scale = layer.unit_rms / layer.reference
 
 
 def _predicted_gains(

@@ -108,6 +108,7 @@ class LayerDiagnosis:
     grad_judged: bool = True  # False: its gradient ratio mirrors a forward drift (not judged)
     params: int = 0  # elements of its own weights (2+ dimensions): blocks alike have alike
     on_frac: float = math.nan  # fraction of units above 0 on the whole batch (a dead's mirror)
+    unit_rms: float = math.nan  # one output unit: its RMS in expectation over its row's direction
 
     @property
     def judged(self) -> bool:
@@ -124,7 +125,7 @@ class LayerDiagnosis:
             return False
         if self.role == "feeds-norm" or math.isfinite(self.norm_input):
             return self.norm_passes < VANISHING or self.act_std == 0
-        return self.scale < VANISHING or self.act_std == 0
+        return self.scale < VANISHING or (self.act_std == 0 and not self.unit_rms > 0)
 
     @property
     def norm_passes(self) -> float:
