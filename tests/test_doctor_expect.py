@@ -799,3 +799,23 @@ def test_a_gated_residual_branch_is_a_branch_up_to_its_gated_value() -> None:
             assert roles == {"branch"} and d.problems == [], (roles, d.verdict)
         else:
             assert fc2.role == "layer" and "vanishing" in fc2.labels, (fc2.role, fc2.labels)
+
+
+def test_the_predicted_gain_reads_conv1d_s_fan_in_from_its_input_rows() -> None:
+    """Hugging Face's Conv1D holds its weight as (in, out): the same weights as an nn.Linear's,
+    transposed, predict the same gain (fan-in 32, not the 128 outputs: 2x apart in the gain)."""
+    from transformers.pytorch_utils import Conv1D
+
+    torch.manual_seed(0)
+    linear = nn.Sequential(nn.Linear(32, 128), nn.ReLU(), nn.Linear(128, 4))
+    conv1d = nn.Sequential(Conv1D(128, 32), nn.ReLU(), nn.Linear(128, 4))
+    with torch.no_grad():
+        conv1d[0].weight.copy_(linear[0].weight.T)  # (32, 128)
+        conv1d[0].bias.copy_(linear[0].bias)
+        conv1d[2].load_state_dict(linear[2].state_dict())
+    x = torch.randn(64, 32)
+    gains = [
+        doctor.diagnose(net, x, generator=torch.Generator().manual_seed(0)).layers[0].predicted_gain
+        for net in (linear, conv1d)
+    ]
+    assert gains[0] > 0 and gains[1] == pytest.approx(gains[0], rel=1e-6)  # float32 variance

@@ -192,7 +192,8 @@ def _predicted_gains(
     predicts from its weights (zero-mean weights, no bias): its pre-activation has second
     moment :math:`q = n_\text{in} \sigma_W^2 \mathbb{E}[x^2]`, and the gain is
     :math:`\sqrt{\mathbb{E}[\phi(\sqrt q z)^2] / \mathbb{E}[x^2]}` for
-    :math:`z \sim \mathcal{N}(0, 1)` (:func:`normlab.theory.gauss_expect`)."""
+    :math:`z \sim \mathcal{N}(0, 1)` (:func:`normlab.theory.gauss_expect`). Hugging Face's
+    ``Conv1D`` keeps its weight as (in, out), the transpose of ``nn.Linear``'s."""
     for layer in layers:
         m = modules[layer.name]
         w = getattr(m, "weight", None)
@@ -202,7 +203,8 @@ def _predicted_gains(
         if act not in theory.ACTIVATIONS or not layer.gain > 0:
             continue
         second = (layer.act_std**2 + layer.act_mean**2) / layer.gain**2  # E[x^2] of its input
-        q = w[0].numel() * float(w.detach().float().var()) * second  # no float64 copy: ~1e-7
+        n_in = w.shape[0] if type(m).__name__ == "Conv1D" else w[0].numel()  # HF's: (in, out)
+        q = n_in * float(w.detach().float().var()) * second  # no float64 copy: ~1e-7
         phi, _ = theory.activation_pair(act)
         out = theory.gauss_expect(lambda u, phi=phi: phi(u) ** 2, q)  # type: ignore[misc]
         layer.predicted_gain = math.sqrt(out / second) if second > 0 else math.nan
