@@ -386,7 +386,10 @@ INIT_STDS = ("initializer_range", "init_std")
 """A config's init stds, which its authors chose for its width: std 0.02 at width 768 gives each
 layer a gain of 0.02 sqrt(768) = 0.55; at width 64 the same gain needs 0.069. A shrunk model
 keeps the standard init's per-layer gain, not its std (or std-0.02 weights at width 64 would
-multiply the scale by 0.16 a layer, a model no one trains)."""
+multiply the scale by 0.16 a layer, a model no one trains). The principle: the shrunk model keeps
+each layer's gain, std x sqrt(fan-in), at its standard init, since the gain is what the doctor
+judges; a layer whose fan-in shrinks otherwise than the config's first width is rescaled to its
+own full-width gain (:func:`_keep_gains`)."""
 
 
 def _factor(values: Kwargs, out: Kwargs) -> float:
@@ -550,8 +553,11 @@ FIXES: dict[str, Callable[[Kwargs, Kwargs], Kwargs]] = {
 also set for the config to hold together, from its values and the overrides so far."""
 
 
-def _rules(values: Kwargs, level: int, ids: dict[int, int], kind: str = "") -> Kwargs:
-    """The overrides of one config's own values at ``level`` (an index of :data:`LEVELS`)."""
+def _rules(
+    values: Kwargs, level: int, ids: dict[int, int], kind: str = "", fixed: bool = False
+) -> Kwargs:
+    """The overrides of one config's own values at ``level`` (an index of :data:`LEVELS`);
+    :data:`FIXES` at the full shrink, or at any level if ``fixed``."""
     out = _local_rules(values)
     if level <= 2:
         out |= _layer_rules(values)
@@ -559,6 +565,7 @@ def _rules(values: Kwargs, level: int, ids: dict[int, int], kind: str = "") -> K
         out |= _input_rules(values, ids)
     if level == 0:
         out |= _width_rules(values)
+    if level == 0 or fixed:
         out |= FIXES[kind](values, out) if kind in FIXES else {}
     return out
 
@@ -595,25 +602,28 @@ def _resnet_backbone(timm: Any) -> Any:
     return cast(Any, ResNetConfig)(out_indices=list(timm.out_indices or [1, 2, 3, 4]))
 
 
-def shrink(config: Any, level: int = 0, ids: dict[int, int] | None = None) -> Any:
+def shrink(
+    config: Any, level: int = 0, ids: dict[int, int] | None = None, fixed: bool = False
+) -> Any:
     """A new config of ``config``'s class, shrunk at ``level`` (:data:`LEVELS`), sub-configs
     too. A sub-config keeps what its composite set on it (a Llava's CLIP vision tower with
     patch 14), less what the level shrinks; values its class derives (``head_dim`` from the
-    width, ``layer_types`` from the depth) are left for it to derive again."""
+    width, ``layer_types`` from the depth) are left for it to derive again. ``fixed`` applies
+    :data:`FIXES` at any level (the same variant as the full shrink: EfficientNet's B0)."""
     ids = {} if ids is None else ids
     subs = set(getattr(config, "sub_configs", {}) or {})
     defaults = _defaults(type(config))
     values = _values(config, [k for k in defaults if k not in subs])
     kwargs = {k: v for k, v in values.items() if defaults[k] is not None and v != defaults[k]}
-    kwargs |= _rules(values, level, ids, getattr(config, "model_type", ""))
+    kwargs |= _rules(values, level, ids, getattr(config, "model_type", ""), fixed)
     for name in sorted(subs):
         sub = getattr(config, name, None)
         if getattr(sub, "model_type", "") == "timm_backbone":
             sub = _resnet_backbone(sub)
         if hasattr(sub, "to_dict"):
-            kwargs[name] = shrink(sub, level, ids)
+            kwargs[name] = shrink(sub, level, ids, fixed)
         elif isinstance(sub, dict):
-            kwargs[name] = sub | _rules(sub, level, ids)
+            kwargs[name] = sub | _rules(sub, level, ids, fixed=fixed)
     new = type(config)(**kwargs)
     extra = _std_rules(config, new) if level == 0 else {}
     return type(config)(**(kwargs | extra)) if extra else new
@@ -922,7 +932,66 @@ def _model(
     if count > MAX_PARAMS:
         raise ValueError(f"{count / 1e6:.0f}M parameters > {MAX_PARAMS / 1e6:.0f}M")
     torch.manual_seed(seed)
-    return cls(config), config
+    model = cls(config)
+    if level == 0:
+        _keep_gains(model, cls, lambda: shrink(default, LEVELS.index("keep widths"), fixed=True))
+    return model, config
+
+
+def _fan_in(m: nn.Module) -> int | None:
+    """The inputs each output of a torch Linear or convolution sums (a transposed
+    convolution's, up to its stride: its weight is (in, out / groups, *kernel)); ``None`` for
+    other layers."""
+    w = getattr(m, "weight", None)
+    if not isinstance(w, torch.Tensor) or w.dim() < 2:
+        return None
+    if isinstance(m, nn.modules.conv._ConvTransposeNd):
+        return w.numel() // w.shape[1] // m.groups
+    return w.numel() // w.shape[0] if isinstance(m, nn.Linear | nn.modules.conv._ConvNd) else None
+
+
+def _config_stds(model: nn.Module) -> dict[str, float]:
+    """Each module's init std: its nearest own-or-ancestor's ``config`` std (:data:`INIT_STDS`),
+    the config whose ``_init_weights`` draws it."""
+    out: dict[str, float] = {}
+    for name, m in model.named_modules():
+        config = getattr(m, "config", None)
+        own = next((v for k in INIT_STDS if isinstance(v := getattr(config, k, None), float)), None)
+        std = own if own is not None else out.get(name.rpartition(".")[0]) if name else None
+        if std is not None:
+            out[name] = std
+    return out
+
+
+def _keep_gains(model: nn.Module, cls: type[nn.Module], wide: Callable[[], Any]) -> None:
+    r"""Each torch Linear or convolution drawn at its config's std :math:`s` (its sample std
+    within 4 standard errors, :math:`4 s / \sqrt{2 k}` for :math:`k` weights) whose fan-in
+    :math:`n` shrank from :math:`n_0` rescaled to keep its gain at the config's own widths:
+    std :math:`s_0 \sqrt{n_0 / n}`, for :math:`s \sqrt{n} = s_0 \sqrt{n_0}`. :math:`n_0` and
+    :math:`s_0` are read from the same layer of ``wide()`` (the config shrunk but for its widths,
+    with :data:`FIXES`: the same variant), built on the meta device.
+
+    :func:`_init_rules` scales a config's std by its first width's shrink, which keeps the gain
+    of the layers that read that width; a layer that reads another (SAM 3's FPN neck reads its
+    1024-wide backbone, shrunk 16x, with the neck's own std, scaled for its 256-wide FPN, shrunk
+    4x) keeps only half its gain, and three in a row 1/8. A layer whose fan-in did not shrink
+    (a depthwise convolution's 9 inputs, a stem's 256 channels) keeps the config's rule: at
+    its full width its config's std is not its gain's to keep (:data:`INIT_STDS`). Layers drawn
+    otherwise (He, Xavier, torch's default) are fan-in aware already and left alone."""
+    try:
+        with torch.device("meta"):
+            full = dict(cls(wide()).named_modules())
+    except Exception:  # a config that cannot be built wide keeps the config's rule alone
+        return
+    stds, stds_0 = _config_stds(model), _config_stds(full[""])
+    with torch.no_grad():
+        for name, m in model.named_modules():
+            n, s, f = _fan_in(m), stds.get(name), full.get(name)
+            n_0, s_0 = (_fan_in(f), stds_0.get(name)) if f is not None else (None, None)
+            if not (n and n_0 and s and s_0 and n < n_0) or (k := m.weight.numel()) < 2:
+                continue
+            if abs(float(m.weight.std()) / s - 1) < 4 / math.sqrt(2 * k):
+                m.weight.mul_(s_0 * math.sqrt(n_0 / n) / s)
 
 
 def _resolve(config: Any, path: list[str]) -> Any:

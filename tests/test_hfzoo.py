@@ -15,6 +15,7 @@ import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -200,3 +201,42 @@ def test_a_composite_s_own_init_std_is_scaled_with_the_widths_it_serves() -> Non
     assert hfzoo.shrink(CONFIG_MAPPING["bert"]()).initializer_range == pytest.approx(
         0.02 * math.sqrt(768 / 64), rel=1e-9
     )  # a config with its own width and std: as before
+
+
+class _Toy(torch.nn.Module):
+    """A config-drawn model whose widths shrink by different factors: ``a`` reads the config's
+    first width, ``b`` another width, ``c`` a fixed 9 inputs; ``d`` is drawn by torch's
+    default (fan-in aware)."""
+
+    def __init__(self, config: SimpleNamespace) -> None:
+        super().__init__()
+        self.config = config
+        width, other = config.hidden_size, config.other_size
+        self.a = torch.nn.Linear(width, width)
+        self.b = torch.nn.Linear(other, width)
+        self.c = torch.nn.Conv1d(width, width, 9, groups=width)
+        self.d = torch.nn.Linear(other, width)
+        for layer in (self.a, self.b, self.c):
+            torch.nn.init.normal_(layer.weight, std=config.initializer_range)
+
+
+def _weight_stds(model: torch.nn.Module) -> dict[str, float]:
+    return {n: float(p.detach().std()) for n, p in model.named_parameters() if "weight" in n}
+
+
+def test_the_shrink_keeps_each_layers_gain_where_its_fan_in_shrank() -> None:
+    """Shrunk from widths (1024, 4096) at std 0.02 to (64, 64) at the first width's std,
+    0.02 sqrt(16) = 0.08: ``b``'s fan-in shrank 64x, so it gets std 0.02 sqrt(64) = 0.16 (the
+    gain 0.02 sqrt(4096) = 1.28 of its full width); ``a`` keeps 0.08 (its gain already kept),
+    ``c`` too (its fan-in did not shrink) and ``d`` its own draw. Tolerance: 4 standard errors
+    of a sample std over k weights, 4 / sqrt(2 k), 8% for b's 4096."""
+    torch.manual_seed(0)
+    wide = SimpleNamespace(hidden_size=1024, other_size=4096, initializer_range=0.02)
+    model = _Toy(SimpleNamespace(hidden_size=64, other_size=64, initializer_range=0.08))
+    before = _weight_stds(model)
+    hfzoo._keep_gains(model, _Toy, lambda: wide)
+    after = _weight_stds(model)
+    assert after["b.weight"] == pytest.approx(0.16, rel=4 / (2 * 64 * 64) ** 0.5)
+    assert after["a.weight"] == pytest.approx(before["a.weight"], rel=1e-6)
+    assert after["c.weight"] == pytest.approx(before["c.weight"], rel=1e-6)
+    assert after["d.weight"] == pytest.approx(before["d.weight"], rel=1e-6)
