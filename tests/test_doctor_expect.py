@@ -768,8 +768,9 @@ class _VQAutoencoder(nn.Module):
     measured), 0.08x of the lookup but 0.0017x of the input; at a number, the decoder's
     weights are N(0, std^2)."""
 
-    def __init__(self, decoder_std: float | None) -> None:
+    def __init__(self, decoder_std: float | None, form: str = "add") -> None:
         super().__init__()
+        self.form = form  # "add": z + (q - z).detach(), "function": torch.detach, "subtract"
         self.encoder = nn.Sequential(
             nn.Conv1d(1, 32, 3, padding=1), nn.ReLU(), nn.Conv1d(32, 32, 3, padding=1), nn.ReLU()
         )
@@ -798,19 +799,23 @@ class _VQAutoencoder(nn.Module):
         steps = z.transpose(1, 2)  # (N, T, 8)
         dist = (steps.unsqueeze(-2) - self.codebook.weight).pow(2).sum(-1)  # (N, T, 64)
         q = self.codebook(dist.argmin(-1)).transpose(1, 2)  # (N, 8, T), std ~0.02
-        return self.decoder(z + (q - z).detach())  # (N, 1, T)
+        if self.form == "subtract":
+            return self.decoder(z - (z - q).detach())  # (N, 1, T)
+        cut = torch.detach(q - z) if self.form == "function" else (q - z).detach()  # (N, 8, T)
+        return self.decoder(z + cut)  # (N, 1, T)
 
 
 def _audio() -> torch.Tensor:
     return torch.randn(8, 1, 256, generator=torch.Generator().manual_seed(0))  # (N, 1, T)
 
 
-def test_a_decoder_behind_a_straight_through_lookup_is_anchored_at_the_lookup() -> None:
+@pytest.mark.parametrize("form", ["add", "function", "subtract"])
+def test_a_decoder_behind_a_straight_through_lookup_is_anchored_at_the_lookup(form: str) -> None:
     """Autograd links the decoder to the encoder (it sees z alone), but its input's value is
     the std-0.02 codebook's lookup: anchored there, the default-init decoder (0.08x of the
     lookup, 0.0017x of the input) is healthy; anchored at the input it was vanishing."""
     torch.manual_seed(0)
-    model = _VQAutoencoder(None)
+    model = _VQAutoencoder(None, form)
     graph = _trace(model, _audio())
     assert graph.producers["decoder.0"] == ["in_proj"]  # what autograd sees
     assert graph.straight == {"decoder.0": ["codebook"]}  # what the value is

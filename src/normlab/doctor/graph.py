@@ -287,8 +287,9 @@ class _StraightThrough(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
-        if func is torch.Tensor.detach and getattr(args[0], "grad_fn", None) is not None:
-            self.detached[id(out)] = (weakref.ref(out), args[0].grad_fn)
+        cut = getattr(args[0], "grad_fn", None) if args else None  # the history detach drops
+        if func in (torch.Tensor.detach, torch.detach) and cut is not None:
+            self.detached[id(out)] = (weakref.ref(out), cut)
         elif isinstance(out, torch.Tensor) and type(out.grad_fn).__name__ in _ADDS:
             self._add(out.grad_fn, args)
         return out
