@@ -4,11 +4,15 @@ layers whose scale is theirs by design, and what the residual stream should do w
 A layer's scale is not judged against the model's input but against its **anchor**, the nearest
 place upstream where the architecture fixes the scale: the input (a float input), a
 normalization layer's output (it resets the scale, whatever came before), or an embedding (token
-ids have no scale of their own; the embedding's output is where the scale starts). Between two
-anchors the scale is what the weights make of it, and the variance argument (LeCun et al. 1998;
-He et al. 2015) predicts it stays put at a scale-preserving initialization: that segment is where
-a bad init shows. Some layers are judged by what the architecture does with their output rather
-than by their own scale:
+ids have no scale of their own; the embedding's output is where the scale starts). A codebook
+lookup passed on by VQ-VAE's straight-through estimator :math:`z + \mathrm{sg}(q - z)` (van den
+Oord et al. 2017) is the value its reader reads, though autograd links that reader to the
+encoder's :math:`z` alone: the reader is anchored where :math:`q` was made
+(:class:`normlab.doctor.graph._StraightThrough`). Between two anchors the scale is what the
+weights make of it, and the variance argument (LeCun et al. 1998; He et al. 2015) predicts it
+stays put at a scale-preserving initialization: that segment is where a bad init shows. Some
+layers are judged by what the architecture does with their output rather than by their own
+scale:
 
 - a layer whose output goes only into a normalization layer is divided by its own std there, so
   it is judged by what the norm passes on, :math:`s / \sqrt{s^2 + \epsilon}` of unit scale (only
@@ -217,6 +221,8 @@ def roles(graph: _Graph, tokens: bool) -> dict[str, Role]:
     for name, m in graph.order:
         producers = [p for p in graph.producers.get(name, []) if p in passes_on]
         ups = [passes_on[p] for p in producers] or [INPUT]
+        if lookup := [passes_on[p] for p in graph.straight.get(name, []) if p in passes_on]:
+            ups = lookup  # its value is a lookup's, passed on by a straight-through add
         anchor: str | None = min(ups, key=lambda a: position.get(a, -1))  # the stream's source
         eps = math.nan
         fed_zero = name in graph.zero_fed or (

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from normlab.doctor.kinds import _has_weight, _is_norm, _nonlinearity, _passes
 from normlab.doctor.running import Input, _graph_call, _preserved, _tensors
@@ -51,6 +53,8 @@ class _Graph:
     sums: set[str] = field(default_factory=set)  # layers whose input is an add (of several)
     operands: dict[str, list[set[str]]] = field(default_factory=dict)  # a sum's reader -> the
     # layers each operand of its add reads (x + f(x): {x's layer}, {f's last layer})
+    # a layer reading a straight-through add z + (q - z).detach() -> the layers that made q
+    straight: dict[str, list[str]] = field(default_factory=dict)
     memo: dict[Any, Any] = field(default_factory=dict)  # what is read from it, made once
 
     def _ancestors(self) -> dict[str, set[str]]:
@@ -269,6 +273,68 @@ def _reads_parameters_only(tensors: list[torch.Tensor], names: dict[int, str]) -
     return found
 
 
+class _StraightThrough(TorchFunctionMode):
+    r"""Records one forward pass's straight-through adds, :math:`z + \mathrm{sg}(q - z)`.
+
+    VQ-VAE's straight-through estimator (van den Oord et al. 2017, "Neural discrete
+    representation learning"; DAC's and every residual vector quantizer's) passes a codebook
+    lookup :math:`q` forward and copies the gradient back to the encoder's :math:`z`: the stop
+    gradient (``detach``) hides :math:`q - z` from autograd, which sees :math:`z` alone, while
+    the value is :math:`q`. The layer reading it reads the lookup's scale, not the encoder's, so
+    it is anchored where :math:`q` was made (an embedding starts its own scale). An add (or
+    subtract) is one when its detached operand was computed from every layer its visible
+    operand reaches (:math:`z` cancels) and from others (``q``'s): those others are recorded
+    for the add's autograd node. A detached operand without :math:`z` in it (a detached
+    reference added to a fresh offset) is another sum, and is not one.
+    """
+
+    def __init__(self, made_by: dict[Any, str]) -> None:
+        super().__init__()
+        self.made_by = made_by
+        # a detached tensor's id -> (the tensor, weakly; the autograd node it was cut from)
+        self.detached: dict[int, tuple[weakref.ref[torch.Tensor], Any]] = {}
+        self.adds: dict[Any, list[str]] = {}  # a straight-through add's node -> q's layers
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        cut = getattr(args[0], "grad_fn", None) if args else None  # the history detach drops
+        if func in (torch.Tensor.detach, torch.detach) and cut is not None:
+            self.detached[id(out)] = (weakref.ref(out), cut)
+        elif isinstance(out, torch.Tensor) and type(out.grad_fn).__name__ in _ADDS:
+            self._add(out.grad_fn, args)
+        return out
+
+    def _add(self, node: Any, args: Any) -> None:
+        for a in args:
+            cut = self.detached.get(id(a)) if isinstance(a, torch.Tensor) else None
+            if cut is None or cut[0]() is not a:
+                continue
+            hidden = set(_reach([cut[1]], self.made_by, {}))  # the layers q - z was computed from
+            seen = set(_reach([n for n, _ in node.next_functions], self.made_by, {}))  # z's
+            if seen and seen <= hidden and (made := hidden - seen):
+                self.adds[node] = sorted(made)
+
+
+_ADDS = ("AddBackward0", "SubBackward0")
+
+
+def _straight(
+    tensors: list[torch.Tensor], made_by: dict[Any, str], adds: dict[Any, list[str]]
+) -> set[str]:
+    """The layers whose value reaches ``tensors`` through a straight-through add (q's), on
+    the way back to the layers autograd links them to."""
+    found: set[str] = set()
+    stack, seen = [t.grad_fn for t in tensors], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen or node in made_by:
+            continue
+        seen.add(node)
+        found |= set(adds.get(node, ()))
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return found
+
+
 @dataclass
 class _Values:
     """What the layers read and made, in values, over the traced calls: norms' input std, the
@@ -336,6 +402,8 @@ def _trace(
     aliases: dict[str, list[str]] = {}  # a layer -> whose outputs it returned as they were
     sums: set[str] = set()  # the layers reading several layers through an add
     made: set[str] = set()  # the layers that made an output of their own at some call
+    mode = _StraightThrough(made_by)  # the straight-through adds, as the pass makes them
+    straight: dict[str, set[str]] = {}  # a layer -> the layers of the q its input's value is
 
     def pre(mod: nn.Module, args: Any, name: str) -> None:
         if _tensors(args) and name not in through:
@@ -354,6 +422,8 @@ def _trace(
             if p != name:
                 known = edges.setdefault(name, {})
                 known[p] = site if known.get(p, site) is not None else None
+        if via := _straight(_tensors(args), made_by, mode.adds) - {name}:
+            straight.setdefault(name, set()).update(via)
         if len(edges.get(name, {})) >= 2 and _tensors(args):  # it reads a sum: the stream?
             streams[name] = before.pop(name) if name in before else _std(_tensors(args)[0])
             if added.pop(name, None) or _added(_tensors(args)[0], made_by):
@@ -381,7 +451,7 @@ def _trace(
         if getattr(m, "inplace", False) is True
     ]
     try:
-        with _preserved(model), torch.enable_grad():
+        with _preserved(model), torch.enable_grad(), mode:
             y = _graph_call(model, batch, output)
             edges[_OUTPUT] = _walk([y], made_by, names)
             streams[_OUTPUT] = _std(y)
@@ -393,11 +463,10 @@ def _trace(
     if reused:
         return _trace(model, batch, output, through | reused)
     graph = _Graph.from_edges(list(order.items()), edges)
-    graph.streams = streams
+    graph.streams, graph.sums, graph.operands = streams, sums, operands
     seen.into(graph)
     graph.aliases = {name: of for name, of in aliases.items() if name not in made}
-    graph.sums = sums
-    graph.operands = operands
+    graph.straight = {name: sorted(of) for name, of in straight.items()}
     return graph
 
 
