@@ -388,8 +388,8 @@ layer a gain of 0.02 sqrt(768) = 0.55; at width 64 the same gain needs 0.069. A 
 keeps the standard init's per-layer gain, not its std (or std-0.02 weights at width 64 would
 multiply the scale by 0.16 a layer, a model no one trains). The principle: the shrunk model keeps
 each layer's gain, std x sqrt(fan-in), at its standard init, since the gain is what the doctor
-judges; a layer whose fan-in shrinks otherwise than the config's first width is rescaled to its
-own full-width gain (:func:`_keep_gains`)."""
+judges; every layer drawn at its config's std is rescaled to its own full-width gain, whether its
+fan-in shrank by the config's first width, by another, or not at all (:func:`_keep_gains`)."""
 
 
 def _factor(values: Kwargs, out: Kwargs) -> float:
@@ -965,8 +965,8 @@ def _config_stds(model: nn.Module) -> dict[str, float]:
 
 def _keep_gains(model: nn.Module, cls: type[nn.Module], wide: Callable[[], Any]) -> None:
     r"""Each torch Linear or convolution drawn at its config's std :math:`s` (its sample std
-    within 4 standard errors, :math:`4 s / \sqrt{2 k}` for :math:`k` weights) whose fan-in
-    :math:`n` shrank from :math:`n_0` rescaled to keep its gain at the config's own widths:
+    within 4 standard errors, :math:`4 s / \sqrt{2 k}` for :math:`k` weights), of fan-in
+    :math:`n` (:math:`n_0` at full width), rescaled to keep its gain at the config's own widths:
     std :math:`s_0 \sqrt{n_0 / n}`, for :math:`s \sqrt{n} = s_0 \sqrt{n_0}`. :math:`n_0` and
     :math:`s_0` are read from the same layer of ``wide()`` (the config shrunk but for its widths,
     with :data:`FIXES`: the same variant), built on the meta device.
@@ -975,8 +975,9 @@ def _keep_gains(model: nn.Module, cls: type[nn.Module], wide: Callable[[], Any])
     of the layers that read that width; a layer that reads another (SAM 3's FPN neck reads its
     1024-wide backbone, shrunk 16x, with the neck's own std, scaled for its 256-wide FPN, shrunk
     4x) keeps only half its gain, and three in a row 1/8. A layer whose fan-in did not shrink
-    (a depthwise convolution's 9 inputs, a stem's 256 channels) keeps the config's rule: at
-    its full width its config's std is not its gain's to keep (:data:`INIT_STDS`). Layers drawn
+    (a depthwise convolution's 9 inputs, a stem's 256 channels) goes back to :math:`s_0`: the
+    config-level scaling would give it 4x its real gain (Canary's subsampling stem, std 0.02 at
+    fan-in 9 and 256, gains 0.06 and 0.32, would hide a true collapse). Layers drawn
     otherwise (He, Xavier, torch's default) are fan-in aware already and left alone."""
     try:
         with torch.device("meta"):
@@ -988,7 +989,7 @@ def _keep_gains(model: nn.Module, cls: type[nn.Module], wide: Callable[[], Any])
         for name, m in model.named_modules():
             n, s, f = _fan_in(m), stds.get(name), full.get(name)
             n_0, s_0 = (_fan_in(f), stds_0.get(name)) if f is not None else (None, None)
-            if not (n and n_0 and s and s_0 and n < n_0) or (k := m.weight.numel()) < 2:
+            if not (n and n_0 and s and s_0) or (k := m.weight.numel()) < 2:
                 continue
             if abs(float(m.weight.std()) / s - 1) < 4 / math.sqrt(2 * k):
                 m.weight.mul_(s_0 * math.sqrt(n_0 / n) / s)
