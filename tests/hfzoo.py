@@ -1224,6 +1224,34 @@ def _signal_path_he(model: nn.Module) -> None:
             m.weight.normal_(0.0, (2.0 / fan) ** 0.5)
 
 
+_STEM = (
+    "the default _init_weights draws every convolution and linear at initializer_range = 0.02, "
+    "also the subsampling stem's, whose fan-ins do not grow with the model: 3x3 convolutions "
+    "(the first and each depthwise one) at fan-in 9 are a gain of 0.06, the 256-input pointwise "
+    "ones 0.32, and the linear after them 0.02 sqrt(4096) = 1.28; built at its own widths "
+    "(layers cut to 2) the stem takes the features from rms 1.0 to {out}, under the sqrt(eps) "
+    "= 3.2e-3 of the first LayerNorm, which then divides by sqrt(eps), not the std: {verdict}. "
+    "The twin with the stem at torch's default init (a gain of 0.58 a layer at any width) "
+    "puts out {twin} and is healthy at its own widths too"
+)
+_BN_EFFICIENTNET = (
+    "as MobileViT, the model's own _init_weights draws every BatchNorm2d's weight from N(0, "
+    "initializer_range = 0.02) instead of torch's 1, against a batch_norm_eps of 1e-3 "
+    "(sqrt 0.032): built at its own widths (63.8M parameters) blocks.0's depthwise_norm puts out "
+    "0.00039x unit scale, blocks.3's project_bn 1e-8x, blocks.6's 4e-14x; the twin with "
+    "BatchNorm weights 1 is healthy at its own widths too"
+)
+
+
+def _stem_default_init(model: nn.Module) -> None:
+    """torch's own init (``reset_parameters``: Kaiming-uniform with a = sqrt(5), std
+    1 / sqrt(3 fan_in), a gain of 0.58 a layer at any width) for the convolutions and the
+    linear of each subsampling stem (the modules under one named ``subsampling``)."""
+    for name, m in model.named_modules():
+        if "subsampling." in name and isinstance(m, nn.Linear | nn.modules.conv._ConvNd):
+            m.reset_parameters()
+
+
 TRUE_ALARMS: dict[str, TrueAlarm] = {
     "kosmos-2.5": TrueAlarm(
         "text_config.init_std", 0.02, ("exploding",), _DEEP_PRE_LN, _branch_ends_scaled
@@ -1253,6 +1281,48 @@ TRUE_ALARMS: dict[str, TrueAlarm] = {
     "univnet": TrueAlarm("initializer_range", 0.01, ("vanishing",), _UNIVNET, _signal_path_he),
     "fastspeech2_conformer_with_hifigan": TrueAlarm(
         "vocoder_config.initializer_range", 0.01, ("vanishing",), _HIFIGAN, _signal_path_he
+    ),
+    "canary": TrueAlarm(
+        "encoder_config.initializer_range",
+        0.02,
+        ("vanishing",),
+        _STEM.format(
+            out="9.2e-6", verdict="the LayerNorm puts out 0.0031x unit scale", twin="rms 0.050"
+        ),
+        _stem_default_init,
+    ),
+    "cohere_asr": TrueAlarm(
+        "encoder_config.initializer_range",
+        0.02,
+        ("vanishing",),
+        _STEM.format(
+            out="~9e-6", verdict="the LayerNorm puts out 0.0029x unit scale", twin="~0.05"
+        ),
+        _stem_default_init,
+    ),
+    "nemotron_asr_streaming": TrueAlarm(
+        "encoder_config.initializer_range",
+        0.02,
+        ("vanishing",),
+        _STEM.format(out="7.1e-6", verdict="every stem layer flagged", twin="rms 0.044"),
+        _stem_default_init,
+    ),
+    "nemotron_asr_streaming_encoder": TrueAlarm(
+        "initializer_range",
+        0.02,
+        ("vanishing",),
+        _STEM.format(out="7.1e-6", verdict="every stem layer flagged", twin="rms 0.044"),
+        _stem_default_init,
+    ),
+    "nemotron3_5_asr": TrueAlarm(
+        "encoder_config.initializer_range",
+        0.02,
+        ("vanishing",),
+        _STEM.format(out="7.1e-6", verdict="every stem layer flagged", twin="rms ~0.044"),
+        _stem_default_init,
+    ),
+    "efficientnet": TrueAlarm(
+        "initializer_range", 0.02, ("vanishing",), _BN_EFFICIENTNET, _batchnorm_weights_one
     ),
 }
 """Families whose standard init is degenerate by their config's own constant (the doctor's
