@@ -388,8 +388,8 @@ layer a gain of 0.02 sqrt(768) = 0.55; at width 64 the same gain needs 0.069. A 
 keeps the standard init's per-layer gain, not its std (or std-0.02 weights at width 64 would
 multiply the scale by 0.16 a layer, a model no one trains). The principle: the shrunk model keeps
 each layer's gain, std x sqrt(fan-in), at its standard init, since the gain is what the doctor
-judges; a layer whose fan-in shrinks otherwise than the config's first width is rescaled to its
-own full-width gain (:func:`_keep_gains`)."""
+judges; every layer drawn at its config's std is rescaled to its own full-width gain, whether its
+fan-in shrank by the config's first width, by another, or not at all (:func:`_keep_gains`)."""
 
 
 def _factor(values: Kwargs, out: Kwargs) -> float:
@@ -965,8 +965,8 @@ def _config_stds(model: nn.Module) -> dict[str, float]:
 
 def _keep_gains(model: nn.Module, cls: type[nn.Module], wide: Callable[[], Any]) -> None:
     r"""Each torch Linear or convolution drawn at its config's std :math:`s` (its sample std
-    within 4 standard errors, :math:`4 s / \sqrt{2 k}` for :math:`k` weights) whose fan-in
-    :math:`n` shrank from :math:`n_0` rescaled to keep its gain at the config's own widths:
+    within 4 standard errors, :math:`4 s / \sqrt{2 k}` for :math:`k` weights), of fan-in
+    :math:`n` (:math:`n_0` at full width), rescaled to keep its gain at the config's own widths:
     std :math:`s_0 \sqrt{n_0 / n}`, for :math:`s \sqrt{n} = s_0 \sqrt{n_0}`. :math:`n_0` and
     :math:`s_0` are read from the same layer of ``wide()`` (the config shrunk but for its widths,
     with :data:`FIXES`: the same variant), built on the meta device.
@@ -975,8 +975,9 @@ def _keep_gains(model: nn.Module, cls: type[nn.Module], wide: Callable[[], Any])
     of the layers that read that width; a layer that reads another (SAM 3's FPN neck reads its
     1024-wide backbone, shrunk 16x, with the neck's own std, scaled for its 256-wide FPN, shrunk
     4x) keeps only half its gain, and three in a row 1/8. A layer whose fan-in did not shrink
-    (a depthwise convolution's 9 inputs, a stem's 256 channels) keeps the config's rule: at
-    its full width its config's std is not its gain's to keep (:data:`INIT_STDS`). Layers drawn
+    (a depthwise convolution's 9 inputs, a stem's 256 channels) goes back to :math:`s_0`: the
+    config-level scaling would give it 4x its real gain (Canary's subsampling stem, std 0.02 at
+    fan-in 9 and 256, gains 0.06 and 0.32, would hide a true collapse). Layers drawn
     otherwise (He, Xavier, torch's default) are fan-in aware already and left alone."""
     try:
         with torch.device("meta"):
@@ -988,7 +989,7 @@ def _keep_gains(model: nn.Module, cls: type[nn.Module], wide: Callable[[], Any])
         for name, m in model.named_modules():
             n, s, f = _fan_in(m), stds.get(name), full.get(name)
             n_0, s_0 = (_fan_in(f), stds_0.get(name)) if f is not None else (None, None)
-            if not (n and n_0 and s and s_0 and n < n_0) or (k := m.weight.numel()) < 2:
+            if not (n and n_0 and s and s_0) or (k := m.weight.numel()) < 2:
                 continue
             if abs(float(m.weight.std()) / s - 1) < 4 / math.sqrt(2 * k):
                 m.weight.mul_(s_0 * math.sqrt(n_0 / n) / s)
@@ -1223,6 +1224,34 @@ def _signal_path_he(model: nn.Module) -> None:
             m.weight.normal_(0.0, (2.0 / fan) ** 0.5)
 
 
+_STEM = (
+    "the default _init_weights draws every convolution and linear at initializer_range = 0.02, "
+    "also the subsampling stem's, whose fan-ins do not grow with the model: 3x3 convolutions "
+    "(the first and each depthwise one) at fan-in 9 are a gain of 0.06, the 256-input pointwise "
+    "ones 0.32, and the linear after them 0.02 sqrt(4096) = 1.28; built at its own widths "
+    "(layers cut to 2) the stem takes the features from rms 1.0 to {out}, under the sqrt(eps) "
+    "= 3.2e-3 of the first LayerNorm, which then divides by sqrt(eps), not the std: {verdict}. "
+    "The twin with the stem at torch's default init (a gain of 0.58 a layer at any width) "
+    "puts out {twin} and is healthy at its own widths too"
+)
+_BN_EFFICIENTNET = (
+    "as MobileViT, the model's own _init_weights draws every BatchNorm2d's weight from N(0, "
+    "initializer_range = 0.02) instead of torch's 1, against a batch_norm_eps of 1e-3 "
+    "(sqrt 0.032): built at its own widths (63.8M parameters) blocks.0's depthwise_norm puts out "
+    "0.00039x unit scale, blocks.3's project_bn 1e-8x, blocks.6's 4e-14x; the twin with "
+    "BatchNorm weights 1 is healthy at its own widths too"
+)
+
+
+def _stem_default_init(model: nn.Module) -> None:
+    """torch's own init (``reset_parameters``: Kaiming-uniform with a = sqrt(5), std
+    1 / sqrt(3 fan_in), a gain of 0.58 a layer at any width) for the convolutions and the
+    linear of each subsampling stem (the modules under one named ``subsampling``)."""
+    for name, m in model.named_modules():
+        if "subsampling." in name and isinstance(m, nn.Linear | nn.modules.conv._ConvNd):
+            m.reset_parameters()
+
+
 TRUE_ALARMS: dict[str, TrueAlarm] = {
     "kosmos-2.5": TrueAlarm(
         "text_config.init_std", 0.02, ("exploding",), _DEEP_PRE_LN, _branch_ends_scaled
@@ -1252,6 +1281,52 @@ TRUE_ALARMS: dict[str, TrueAlarm] = {
     "univnet": TrueAlarm("initializer_range", 0.01, ("vanishing",), _UNIVNET, _signal_path_he),
     "fastspeech2_conformer_with_hifigan": TrueAlarm(
         "vocoder_config.initializer_range", 0.01, ("vanishing",), _HIFIGAN, _signal_path_he
+    ),
+    "canary": TrueAlarm(
+        "encoder_config.initializer_range",
+        0.02,
+        ("vanishing",),
+        _STEM.format(
+            out="9.2e-6", verdict="the LayerNorm puts out 0.0031x unit scale", twin="rms 0.050"
+        ),
+        _stem_default_init,
+    ),
+    "cohere_asr": TrueAlarm(
+        "encoder_config.initializer_range",
+        0.02,
+        ("vanishing",),
+        _STEM.format(
+            out="9.1e-6", verdict="the LayerNorm puts out 0.0029x unit scale", twin="rms 0.050"
+        ),
+        _stem_default_init,
+    ),
+    "nemotron_asr_streaming": TrueAlarm(
+        "encoder_config.initializer_range",
+        0.02,
+        ("vanishing",),
+        _STEM.format(
+            out="7.1e-6",
+            verdict="every stem layer flagged (its encoder, built alone)",
+            twin="rms 0.044",
+        ),
+        _stem_default_init,
+    ),
+    "nemotron_asr_streaming_encoder": TrueAlarm(
+        "initializer_range",
+        0.02,
+        ("vanishing",),
+        _STEM.format(out="7.1e-6", verdict="every stem layer flagged", twin="rms 0.044"),
+        _stem_default_init,
+    ),
+    "nemotron3_5_asr": TrueAlarm(
+        "encoder_config.initializer_range",
+        0.02,
+        ("vanishing",),
+        _STEM.format(out="7.1e-6", verdict="every stem layer flagged", twin="rms 0.048"),
+        _stem_default_init,
+    ),
+    "efficientnet": TrueAlarm(
+        "initializer_range", 0.02, ("vanishing",), _BN_EFFICIENTNET, _batchnorm_weights_one
     ),
 }
 """Families whose standard init is degenerate by their config's own constant (the doctor's
