@@ -443,13 +443,7 @@ def _trace(
             elif first not in aliases.setdefault(name, []):
                 aliases[name].append(first)
 
-    layers = select_modules(model)
-    handles = [m.register_forward_hook(functools.partial(hook, name=name)) for name, m in layers]
-    handles += [  # nn.ReLU(inplace=True) after a residual add: the sum, as it read it
-        m.register_forward_pre_hook(functools.partial(pre, name=name))
-        for name, m in layers
-        if getattr(m, "inplace", False) is True
-    ]
+    handles = _hooked(model, hook, pre)
     try:
         with _preserved(model), torch.enable_grad(), mode:
             y = _graph_call(model, batch, output)
@@ -468,6 +462,19 @@ def _trace(
     graph.aliases = {name: of for name, of in aliases.items() if name not in made}
     graph.straight = {name: sorted(of) for name, of in straight.items()}
     return graph
+
+
+def _hooked(model: nn.Module, hook: Callable[..., None], pre: Callable[..., None]) -> list[Any]:
+    """``hook`` after every layer of ``model``, ``pre`` before each in-place one (an
+    ``nn.ReLU(inplace=True)`` after a residual add: the sum, as it read it), each called with
+    the layer's name; their handles."""
+    layers = select_modules(model)
+    handles = [m.register_forward_hook(functools.partial(hook, name=name)) for name, m in layers]
+    return handles + [
+        m.register_forward_pre_hook(functools.partial(pre, name=name))
+        for name, m in layers
+        if getattr(m, "inplace", False) is True
+    ]
 
 
 def _one_unit(mod: nn.Module) -> bool:
