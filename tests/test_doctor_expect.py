@@ -931,45 +931,50 @@ def test_the_vanishing_relu_stack_has_no_straight_through_and_stays_vanishing() 
 
 
 class _ReorderedNorm(nn.Module):
-    r"""OLMo 2's block order over a std-0.02 embedding: :math:`h = x + \mathrm{LN}(f(x))`,
-    :math:`y = h + \mathrm{LN}(g(h))`, each branch read raw from the stream. ``normed`` False
-    drops the norms on the branches' outputs and draws their weights at std 1 (no norm anywhere:
-    each branch multiplies the stream by about :math:`\sqrt{1 + d}`)."""
+    r"""A stream read raw by each next branch and by a readout, over a std-0.02 embedding.
+    ``"post"``: OLMo 2's order, :math:`x + \mathrm{LN}(f(x))`; ``"pre"``: pre-LN,
+    :math:`x + f(\mathrm{LN}(x))` (OLMo Hybrid's linear-attention blocks before its raw-read
+    attention block); ``"none"``: no norm, weights at std 1 (each branch multiplies the stream by
+    about :math:`\sqrt{1 + d}`). The maps are drawn at std :math:`1/\sqrt{d}` otherwise."""
 
-    def __init__(self, normed: bool, blocks: int = 3, d: int = 64) -> None:
+    def __init__(self, mode: str, blocks: int = 3, d: int = 64) -> None:
         super().__init__()
+        self.mode = mode
         self.embed = nn.Embedding(1000, d)
         nn.init.normal_(self.embed.weight, std=0.02)
         self.f = nn.ModuleList(nn.Linear(d, d) for _ in range(2 * blocks))
-        self.n = nn.ModuleList(nn.RMSNorm(d) if normed else nn.Identity() for _ in self.f)
+        self.n = nn.ModuleList(nn.Identity() if mode == "none" else nn.RMSNorm(d) for _ in self.f)
         for lin in self.f:
-            nn.init.normal_(lin.weight, std=(1 / d) ** 0.5 if normed else 1.0)
+            nn.init.normal_(lin.weight, std=1.0 if mode == "none" else (1 / d) ** 0.5)
             nn.init.zeros_(lin.bias)
-        self.out = nn.RMSNorm(d)
+        self.readout = nn.Linear(d, d)
+        nn.init.normal_(self.readout.weight, std=(1 / d) ** 0.5)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         x = self.embed(ids)  # (B, T, d)
         for lin, norm in zip(self.f, self.n, strict=True):
-            x = x + norm(lin(x))  # (B, T, d)
-        return self.out(x)
+            x = x + (lin(norm(x)) if self.mode == "pre" else norm(lin(x)))  # (B, T, d)
+        return self.readout(x)  # (B, T, d)
 
 
-def test_a_stream_of_normalized_branch_outputs_is_anchored_at_its_first_norm() -> None:
-    """The stream after the first normalized branch is ~1, 50x the embedding's 0.02, and grows
-    like sqrt(k) over the adds (at most sqrt(6) = 2.4x here): healthy. Anchored at the
-    embedding, the second branch's input would read ~1 / 0.02 = 50x and the sixth's ~120x."""
+@pytest.mark.parametrize("mode", ["post", "pre"])
+def test_a_stream_of_normalized_branches_is_anchored_at_its_first_norm(mode: str) -> None:
+    """After the first branch (a norm's output, or a std-1/sqrt(d) map of one: ~1) the stream
+    is ~50x the embedding's 0.02 and grows like sqrt(k) over the adds, so the readout reads
+    ~sqrt(6) = 2.4x the first norm's scale: healthy. Anchored at the embedding it read
+    ~2.4 / 0.02 = 120x, past the 100x bound."""
     torch.manual_seed(0)
-    d = doctor.diagnose(_ReorderedNorm(True), _ids(8, 16))
+    d = doctor.diagnose(_ReorderedNorm(mode), _ids(8, 16))
     layers = {la.name: la for la in d.layers}
     assert d.problems == [], [(la.name, la.labels) for la in d.layers]
-    f1 = layers["f.1"]
-    assert f1.anchor == "n.0" and 0.5 < f1.scale < 4.0  # a std-1/sqrt(d) map of the ~1 stream
+    readout = layers["readout"]
+    assert readout.anchor == "n.0" and 1.0 < readout.scale < 6.0  # sqrt(6) +- sampling, bias
 
 
 def test_the_same_stream_with_large_unnormalized_branches_stays_exploding() -> None:
     """Without the norms nothing resets the scale: each std-1 branch multiplies the stream by
-    about sqrt(1 + 64) ~ 8, so the sixth branch reads ~8^5 times the embedding's scale."""
+    about sqrt(1 + 64) ~ 8, so the readout reads ~8^6 times the embedding's scale."""
     torch.manual_seed(0)
-    d = doctor.diagnose(_ReorderedNorm(False), _ids(8, 16))
+    d = doctor.diagnose(_ReorderedNorm("none"), _ids(8, 16))
     assert "exploding" in d.problems, d.problems
-    assert {la.name: la for la in d.layers}["f.5"].anchor == "embed"
+    assert {la.name: la for la in d.layers}["readout"].anchor == "embed"

@@ -270,8 +270,17 @@ def _normed_terms(
     for independent terms, so the sum is anchored at the earliest such norm, the stream after
     its first branch (as :class:`Stream` takes :math:`m_1`), not at an embedding that may be of
     any scale (std 0.02); the adds' growth after it is the stream rule's. A branch's last
-    weight layer (a pre-LN branch) is not a normalized term: its scale is its weights'."""
-    return [passes_on[p] for p in producers if out[p].kind == "norm" and len(producers) >= 2]
+    weight layer is a term judged against its own anchor, the norm its branch reads (a
+    pre-LN branch read raw by OLMo Hybrid's attention block): the sum is anchored at that norm
+    too, since a branch of a normalized input holds its scale by its own judgement."""
+    if len(producers) < 2:
+        return []
+    return [
+        passes_on[p]
+        for p in producers
+        if out[p].kind == "norm"
+        or (out[p].kind == "branch" and passes_on[p] in out and out[passes_on[p]].kind == "norm")
+    ]
 
 
 def _alias(graph: _Graph, name: str, out: dict[str, Role]) -> str | None:
