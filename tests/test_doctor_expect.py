@@ -978,3 +978,41 @@ def test_the_same_stream_with_large_unnormalized_branches_stays_exploding() -> N
     d = doctor.diagnose(_ReorderedNorm("none"), _ids(8, 16))
     assert "exploding" in d.problems, d.problems
     assert {la.name: la for la in d.layers}["readout"].anchor == "embed"
+
+
+class _Rotary(nn.Module):
+    """A rotary table: cos of the positions, made from its input's shape, dtype and device
+    alone (Hugging Face's rotary embeddings read the stream so)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = torch.arange(x.shape[1], dtype=x.dtype, device=x.device)  # (T,)
+        freq = 1.0 / 10000 ** (torch.arange(x.shape[2], dtype=x.dtype) / x.shape[2])  # (d,)
+        return torch.cos(t[:, None] * freq[None])  # (T, d)
+
+
+class _RotaryStack(nn.Module):
+    """A std-0.005 embedding read by a rotary table and by a pre-LN block that multiplies the
+    table in."""
+
+    def __init__(self, d: int = 64) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(1000, d)
+        nn.init.normal_(self.embed.weight, std=0.005)
+        self.rotary, self.norm, self.lin = _Rotary(), nn.RMSNorm(d), nn.Linear(d, d)
+        self.out = nn.RMSNorm(d)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(ids)  # (B, T, d)
+        cos = self.rotary(x)  # (T, d)
+        return self.out(x + self.lin(self.norm(x)) * cos)  # (B, T, d)
+
+
+def test_a_table_made_without_the_stream_s_values_is_not_judged_against_it() -> None:
+    """The table's std (~0.7) is ~140x the embedding's 0.005: against it, exploding. Its output
+    carries no autograd history from the stream it read: it is no function of the stream's
+    values, and is not judged by scale (as a front run under no_grad is not)."""
+    torch.manual_seed(0)
+    d = doctor.diagnose(_RotaryStack(), _ids(8, 16))
+    rotary = {la.name: la for la in d.layers}["rotary"]
+    assert rotary.role == "frozen" and rotary.act_std > 100 * 0.005
+    assert d.problems == [], [(la.name, la.labels) for la in d.layers]
