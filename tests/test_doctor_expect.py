@@ -991,13 +991,13 @@ class _Rotary(nn.Module):
 
 
 class _RotaryStack(nn.Module):
-    """A std-0.005 embedding read by a rotary table and by a pre-LN block that multiplies the
+    """A std-0.002 embedding read by a rotary table and by a pre-LN block that multiplies the
     table in."""
 
     def __init__(self, d: int = 64) -> None:
         super().__init__()
         self.embed = nn.Embedding(1000, d)
-        nn.init.normal_(self.embed.weight, std=0.005)
+        nn.init.normal_(self.embed.weight, std=0.002)
         self.rotary, self.norm, self.lin = _Rotary(), nn.RMSNorm(d), nn.Linear(d, d)
         self.out = nn.RMSNorm(d)
 
@@ -1008,11 +1008,12 @@ class _RotaryStack(nn.Module):
 
 
 def test_a_table_made_without_the_stream_s_values_is_not_judged_against_it() -> None:
-    """The table's std (~0.7) is ~140x the embedding's 0.005: against it, exploding. Its output
+    """The table's std (0.53: cos over 16 positions, deterministic) is ~260x the embedding's
+    0.002: against it, exploding (past 100x). Its output
     carries no autograd history from the stream it read: it is no function of the stream's
     values, and is not judged by scale (as a front run under no_grad is not)."""
     torch.manual_seed(0)
     d = doctor.diagnose(_RotaryStack(), _ids(8, 16))
     rotary = {la.name: la for la in d.layers}["rotary"]
-    assert rotary.role == "frozen" and rotary.act_std > 100 * 0.005
+    assert rotary.role == "frozen" and rotary.act_std > 100 * 0.002
     assert d.problems == [], [(la.name, la.labels) for la in d.layers]
