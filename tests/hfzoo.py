@@ -940,9 +940,12 @@ def _model(
 
 def _fan_in(m: nn.Module) -> int | None:
     """The inputs each output of a torch Linear or convolution sums (a transposed
-    convolution's, up to its stride: its weight is (in, out / groups, *kernel)); ``None`` for
-    other layers."""
+    convolution's, up to its stride: its weight is (in, out / groups, *kernel)); 1 for an
+    embedding (an output is one row's entry) and a layer of one weight per unit (a norm's
+    scale); ``None`` for other layers."""
     w = getattr(m, "weight", None)
+    if isinstance(m, nn.Embedding) or (isinstance(w, torch.Tensor) and w.dim() == 1):
+        return 1
     if not isinstance(w, torch.Tensor) or w.dim() < 2:
         return None
     if isinstance(m, nn.modules.conv._ConvTransposeNd):
@@ -977,8 +980,10 @@ def _keep_gains(model: nn.Module, cls: type[nn.Module], wide: Callable[[], Any])
     4x) keeps only half its gain, and three in a row 1/8. A layer whose fan-in did not shrink
     (a depthwise convolution's 9 inputs, a stem's 256 channels) goes back to :math:`s_0`: the
     config-level scaling would give it 4x its real gain (Canary's subsampling stem, std 0.02 at
-    fan-in 9 and 256, gains 0.06 and 0.32, would hide a true collapse). Layers drawn
-    otherwise (He, Xavier, torch's default) are fan-in aware already and left alone."""
+    fan-in 9 and 256, gains 0.06 and 0.32, would hide a true collapse), and so does an
+    embedding or a norm's scale drawn at the config's std (fan-in 1 at any width: its gain is
+    its std; EfficientNet's BatchNorm weights drawn around 0). Layers drawn otherwise (He,
+    Xavier, torch's default, a norm's scale at 1) are fan-in aware already and left alone."""
     try:
         with torch.device("meta"):
             full = dict(cls(wide()).named_modules())

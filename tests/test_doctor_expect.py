@@ -928,3 +928,92 @@ def test_the_vanishing_relu_stack_has_no_straight_through_and_stays_vanishing() 
     x = torch.randn(64, 128, generator=torch.Generator().manual_seed(0))  # (N, 128)
     assert _trace(model, x).straight == {}
     assert doctor.diagnose(model, x).problems[0] == "vanishing"
+
+
+class _ReorderedNorm(nn.Module):
+    r"""A stream read raw by each next branch and by a readout, over a std-0.02 embedding.
+    ``"post"``: OLMo 2's order, :math:`x + \mathrm{LN}(f(x))`; ``"pre"``: pre-LN,
+    :math:`x + f(\mathrm{LN}(x))` (OLMo Hybrid's linear-attention blocks before its raw-read
+    attention block); ``"none"``: no norm, weights at std 1 (each branch multiplies the stream by
+    about :math:`\sqrt{1 + d}`). The maps are drawn at std :math:`1/\sqrt{d}` otherwise."""
+
+    def __init__(self, mode: str, blocks: int = 3, d: int = 64) -> None:
+        super().__init__()
+        self.mode = mode
+        self.embed = nn.Embedding(1000, d)
+        nn.init.normal_(self.embed.weight, std=0.02)
+        self.f = nn.ModuleList(nn.Linear(d, d) for _ in range(2 * blocks))
+        self.n = nn.ModuleList(nn.Identity() if mode == "none" else nn.RMSNorm(d) for _ in self.f)
+        for lin in self.f:
+            nn.init.normal_(lin.weight, std=1.0 if mode == "none" else (1 / d) ** 0.5)
+            nn.init.zeros_(lin.bias)
+        self.readout = nn.Linear(d, d)
+        nn.init.normal_(self.readout.weight, std=(1 / d) ** 0.5)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(ids)  # (B, T, d)
+        for lin, norm in zip(self.f, self.n, strict=True):
+            x = x + (lin(norm(x)) if self.mode == "pre" else norm(lin(x)))  # (B, T, d)
+        return self.readout(x)  # (B, T, d)
+
+
+@pytest.mark.parametrize("mode", ["post", "pre"])
+def test_a_stream_of_normalized_branches_is_anchored_at_its_first_norm(mode: str) -> None:
+    """After the first branch (a norm's output, or a std-1/sqrt(d) map of one: ~1) the stream
+    is ~50x the embedding's 0.02 and grows like sqrt(k) over the adds, so the readout reads
+    ~sqrt(6) = 2.4x the first norm's scale: healthy. Anchored at the embedding it read
+    ~2.4 / 0.02 = 120x, past the 100x bound."""
+    torch.manual_seed(0)
+    d = doctor.diagnose(_ReorderedNorm(mode), _ids(8, 16))
+    layers = {la.name: la for la in d.layers}
+    assert d.problems == [], [(la.name, la.labels) for la in d.layers]
+    readout = layers["readout"]
+    assert readout.anchor == "n.0" and 1.0 < readout.scale < 6.0  # sqrt(6) +- sampling, bias
+
+
+def test_the_same_stream_with_large_unnormalized_branches_stays_exploding() -> None:
+    """Without the norms nothing resets the scale: each std-1 branch multiplies the stream by
+    about sqrt(1 + 64) ~ 8, so the readout reads ~8^6 times the embedding's scale."""
+    torch.manual_seed(0)
+    d = doctor.diagnose(_ReorderedNorm("none"), _ids(8, 16))
+    assert "exploding" in d.problems, d.problems
+    assert {la.name: la for la in d.layers}["readout"].anchor == "embed"
+
+
+class _Rotary(nn.Module):
+    """A rotary table: cos of the positions, made from its input's shape, dtype and device
+    alone (Hugging Face's rotary embeddings read the stream so)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = torch.arange(x.shape[1], dtype=x.dtype, device=x.device)  # (T,)
+        freq = 1.0 / 10000 ** (torch.arange(x.shape[2], dtype=x.dtype) / x.shape[2])  # (d,)
+        return torch.cos(t[:, None] * freq[None])  # (T, d)
+
+
+class _RotaryStack(nn.Module):
+    """A std-0.002 embedding read by a rotary table and by a pre-LN block that multiplies the
+    table in."""
+
+    def __init__(self, d: int = 64) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(1000, d)
+        nn.init.normal_(self.embed.weight, std=0.002)
+        self.rotary, self.norm, self.lin = _Rotary(), nn.RMSNorm(d), nn.Linear(d, d)
+        self.out = nn.RMSNorm(d)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(ids)  # (B, T, d)
+        cos = self.rotary(x)  # (T, d)
+        return self.out(x + self.lin(self.norm(x)) * cos)  # (B, T, d)
+
+
+def test_a_table_made_without_the_stream_s_values_is_not_judged_against_it() -> None:
+    """The table's std (0.53: cos over 16 positions, deterministic) is ~260x the embedding's
+    0.002: against it, exploding (past 100x). Its output
+    carries no autograd history from the stream it read: it is no function of the stream's
+    values, and is not judged by scale (as a front run under no_grad is not)."""
+    torch.manual_seed(0)
+    d = doctor.diagnose(_RotaryStack(), _ids(8, 16))
+    rotary = {la.name: la for la in d.layers}["rotary"]
+    assert rotary.role == "frozen" and rotary.act_std > 100 * 0.002
+    assert d.problems == [], [(la.name, la.labels) for la in d.layers]

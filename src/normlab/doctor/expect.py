@@ -224,6 +224,8 @@ def roles(graph: _Graph, tokens: bool) -> dict[str, Role]:
         if lookup := [passes_on[p] for p in graph.straight.get(name, []) if p in passes_on]:
             ups = lookup  # its value is a lookup's, passed on by a straight-through add
         anchor: str | None = min(ups, key=lambda a: position.get(a, -1))  # the stream's source
+        if normed := _normed_terms(producers, out, passes_on):
+            anchor = min(normed, key=lambda a: position[a])  # the stream after its 1st branch
         eps = math.nan
         fed_zero = name in graph.zero_fed or (
             bool(producers) and all(out[p].kind == "zero" for p in producers)
@@ -257,6 +259,28 @@ def roles(graph: _Graph, tokens: bool) -> dict[str, Role]:
         if (same := _alias(graph, name, out)) is not None:  # its output is another's
             out[name], passes_on[name] = out[same], passes_on[same]
     return out
+
+
+def _normed_terms(
+    producers: list[str], out: dict[str, Role], passes_on: dict[str, str]
+) -> list[str]:
+    r"""The norms whose outputs are themselves terms of the sum a layer reads (OLMo 2's
+    :math:`h = x + \mathrm{LN}(f(x))`, read raw by the next block's projections): a
+    normalized term fixes the sum's scale, :math:`\mathrm{Var}(x + n) \ge \mathrm{Var}(n)`
+    for independent terms, so the sum is anchored at the earliest such norm, the stream after
+    its first branch (as :class:`Stream` takes :math:`m_1`), not at an embedding that may be of
+    any scale (std 0.02); the adds' growth after it is the stream rule's. A branch's last
+    weight layer is a term judged against its own anchor, the norm its branch reads (a
+    pre-LN branch read raw by OLMo Hybrid's attention block): the sum is anchored at that norm
+    too, since a branch of a normalized input holds its scale by its own judgement."""
+    if len(producers) < 2:
+        return []
+    return [
+        passes_on[p]
+        for p in producers
+        if out[p].kind == "norm"
+        or (out[p].kind == "branch" and passes_on[p] in out and out[passes_on[p]].kind == "norm")
+    ]
 
 
 def _alias(graph: _Graph, name: str, out: dict[str, Role]) -> str | None:

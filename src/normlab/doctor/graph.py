@@ -433,7 +433,7 @@ def _trace(
         floats = [t for t in _tensors(args) if t.is_floating_point() and t.numel() > 0]
         free = bool(floats) and name not in edges and _reads_parameters_only(floats, names)
         seen.note(mod, name, args, out, free)
-        seen.frozen[name] = seen.frozen.get(name, True) and _frozen(mod, out)
+        seen.frozen[name] = seen.frozen.get(name, True) and _frozen(mod, args, out)
         for t in _tensors(out):
             if t.grad_fn is None:
                 continue
@@ -491,16 +491,18 @@ def _one_unit(mod: nn.Module) -> bool:
     )
 
 
-def _frozen(mod: nn.Module, out: Any) -> bool:
+def _frozen(mod: nn.Module, args: Any, out: Any) -> bool:
     """Whether a call ran with gradient recording off (under ``torch.no_grad``, as a frozen
     feature extractor inside a model runs): the grad mode at the hook, or, for a layer with
-    parameters that require grad, an output without autograd history (no layer makes one with
-    recording on)."""
+    parameters that require grad or fed inputs that do, an output without autograd history (no
+    layer makes one with recording on from what carries it; a rotary table reads the stream for
+    its dtype and device alone, and its cos and sin are no function of the stream's scale)."""
     if not torch.is_grad_enabled():
         return True
     trained = any(p.requires_grad for p in own_parameters(mod))
+    fed = any(t.requires_grad for t in _tensors(args) if t.is_floating_point())
     outs = [t for t in _tensors(out) if t.is_floating_point()]
-    return trained and bool(outs) and not any(t.requires_grad for t in outs)
+    return (trained or fed) and bool(outs) and not any(t.requires_grad for t in outs)
 
 
 def _added(x: torch.Tensor, made_by: dict[Any, str]) -> bool:
