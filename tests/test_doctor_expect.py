@@ -1017,3 +1017,36 @@ def test_a_table_made_without_the_stream_s_values_is_not_judged_against_it() -> 
     rotary = {la.name: la for la in d.layers}["rotary"]
     assert rotary.role == "frozen" and rotary.act_std > 100 * 0.002
     assert d.problems == [], [(la.name, la.labels) for la in d.layers]
+
+
+class _CentredQueries(nn.Module):
+    """Deformable DETR's shape: the model itself owns a parameter (a level embedding) and
+    returns its reference points first, ``sigmoid`` of a small projection (all near 0.5, the
+    image's centre, by design), then the hidden states the doctor reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.level = nn.Parameter(torch.randn(64) * 0.02)
+        self.body = nn.Sequential(nn.Linear(64, 64), nn.LayerNorm(64))
+        self.points = nn.Linear(64, 2)
+        nn.init.normal_(self.points.weight, std=0.001)
+        nn.init.zeros_(self.points.bias)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        h = self.body(x + self.level)  # (N, 64)
+        return {"reference_points": self.points(h).sigmoid(), "hidden": h}  # (N, 2), (N, 64)
+
+
+def test_the_model_s_own_scale_is_judged_only_at_the_field_it_gives_the_readout() -> None:
+    """A probe measures a module's first tensor: for the model itself that is the reference
+    points (std ~0.001 * 8 / 4 = 0.002 around 0.5), not the hidden states read. Read at
+    ``hidden`` the model is not judged on the points' spread; read at the points themselves
+    the same spread is what it gives the readout, and is judged."""
+    x = torch.randn(32, 64, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    model = _CentredQueries()
+    read_hidden = doctor.diagnose(model, x, output="hidden")
+    assert read_hidden.problems == [], read_hidden.problems
+    read_points = doctor.diagnose(model, x, output="reference_points")
+    root = next(la for la in read_points.layers if la.name == "")
+    assert root.act_std < 0.01 and "vanishing" in root.labels

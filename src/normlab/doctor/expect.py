@@ -233,6 +233,8 @@ def roles(graph: _Graph, tokens: bool) -> dict[str, Role]:
         made = _zero(m) or name in graph.zero_made  # params at 0, zero rows, or 0 of 0
         if name in graph.frozen:
             kind, anchor = "frozen", None
+        elif name in graph.unread:  # its measured tensor is not what it gives the readout
+            kind, anchor = "layer", None
         elif (made or fed_zero) and _zero_by_design(graph, name, m, on_branch):
             kind, anchor = "zero", None
         elif _is_norm(m):

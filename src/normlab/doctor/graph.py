@@ -16,7 +16,7 @@ from torch.overrides import TorchFunctionMode
 
 from normlab.doctor.kinds import _has_weight, _is_norm, _nonlinearity, _passes
 from normlab.doctor.running import Input, _graph_call, _preserved, _tensors
-from normlab.probe import own_parameters, select_modules
+from normlab.probe import first_float_tensor, own_parameters, select_modules
 
 Edges = dict[str, "str | None"]  # producing layer -> the small parameter on the way, if any
 _OUTPUT = "<output>"  # the model's output, as a consumer
@@ -47,6 +47,8 @@ class _Graph:
     zero_made: set[str] = field(default_factory=set)
     free: set[str] = field(default_factory=set)  # fed parameters only (a learned query), no data
     frozen: set[str] = field(default_factory=set)  # run with gradient recording off: not trained
+    # the model itself when a probe measures another field of its output than the one read
+    unread: set[str] = field(default_factory=set)
     # a layer whose output was at every call the very tensor another layer made (dropout in
     # eval or at p=0, an identity, a drop path): the layers whose output it passed on
     aliases: dict[str, list[str]] = field(default_factory=dict)
@@ -402,6 +404,7 @@ def _trace(
     aliases: dict[str, list[str]] = {}  # a layer -> whose outputs it returned as they were
     sums: set[str] = set()  # the layers reading several layers through an add
     made: set[str] = set()  # the layers that made an output of their own at some call
+    root: list[torch.Tensor | None] = []  # what a probe measures of the model's own output
     mode = _StraightThrough(made_by)  # the straight-through adds, as the pass makes them
     straight: dict[str, set[str]] = {}  # a layer -> the layers of the q its input's value is
 
@@ -433,6 +436,7 @@ def _trace(
         floats = [t for t in _tensors(args) if t.is_floating_point() and t.numel() > 0]
         free = bool(floats) and name not in edges and _reads_parameters_only(floats, names)
         seen.note(mod, name, args, out, free)
+        root.extend([first_float_tensor(out)] if mod is model else [])
         seen.frozen[name] = seen.frozen.get(name, True) and _frozen(mod, args, out)
         for t in _tensors(out):
             if t.grad_fn is None:
@@ -459,6 +463,7 @@ def _trace(
     graph = _Graph.from_edges(list(order.items()), edges)
     graph.streams, graph.sums, graph.operands = streams, sums, operands
     seen.into(graph)
+    graph.unread = {""} if root and root[-1] is not y else set()  # a ModelOutput's other field
     graph.aliases = {name: of for name, of in aliases.items() if name not in made}
     graph.straight = {name: sorted(of) for name, of in straight.items()}
     return graph
