@@ -398,7 +398,6 @@ def _trace(
     streams: dict[str, float] = {}  # a layer reading a sum of layers' outputs: its input's std
     before: dict[str, float] = {}  # an in-place layer's input's std, before it changes it
     seen = _Values()
-    added: dict[str, bool] = {}  # an in-place layer -> whether its input was an add
     split: dict[str, list[set[str]]] = {}  # an in-place layer -> its add's operands' layers
     operands: dict[str, list[set[str]]] = {}  # a sum's reader -> its add's operands' layers
     aliases: dict[str, list[str]] = {}  # a layer -> whose outputs it returned as they were
@@ -411,7 +410,6 @@ def _trace(
     def pre(mod: nn.Module, args: Any, name: str) -> None:
         if _tensors(args) and name not in through:
             before[name] = _std(_tensors(args)[0])
-            added[name] = _added(_tensors(args)[0], made_by)
             split[name] = _operands(_tensors(args)[0], made_by, names)
 
     def hook(mod: nn.Module, args: Any, out: Any, name: str) -> None:
@@ -429,10 +427,10 @@ def _trace(
             straight.setdefault(name, set()).update(via)
         if len(edges.get(name, {})) >= 2 and _tensors(args):  # it reads a sum: the stream?
             streams[name] = before.pop(name) if name in before else _std(_tensors(args)[0])
-            if added.pop(name, None) or _added(_tensors(args)[0], made_by):
-                sums.add(name)
             found = split.pop(name, None) or _operands(_tensors(args)[0], made_by, names)
             operands.setdefault(name, found)
+            if found:  # an add (not a product or a concatenation): the stream
+                sums.add(name)
         floats = [t for t in _tensors(args) if t.is_floating_point() and t.numel() > 0]
         free = bool(floats) and name not in edges and _reads_parameters_only(floats, names)
         seen.note(mod, name, args, out, free)
@@ -510,15 +508,10 @@ def _frozen(mod: nn.Module, args: Any, out: Any) -> bool:
     return (trained or fed) and bool(outs) and not any(t.requires_grad for t in outs)
 
 
-def _added(x: torch.Tensor, made_by: dict[Any, str]) -> bool:
-    """Whether ``x`` is an add (through reshapes and other one-input operations), not a product
-    or a concatenation: an attention's output reads its query, key and value, a sum does not
-    multiply what it reads."""
-    return _add_node(x, made_by) is not None
-
-
 def _add_node(x: torch.Tensor, made_by: dict[Any, str]) -> Any:
-    """The autograd node of the add ``x`` is (see :func:`_added`), or ``None``."""
+    """The autograd node of the add ``x`` is (through reshapes and other one-input
+    operations), or ``None``: a product or a concatenation is no add (an attention's output
+    reads its query, key and value, a sum does not multiply what it reads)."""
     node = x.grad_fn
     while node is not None and node not in made_by:
         if type(node).__name__.startswith("AddBackward"):
