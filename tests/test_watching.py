@@ -6,6 +6,7 @@ import contextlib
 import gc
 import io
 import json
+import math
 import os
 import subprocess
 import tracemalloc
@@ -337,3 +338,54 @@ def test_the_report_draws_the_update_ratio_with_karpathy_s_line(
     titles = [p.title for p in training_figure(old).panels]
     assert not any(t.startswith("Update") for t in titles) and len(titles) == 3
     assert "update" not in log_tables(old[-1], "")[0].columns
+
+
+class _PreLN(nn.Module):
+    """Four pre-LN residual MLP blocks and a one-unit head: norms read the stream's sums."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.inp = nn.Linear(8, 32)
+        self.norms = nn.ModuleList(nn.LayerNorm(32) for _ in range(4))
+        self.mlps = nn.ModuleList(
+            nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 32)) for _ in range(4)
+        )
+        self.head = nn.Linear(32, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.inp(x)
+        for norm, mlp in zip(self.norms, self.mlps, strict=True):
+            h = h + mlp(norm(h))
+        return self.head(h)
+
+
+@pytest.mark.parametrize("make", [relu_net, _PreLN])
+def test_a_later_record_is_a_diagnosis_of_that_step(make: type[nn.Module]) -> None:
+    """Ten Adam steps at lr 0.03 move the inputs of the one-unit head and of the norms (the
+    stream's sums); the record of step 10 holds the doctor's numbers for the model as it was at
+    step 10 on that step's batch, not the values traced at step 0 (float32 sums in another
+    order: 1e-6)."""
+    import copy
+
+    net = make()
+    opt = torch.optim.Adam(net.parameters(), lr=0.03)
+    g = torch.Generator().manual_seed(1)
+    with watch(net, every=1, sample_size=None) as w:
+        for _ in range(11):
+            x = torch.randn(64, 8, generator=g)
+            then = copy.deepcopy(net)
+            opt.zero_grad()
+            net(x).pow(2).mean().backward()
+            record = w.step()
+            opt.step()
+    assert record is not None and record["step"] == 10
+    first = w.records[0]["layers"]
+    d = doctor.diagnose(then, x)
+    for got, want, was in zip(record["layers"], d.layers, first, strict=True):
+        assert got["act_std"] == pytest.approx(want.act_std, rel=1e-6)
+        assert got["scale"] == pytest.approx(want.scale, rel=1e-6, nan_ok=True)
+        assert got["labels"] == want.labels
+        if math.isfinite(want.unit_rms):
+            assert got["unit_rms"] == pytest.approx(want.unit_rms, rel=1e-6)
+            assert got["unit_rms"] != pytest.approx(was["unit_rms"], rel=1e-2)  # it moved

@@ -10,7 +10,11 @@ every layer's :class:`~normlab.doctor.LayerDiagnosis`, labelled by the doctor's 
 goes to the log at once. Between records no hook runs. At most ``keep`` records stay in memory
 (a ring); the log keeps them all.
 
-The probes are made once and their hooks stay on while every step is recorded. Gradients and
+The model's structure is traced once, at the first record; what its weights set (the stream's
+std as each norm reads it, a norm's input std, a one-unit layer's input second moment) is
+measured again at every record (:class:`~normlab.doctor.graph.Remeasure`), so a record holds
+the doctor's judgement of the model as it is at that step. The probes are made once and their
+hooks stay on while every step is recorded. Gradients and
 the per-unit numbers (dead units, unit spread) read every element; an output's mean, std, min,
 max and saturation are read from a sample of ``sample_size`` elements (the probe's default),
 reduced for all layers at once with one copy to the host: a std within a few percent of the
@@ -66,7 +70,7 @@ from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from normlab import doctor
-from normlab.doctor.graph import _Graph, _trace
+from normlab.doctor.graph import Remeasure, _Graph, _trace
 from normlab.doctor.judge import judge
 from normlab.doctor.measure import _grad_ratios, _weights
 from normlab.probe import SAMPLE_SIZE, ActivationProbe, GradientProbe, finite_or_none
@@ -208,6 +212,7 @@ class Watch:
             raise TypeError(f"updates must be True or False, got {updates!r}")
         self._weights = _Weights(model, updates)
         self._graph: _Graph | None = None  # traced on the first recorded step's input
+        self._values: Remeasure | None = None  # its weight-set values, measured each record
 
     def __enter__(self) -> Self:
         if self._log_path is not None:
@@ -228,6 +233,8 @@ class Watch:
             self._ap.__enter__()
             self._gp.__enter__()
             self._hook = self.model.register_forward_pre_hook(self._input, with_kwargs=True)
+            if self._values is not None:
+                self._values.__enter__()
 
     def _input(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self._inputs.append(args[0] if len(args) == 1 and not kwargs else args or kwargs)
@@ -238,6 +245,8 @@ class Watch:
             self._gp.__exit__(None, None, None)
             self._hook.remove()
             self._hook = None
+            if self._values is not None:
+                self._values.__exit__(None, None, None)
 
     def step(self) -> dict[str, Any] | None:
         """Count one training step (after its backward pass); on a recorded step return the
@@ -268,14 +277,17 @@ class Watch:
         acts, grads = self._ap.result(), self._gp.result()
         if not inputs or not any(acts.calls[-1]):
             return None  # the model did not run under the probes this step
-        if self._graph is None:  # the model's structure, traced once on its own input
+        if self._graph is None or self._values is None:  # traced once, on its own input
             self._disarm()  # (re-armed by step() if the next step is recorded)
-            self._graph = _trace(self.model, inputs[0])
+            self._graph = graph = _trace(self.model, inputs[0])
+            self._values = Remeasure(self.model, self._graph)
+        else:  # the structure traced, the streams' and norms' inputs of this step
+            graph = self._values.graph()
         rel, updates = self._weights.measure()
-        scaled = self._graph.scaled()  # made once: no gradient ratio reference
+        scaled = graph.scaled()  # made once: no gradient ratio reference
         order = [name for name in acts.layers if name not in scaled]
         ratios = _grad_ratios(list(self._weights.layers), [rel], order)
-        found = judge(self.model, inputs[:1], acts, grads, ratios, self._graph)  # the doctor's
+        found = judge(self.model, inputs[:1], acts, grads, ratios, graph)  # the doctor's
         record = {
             "step": self._steps,
             "input_std": found.input_std,

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import weakref
@@ -353,11 +354,7 @@ class _Values:
     def note(self, mod: nn.Module, name: str, args: Any, out: Any, free: bool) -> None:
         """One call of layer ``name``: ``free`` says it read parameters only at this call."""
         read = _tensors(args)
-        if _is_norm(mod) and read:
-            self.norm_inputs.setdefault(name, _std(read[0]))
-        if _one_unit(mod) and read and read[0].is_floating_point():
-            second = float(read[0].detach().double().square().mean())  # E[x^2] at this call
-            self.unit_inputs.setdefault(name, []).append(second)
+        self.note_inputs(mod, name, read)
         floats = [t for t in read if t.is_floating_point() and t.numel() > 0]
         if read and not any(t.is_floating_point() for t in read):
             self.ids.add(name)  # token ids (of a second input: a transducer's decoder)
@@ -369,15 +366,80 @@ class _Values:
             zero = not any(bool(t.any()) for t in outs)
             self.zero_out[name] = self.zero_out.get(name, True) and zero
 
+    def note_inputs(self, mod: nn.Module, name: str, read: list[torch.Tensor]) -> None:
+        """A norm's input std (its first call's), a one-unit layer's input E[x^2]."""
+        if _is_norm(mod) and read:
+            self.norm_inputs.setdefault(name, _std(read[0]))
+        if _one_unit(mod) and read and read[0].is_floating_point():
+            second = float(read[0].detach().double().square().mean())  # E[x^2] at this call
+            self.unit_inputs.setdefault(name, []).append(second)
+
+    def mean_unit_inputs(self) -> dict[str, float]:
+        """Each one-unit layer's input E[x^2], over its calls."""
+        return {name: sum(m) / len(m) for name, m in self.unit_inputs.items()}
+
     def into(self, graph: _Graph) -> None:
         graph.norm_inputs = self.norm_inputs
-        graph.unit_inputs = {name: sum(m) / len(m) for name, m in self.unit_inputs.items()}
+        graph.unit_inputs = self.mean_unit_inputs()
         graph.zero_fed = {name for name, zero in self.zeros.items() if zero}
         graph.ids_fed = self.ids
         graph.zero_out = {name for name, zero in self.zero_out.items() if zero}
         graph.zero_made = {name for name in graph.zero_out if self.zeros.get(name, True)}
         graph.free = {name for name, only in self.free.items() if only}
         graph.frozen = {name for name, off in self.frozen.items() if off}
+
+
+class Remeasure:
+    """The graph's values that the weights set, measured again at a later forward pass: a
+    sum's std as a norm or other layer reads it (:attr:`_Graph.streams`), a norm's input std
+    (:attr:`_Graph.norm_inputs`) and a one-unit layer's input second moment
+    (:attr:`_Graph.unit_inputs`), each as :func:`_trace` takes it. The structure is traced once;
+    :func:`normlab.watch` judges step :math:`s` with these values of step :math:`s`, as the
+    doctor would judge the model then, not with those of the step it traced.
+
+    A context manager: while on, a pre-hook on each of those layers measures its input;
+    :meth:`graph` gives the graph with them (the traced value where a layer did not run)."""
+
+    def __init__(self, model: nn.Module, graph: _Graph) -> None:
+        self.traced = graph
+        names = set(graph.streams) | set(graph.norm_inputs) | set(graph.unit_inputs)
+        self.layers = [(n, m) for n, m in select_modules(model) if n in names]
+        self.handles: list[Any] = []
+        self.values = _Values()
+        self.streams: dict[str, float] = {}
+
+    def __enter__(self) -> Remeasure:
+        self.handles = [
+            m.register_forward_pre_hook(functools.partial(self._pre, name=name))
+            for name, m in self.layers
+        ]
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+
+    def _pre(self, mod: nn.Module, args: Any, name: str) -> None:
+        read = _tensors(args)
+        if not read:
+            return
+        if name in self.traced.streams:
+            self.streams[name] = _std(read[0])  # the last call's, as the trace keeps
+        self.values.note_inputs(mod, name, read)
+
+    def graph(self) -> _Graph:
+        """The traced graph with the values of the passes since the last call (which it
+        forgets): its structure, and the memo made of it, are shared."""
+        g, seen = self.traced, self.values
+        fresh = dataclasses.replace(
+            g,
+            streams={**g.streams, **self.streams},
+            norm_inputs={**g.norm_inputs, **seen.norm_inputs},
+            unit_inputs={**g.unit_inputs, **seen.mean_unit_inputs()},
+        )
+        self.values, self.streams = _Values(), {}
+        return fresh
 
 
 def _trace(
