@@ -6,7 +6,10 @@ alarm is true and checked with its evidence.
 
 The whole zoo runs with ``-m zoo`` (``make calibrate``, which also writes ``docs/zoo.md``); the
 normal suite runs a dozen families of every kind (``slow``), checks that the enumeration still
-finds its families, and that the committed table lists every family and skip reason.
+finds its families, and that the committed table lists every family and skip reason. A family
+the table records as failing to build at every shrink level (over the size cap, or an input the
+harness cannot make) is an expected failure of ``-m zoo`` with that error: a gap of the
+enumeration, counted in the table, not a verdict.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -91,8 +95,46 @@ def _true_alarm(family: str) -> None:
     assert twin.refused is None and twin.problems == [], f"{family}'s twin: {flagged}"
 
 
+def _sections(text: str) -> dict[str, dict[str, str]]:
+    """The docs' tables: section title -> family -> the rest of its row."""
+    out: dict[str, dict[str, str]] = {}
+    for part in re.split(r"^## ", text, flags=re.M)[1:]:
+        title, _, body = part.partition("\n")
+        out[title.strip()] = dict(re.findall(r"^\| `([^`]+)` \| (.*) \|$", body, flags=re.M))
+    return out
+
+
+def _unbuilt() -> dict[str, str]:
+    """The families ``docs/zoo.md`` records as failing to build at every shrink level (too
+    large, or an input the harness cannot make), with the error at the smallest level."""
+    if not DOCS.exists():
+        return {}
+    rows = _sections(DOCS.read_text()).get("Failed to build", {})
+    return {f: row.split(" | ", 1)[-1].split(" \\| ")[0] for f, row in rows.items()}
+
+
+def _zoo_params() -> list[Any]:
+    """Every family; one the docs record as unbuilt is an expected failure of the build alone
+    (``raises``: a family that builds and then gets an alarm fails), and strict: once the
+    harness builds it, the test fails until the docs are regenerated."""
+    unbuilt = _unbuilt()
+    return [
+        pytest.param(
+            f,
+            marks=pytest.mark.xfail(
+                reason=f"the harness cannot build it: {unbuilt[f]}",
+                raises=pytest.fail.Exception,
+                strict=True,
+            ),
+        )
+        if f in unbuilt
+        else f
+        for f in hfzoo.families()
+    ]
+
+
 @pytest.mark.zoo
-@pytest.mark.parametrize("family", hfzoo.families())
+@pytest.mark.parametrize("family", _zoo_params())
 def test_no_false_alarm_over_the_whole_zoo(
     family: str, request: pytest.FixtureRequest, one_thread: None
 ) -> None:
@@ -156,15 +198,6 @@ def test_the_enumeration_builds_at_least_60_families(one_thread: None) -> None:
                     break
     assert count == 60
     assert {"text", "vision", "audio", "multimodal"} <= kinds
-
-
-def _sections(text: str) -> dict[str, dict[str, str]]:
-    """The docs' tables: section title -> family -> the rest of its row."""
-    out: dict[str, dict[str, str]] = {}
-    for part in re.split(r"^## ", text, flags=re.M)[1:]:
-        title, _, body = part.partition("\n")
-        out[title.strip()] = dict(re.findall(r"^\| `([^`]+)` \| (.*) \|$", body, flags=re.M))
-    return out
 
 
 def test_the_docs_table_is_up_to_date() -> None:
