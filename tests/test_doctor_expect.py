@@ -214,6 +214,44 @@ def test_a_deep_pre_ln_stack_without_branch_scaling_and_its_scaled_twin() -> Non
     assert scaled.stream.growth[-1] < 2.5
 
 
+@pytest.mark.slow
+def test_a_pre_ln_stream_that_ends_in_a_norm_grows_by_design() -> None:
+    """The same 64 unscaled blocks with a final LayerNorm before the head: the stream grows as
+    much (measured and predicted past 4x), but no layer reads it unnormalized, so it is the
+    pre-LN design (Xiong et al. 2020), not a problem: it trains (tests/calibration.py)."""
+    torch.manual_seed(0)
+    x = torch.randn(64, 32)
+    d = doctor.diagnose(ResidualMLP(final_norm=True), x)
+    assert d.stream is not None and not d.stream.raw_end
+    assert d.stream.growth[-1] > 4 and d.stream.predicted[-1] > 4
+    assert d.problems == [] and d.stream.label is None
+
+
+@pytest.mark.slow
+def test_a_32_layer_llama_at_its_full_width_gains_is_healthy() -> None:
+    """Llama-7B's depth (32 layers, 64 adds) and its per-layer gains at width 4096 (std 0.02,
+    kept at width 128 by std 0.02 sqrt(4096/128)): its stream grows past 4x into its final
+    RMSNorm, as every pre-LN transformer's does, and it is healthy."""
+    transformers = pytest.importorskip("transformers")
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    width = 128
+    config = transformers.LlamaConfig(
+        num_hidden_layers=32,
+        hidden_size=width,
+        intermediate_size=width * 11008 // 4096,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        vocab_size=512,
+        initializer_range=0.02 * math.sqrt(4096 / width),
+    )
+    ids = torch.randint(0, 512, (8, 32), generator=torch.Generator().manual_seed(0))
+    d = doctor.diagnose(transformers.LlamaModel(config), ids)
+    assert d.stream is not None and d.stream.adds == 64 and not d.stream.raw_end
+    assert d.stream.growth[-1] > 4, d.stream.growth[-1]
+    assert d.problems == [], d.verdict
+
+
 def test_a_model_with_residual_connections_is_never_told_to_add_them() -> None:
     # nor is a plain deep BatchNorm stack: on the comparison run residual connections did not
     # lower its loss (fewer layers did: the shallower remedy, tests/test_doctor_remedies.py)

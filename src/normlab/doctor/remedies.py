@@ -62,10 +62,10 @@ from torch import nn
 from normlab import init
 from normlab import nn as nlnn
 from normlab.doctor.cure import _skipped, _tied, fix
-from normlab.doctor.graph import _Graph, _trace
+from normlab.doctor.graph import _OUTPUT, _Graph, _trace
 from normlab.doctor.kinds import _WEIGHT_LAYERS, _is_norm
 from normlab.doctor.results import TREND_MARK, Diagnosis, module_path
-from normlab.doctor.running import Input, _call, _preserved, _steps
+from normlab.doctor.running import Input, _call, _invoke, _preserved, _steps
 from normlab.doctor.training import (
     TRIAL_SEEDS,
     TRIAL_STEPS,
@@ -313,6 +313,74 @@ def _branch_scale(case: _Case, generator: torch.Generator | None) -> Remedied:
         net,
         f"scale the output of each of {len(ends)} residual branches by 1/sqrt({len(ends)}) = "
         f"{factor:.3g} (its last layer's weight and bias; the stream grew {growth:.3g}x)",
+    )
+
+
+def _raw_end(case: _Case) -> str | None:
+    """The layer (or ``<output>``) reading the diagnosed pre-LN stream's end as it is."""
+    stream = case.diagnosis.stream if case.diagnosis is not None else None
+    if stream is None or stream.placement != "pre" or not stream.raw_end:
+        return None
+    return stream.readers[-1]
+
+
+class _NormedOutput(nn.Module):
+    """``model`` with a LayerNorm over its output's last dimension."""
+
+    def __init__(self, model: nn.Module, width: int) -> None:
+        super().__init__()
+        self.model, self.norm = model, nn.LayerNorm(width)
+
+    def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return cast(torch.Tensor, self.norm(self.model(*args, **kwargs)))  # (..., width)
+
+
+def _read_width(case: _Case, end: str) -> int | None:
+    """The features of what ``end`` (or the model's output) reads: the last dimension of a
+    (N, D) or (N, T, D) tensor, ``None`` for anything else (a conv's channels-first map)."""
+    seen: list[Any] = []
+    hook = None
+    if end != _OUTPUT:
+        module = case.model.get_submodule(end)
+        hook = module.register_forward_pre_hook(lambda m, args: seen.extend(args[:1]))
+    try:
+        with torch.no_grad(), _preserved(case.model):
+            out = _invoke(case.model, case.batch)
+    finally:
+        if hook is not None:
+            hook.remove()
+    x = out if end == _OUTPUT else (seen[0] if seen else None)
+    return x.shape[-1] if isinstance(x, torch.Tensor) and x.dim() in (2, 3) else None
+
+
+def _final_norm_why_not(case: _Case) -> str | None:
+    end = _raw_end(case)
+    if end is None:
+        return "its diagnosis shows no pre-LN stream read as it is at its end (it ends in a norm)"
+    if _read_width(case, end) is None:
+        where = "the model's output" if end == _OUTPUT else module_path(end)
+        return f"{where} is not one (N, D) or (N, T, D) tensor to normalize over D"
+    return None
+
+
+def _final_norm(case: _Case, generator: torch.Generator | None) -> Remedied:
+    end = _raw_end(case) or _OUTPUT
+    width = _read_width(case, end) or 0
+    growth = case.diagnosis.stream.growth[-1] if case.diagnosis and case.diagnosis.stream else 0.0
+    net = copy.deepcopy(case.model)
+    like = next(net.parameters(), torch.zeros(()))  # the new norm's dtype and device
+    if end == _OUTPUT:
+        net, where = _NormedOutput(net, width).to(like), "the model's output"
+    else:
+        parent, _, last = end.rpartition(".")
+        norm = nn.LayerNorm(width).to(like)
+        setattr(net.get_submodule(parent), last, nn.Sequential(norm, net.get_submodule(end)))
+        where = module_path(end)
+    return Remedied(
+        net,
+        f"put a LayerNorm before {where}, which reads the residual stream as it is (grown "
+        f"{growth:.3g}x): a pre-LN stream grows by design and a final norm reads it at unit "
+        "scale (GPT-2's ln_f; Xiong et al. 2020)",
     )
 
 
@@ -619,6 +687,10 @@ def _remedies() -> dict[str, Remedy]:
         "branch-scale": Remedy(
             "branch-scale", PROBLEMS_OF_SCALE, "scale each residual branch by 1/sqrt(L)",
             _branch_scale_why_not, _branch_scale,
+        ),
+        "final-norm": Remedy(
+            "final-norm", PROBLEMS_OF_SCALE, "a LayerNorm before the stream's raw reader",
+            _final_norm_why_not, _final_norm,
         ),
         **inits,
         "tanh": Remedy(

@@ -131,6 +131,12 @@ def _decades(value: float, bound: float) -> float:
     return abs(math.log10(value / bound))
 
 
+def _raw_reader(stream: Stream) -> str:
+    """Who reads a pre-LN stream's end as it is: a layer, or the model's output."""
+    end = stream.readers[-1]
+    return "the model's output" if end.startswith("<") else module_path(end)
+
+
 def _stream_words(stream: Stream) -> str:
     if stream.placement == "pre":
         return (
@@ -140,7 +146,8 @@ def _stream_words(stream: Stream) -> str:
             f"{stream.predicted[-1]:.2g}x; criterion: both past {STREAM_GROWTH:g}x: "
             f"{_sure(_decades(min(stream.growth[-1], stream.predicted[-1]), STREAM_GROWTH))}): "
             f"the last blocks move it {stream.growth[-1]:.2g}x less than the first, as no "
-            "branch is scaled for the depth"
+            f"branch is scaled for the depth, and {_raw_reader(stream)} reads its end with no "
+            "norm between, so the output grows with it"
         )
     return (
         f"the post-LN stack's sensitivity is exploding with depth: its {stream.adds} adds sum "
@@ -280,11 +287,14 @@ def _suggestions(
 def _stream_advice(stream: Stream) -> str:
     """What the stream's design wants: branches scaled for the depth, or pre-LN / warm-up."""
     if stream.placement == "pre":
+        where = _raw_reader(stream)
+        branches = stream.adds  # the sums read along the stream, its raw end's included
         return (
-            f"scale each residual branch's output by 1/sqrt({stream.adds}) = "
-            f"{stream.adds**-0.5:.3g} (multiply the branch's last layer's weight and bias, or "
-            "the branch in forward; Depth-muP: Yang et al. 2023), so the stream keeps its scale "
-            "over the depth (the branch-scale remedy)"
+            f"put a LayerNorm before {where}, which reads the stream's end as it is (a final "
+            "norm, as GPT-2's ln_f: the final-norm remedy), so the growth stays inside the "
+            "stream, where every norm reads it at unit scale (Xiong et al. 2020); or scale each "
+            f"residual branch's output by 1/sqrt({branches}) = {branches**-0.5:.3g} (Depth-muP: "
+            "Yang et al. 2023; the branch-scale remedy)"
         )
     return (
         "use pre-LN (the norm at the start of each branch: nn.TransformerEncoderLayer("

@@ -341,7 +341,7 @@ def _stream_panel(d: Diagnosis, stream: doctor.Stream) -> fig.Panel:
     predicted (theory.residual_stream with the first adds' branch variance), with the bound;
     post-LN, the running amplification and its bound."""
     index = {la.name: float(i) for i, la in enumerate(d.layers)}
-    x = [index[r] for r in stream.readers]
+    x = [index.get(r, float(len(d.layers))) for r in stream.readers]  # the output: after all
     if stream.placement == "pre":
         series = [
             fig.Series("measured growth", x, stream.growth, kind="line+markers"),
