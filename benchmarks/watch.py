@@ -8,13 +8,15 @@
 - a transformer: GPT-2 (4 blocks x 128, 4 heads, from a ``transformers`` config with random
   init), batch 8 x 64 tokens, its own next-token loss.
 
-Each model has five copies with the same weights: the plain loop (zero_grad, forward, loss,
+Each model has seven copies with the same weights: the plain loop (zero_grad, forward, loss,
 backward, step); the loop under ``normlab.watch(model, every=1)``, under ``every=10``
 (``w.step()`` between backward and ``opt.step()``), and under ``every=1`` with
-``sample_size=None`` (every element read, as :func:`normlab.doctor.diagnose` reads it); and the
+``sample_size=None`` (every element read, as :func:`normlab.doctor.diagnose` reads it); the
 loop under the watch's probes alone (``ActivationProbe`` with the doctor's statistics on a
 sample of each output, as the watch sets it, and ``GradientProbe``, stepped each step): what
-measuring costs before the record is made (the judgement, the norms, the dicts).
+measuring costs before the record is made (the judgement, the norms, the dicts); and two floors
+of any design that hooks each module: a forward hook hanging a gradient hook, doing nothing,
+and the same reading 4 statistics of each output with one host copy (the least a label needs).
 
 A round runs 10 steps of each copy, the copies in rotating order; a ratio is paired, the median
 over rounds of a copy's round time over the plain copy's in the same round, so that a change in
@@ -63,6 +65,8 @@ from normlab.watching import watch
 STEPS = 10  # per round and copy: every=10 records once a round
 TARGET = 1.3  # watch every step / plain
 PROBES = "probes alone"  # the doctor's probe settings, stepped each step: no record made
+HOOKS = "no-op hooks"  # the floor: a forward hook and a gradient hook per module, doing nothing
+FOUR = "4 stats hooks"  # the floor with the least a label needs: 4 statistics, one host copy
 EXACT = "every=1, exact"  # sample_size=None: every element, as the doctor reads it
 Loss = Callable[[nn.Module], torch.Tensor]
 Clock = Callable[[], float]
@@ -96,16 +100,44 @@ def models(width: int = 256, batch: int = 128) -> list[tuple[str, nn.Module, Los
     ]
 
 
+def _floor_hook(stats: bool) -> Callable[[nn.Module, object, object], None]:
+    """A forward hook that hangs a no-op hook on its output's gradient and, with ``stats``,
+    reads 4 statistics of the output (mean, std, the fraction of units 0 on every example,
+    the largest magnitude) with one host copy: the least any per-module hook design pays."""
+
+    def hook(module: nn.Module, args: object, out: object) -> None:
+        if not isinstance(out, torch.Tensor):
+            return
+        if stats:
+            y = out.detach()
+            units = (y == 0).flatten(0, -2).all(0).float().mean()  # (units,) -> ()
+            torch.stack([y.mean(), y.std(), units, y.abs().amax()]).tolist()
+        if out.requires_grad:
+            out.register_hook(lambda g: None)
+
+    return hook
+
+
 class Loop:
     """One copy of a model, its optimizer and (maybe) its watch, run ``STEPS`` steps a call;
-    ``every=0``: the watch's probes alone, stepped each step (what a record is made from)."""
+    ``every=0``: the watch's probes alone, stepped each step (what a record is made from);
+    ``floor``: instead of a watch, :func:`_floor_hook` on every probed module (``"stats"``:
+    with its 4 statistics)."""
 
     def __init__(
-        self, model: nn.Module, loss: Loss, every: int | None, sample_size: int | None = SAMPLE_SIZE
+        self,
+        model: nn.Module,
+        loss: Loss,
+        every: int | None,
+        sample_size: int | None = SAMPLE_SIZE,
+        floor: str | None = None,
     ) -> None:
         self.model, self.loss = copy.deepcopy(model), loss
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
         self.after: Callable[[], object] = lambda: None
+        if floor is not None:
+            for _, m in select_modules(self.model):
+                m.register_forward_hook(_floor_hook(floor == "stats"))
         if every == 0:
             settings = {**doctor.probe_settings(self.model), "sample_size": SAMPLE_SIZE}
             probes = [
@@ -150,6 +182,8 @@ def cost(
         loops = {"plain": Loop(model, loss, None), PROBES: Loop(model, loss, 0)}
         loops |= {f"every={k}": Loop(model, loss, k) for k in (1, 10)}
         loops[EXACT] = Loop(model, loss, 1, sample_size=None)
+        loops[HOOKS] = Loop(model, loss, None, floor="noop")
+        loops[FOUR] = Loop(model, loss, None, floor="stats")
         times = rounds_of(loops, rounds, clock)
         print(f"\n{name}: {STEPS} steps a round, {rounds} rounds")
         ratio = {}
