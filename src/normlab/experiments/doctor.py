@@ -352,11 +352,16 @@ def _stream_panel(d: Diagnosis, stream: doctor.Stream) -> fig.Panel:
         running = list(itertools.accumulate(s if math.isfinite(s) else 0.0 for s in stream.shares))
         series = [fig.Series("amplification", x, running, kind="line+markers")]
         bound, what = doctor.AMPLIFICATION, "sum of branch shares (Liu et al. 2020)"
+    title = f"Residual stream ({stream.placement}-LN) over depth"
+    if stream.placement == "pre" and not stream.raw_end:  # its growth is the design: no bound
+        return fig.Panel(
+            _layer_axis(d), fig.Axis(what, scale="log"), series, f"{title}, into a final norm"
+        )
     return fig.Panel(
         _layer_axis(d),
         fig.Axis(what, scale="log"),
         series,
-        f"Residual stream ({stream.placement}-LN) over depth",
+        title,
         lines=(fig.Line(bound, label="bound"),),
         bands=(fig.Band(bound, math.inf, color=LABEL_COLORS["exploding"], opacity=0.08),),
     )
