@@ -16,6 +16,7 @@ import normlab
 from normlab import doctor, plots, report, zoo
 from normlab.experiments import doctor as dfig
 from normlab.experiments.doctor import diagnosis_tables
+from tests.calibration import ResidualMLP
 
 
 @cache
@@ -101,6 +102,16 @@ def test_the_stream_is_drawn_beside_its_prediction() -> None:
     names = [la.name for la in d.layers]
     assert list(measured.x) == [float(names.index(r)) for r in d.stream.readers]
     assert list(measured.y) == d.stream.growth and list(predicted.y) == d.stream.predicted
+    assert not d.stream.raw_end and panel.lines == ()  # into a final norm: growth is the design
+
+
+def test_a_stream_read_raw_is_drawn_with_its_bound() -> None:
+    torch.manual_seed(0)
+    d = doctor.diagnose(ResidualMLP(blocks=16), torch.randn(64, 32))
+    assert d.stream is not None and d.stream.raw_end
+    panel = dfig.diagnosis_figure(d).panels[2]
+    names = [la.name for la in d.layers]
+    assert list(panel.series[0].x) == [float(names.index(r)) for r in d.stream.readers]
     assert [ln.value for ln in panel.lines] == [doctor.STREAM_GROWTH]
 
 
