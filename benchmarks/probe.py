@@ -40,6 +40,11 @@ CPU or on ``--device`` (a GPU: the clock waits for the device at both ends of a 
   keeps nothing: the least that any exact per-layer gradient statistic costs through hooks,
   before the activations are looked at.
 
+``--against REV`` times today's probe beside the one at git revision ``REV`` (its
+``src/normlab/probe.py``, read with ``git show`` and run as a fresh module: no copied file): each
+probe variant above runs twice, interleaved in the same rounds, and the paired ratio new / REV is
+printed for each, with whether both gave the same numbers (``result().to_dict()`` equal).
+
 Absolute times on a shared machine move from run to run; the ratios within one run are the
 result. The load average is printed so that a noisy run can be told apart; ``--cpu-time``
 (process CPU time) with ``--threads 1`` is steadier when other work shares the cores.
@@ -50,25 +55,30 @@ Usage::
     python benchmarks/probe.py --threads 1 --cpu-time   # steadier on a busy machine
     python benchmarks/probe.py --quick                  # 3 repeats, batch 64: a smoke test
     python benchmarks/probe.py --no-inference --device cuda   # training, on a GPU
+    python benchmarks/probe.py --threads 1 --against main     # this probe next to main's
 """
 
 import argparse
 import copy
+import importlib.util
 import os
+import re
 import statistics
+import subprocess
 import sys
 import time
+import types
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
+import normlab.probe
 from normlab import zoo
 from normlab.probe import (
     SAMPLE_SIZE,
-    ActivationProbe,
-    GradientProbe,
     first_float_tensor,
     sample_indices,
     select_modules,
@@ -79,9 +89,10 @@ Clock = Callable[[], float]
 PROBE, EXACT, NOTEBOOK = "ActivationProbe + step()", "  the same, every element", "notebook"
 SATURATED, FLOOR = "  the same, + saturation", "copy only (the floor)"
 TARGET = 1.3  # the most probe / plain may be
+AGAINST = 1.1  # the most this probe / a baseline's may be (--against)
 TRAIN_TARGET = {"transformer": 1.15, "conv": 1.25}  # forward + backward: probes at defaults
 DOCTOR_TARGET = 1.6  # forward + backward: the doctor's settings
-DOCTOR = "the doctor's settings"
+DOCTOR, DEFAULTS = "the doctor's settings", "probes at their defaults"
 
 
 def mlp(depth: int = 50, width: int = 256) -> nn.Sequential:
@@ -98,11 +109,35 @@ def plain(model: nn.Module, x: torch.Tensor) -> Forward:
     return run
 
 
+def load_probe(rev: str) -> types.ModuleType:
+    """``src/normlab/probe.py`` as it is at git revision ``rev``, executed into a fresh module
+    object (registered in ``sys.modules``, where dataclasses look their module up)."""
+    root = Path(__file__).resolve().parent.parent
+    show = ["git", "show", f"{rev}:src/normlab/probe.py"]
+    source = subprocess.run(show, cwd=root, capture_output=True, text=True, check=True).stdout
+    name = "normlab_probe_at_" + re.sub(r"\W", "_", rev)
+    spec = importlib.util.spec_from_loader(name, loader=None)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    exec(compile(source, f"{rev}:src/normlab/probe.py", "exec"), module.__dict__)
+    return module
+
+
 def with_probe(
-    model: nn.Module, x: torch.Tensor, sample_size: int | None, saturation: float | None = None
+    model: nn.Module,
+    x: torch.Tensor,
+    sample_size: int | None,
+    saturation: float | None = None,
+    probe_module: types.ModuleType = normlab.probe,
+    entered: list[Any] | None = None,
 ) -> Forward:
-    """The probe stays entered for the whole benchmark, as around a training loop."""
-    probe = ActivationProbe(model, sample_size=sample_size, saturation=saturation).__enter__()
+    """The probe (of ``probe_module``) stays entered for the whole benchmark, as around a
+    training loop; it is appended to ``entered``."""
+    settings = {"sample_size": sample_size, "saturation": saturation}
+    probe = probe_module.ActivationProbe(model, **settings).__enter__()
+    if entered is not None:
+        entered.append(probe)
 
     def run() -> None:
         model(x)
@@ -148,15 +183,57 @@ def copy_hook(calls: int) -> Callable[..., None]:
     return hook
 
 
-def bench(name: str, model: nn.Module, x: torch.Tensor, repeats: int, clock: Clock) -> float:
-    """Print the variants' median times and ratios; return probe / plain."""
+def at(label: str, rev: str) -> str:
+    """The name of ``label``'s variant run with the probe at ``rev``."""
+    return f"{label.strip()} @ {rev}"
+
+
+def against(
+    times: dict[str, list[float]], entered: dict[str, list[Any]], rev: str
+) -> list[tuple[str, float, bool]]:
+    """Print and return, for each probe variant, the paired ratio new / ``rev`` and whether its
+    probes' results equal the baseline's (``entered``: each variant's probes, by name)."""
+    out = []
+    for label in [n for n in entered if not n.endswith(f" @ {rev}")]:
+        ratio = paired(times, label, at(label, rev))
+        same = [p.result().to_dict() for p in entered[label]] == [
+            p.result().to_dict() for p in entered[at(label, rev)]
+        ]
+        print(f"  new / {rev}: {label.strip():32s} {ratio:6.3f}x   same numbers: {same}")
+        out.append((label.strip(), ratio, same))
+    return out
+
+
+Baseline = tuple[str, types.ModuleType] | None  # a git revision and its probe module
+PROBE_SETTINGS = {PROBE: (SAMPLE_SIZE, None), SATURATED: (SAMPLE_SIZE, 0.99), EXACT: (None, None)}
+
+
+def bench(
+    name: str,
+    model: nn.Module,
+    x: torch.Tensor,
+    repeats: int,
+    clock: Clock,
+    baseline: Baseline = None,
+) -> tuple[float, list[tuple[str, float, bool]]]:
+    """Print the variants' median times and ratios; return probe / plain and the comparisons
+    with ``baseline`` (see :func:`against`)."""
     model.eval()
     kept: list[object] = []
-    variants: dict[str, Forward] = {
-        "plain forward": plain(model, x),
-        PROBE: with_probe(copy.deepcopy(model), x, SAMPLE_SIZE),
-        SATURATED: with_probe(copy.deepcopy(model), x, SAMPLE_SIZE, saturation=0.99),
-        EXACT: with_probe(copy.deepcopy(model), x, None),
+    variants: dict[str, Forward] = {"plain forward": plain(model, x)}
+    entered: dict[str, list[Any]] = {}
+    for label, (size, saturation) in PROBE_SETTINGS.items():
+        entered[label] = []
+        variants[label] = with_probe(
+            copy.deepcopy(model), x, size, saturation, entered=entered[label]
+        )
+        if baseline is not None:
+            rev, module = baseline
+            entered[at(label, rev)] = old = []
+            variants[at(label, rev)] = with_probe(
+                copy.deepcopy(model), x, size, saturation, module, old
+            )
+    variants |= {
         NOTEBOOK: with_hooks(copy.deepcopy(model), x, notebook_hook(kept)),
         "var_mean + aminmax hooks": with_hooks(copy.deepcopy(model), x, var_mean_hook(kept)),
         FLOOR: with_hooks(copy.deepcopy(model), x, copy_hook(len(select_modules(model)))),
@@ -172,7 +249,7 @@ def bench(name: str, model: nn.Module, x: torch.Tensor, repeats: int, clock: Clo
         f"notebook / probe every element {paired(times, NOTEBOOK, EXACT):.2f}x;  "
         f"probe / copy only {paired(times, PROBE, FLOOR):.2f}x"
     )
-    return probe
+    return probe, against(times, entered, baseline[0]) if baseline else []
 
 
 def real_models(quick: bool) -> list[tuple[str, str, nn.Module, torch.Tensor]]:
@@ -205,10 +282,19 @@ def train_step(model: nn.Module, x: torch.Tensor, after: Callable[[], None]) -> 
     return run
 
 
-def with_probes(model: nn.Module, x: torch.Tensor, **settings: Any) -> Forward:
-    """Both probes entered for the whole run, stepped after each backward pass."""
-    ap = ActivationProbe(model, **settings).__enter__()
-    gp = GradientProbe(model).__enter__()
+def with_probes(
+    model: nn.Module,
+    x: torch.Tensor,
+    probe_module: types.ModuleType = normlab.probe,
+    entered: list[Any] | None = None,
+    **settings: Any,
+) -> Forward:
+    """Both probes (of ``probe_module``) entered for the whole run, stepped after each backward
+    pass; they are appended to ``entered``."""
+    ap = probe_module.ActivationProbe(model, **settings).__enter__()
+    gp = probe_module.GradientProbe(model).__enter__()
+    if entered is not None:
+        entered += [ap, gp]
 
     def after() -> None:
         ap.step()
@@ -238,29 +324,39 @@ def with_gradient_floor(model: nn.Module, x: torch.Tensor) -> Forward:
 
 
 def bench_training(
-    repeats: int, clock: Clock, device: str
-) -> list[tuple[str, str, float, float, float]]:
+    repeats: int, clock: Clock, device: str, baseline: Baseline = None
+) -> tuple[list[tuple[str, str, float, float, float]], list[tuple[str, float, bool]]]:
     """Print the training variants' medians; return (model, kind, probes / plain, doctor /
-    plain, floor / plain)."""
+    plain, floor / plain) per model, and the comparisons with ``baseline`` (:func:`against`).
+    Each call starts from the same random state (dropout), so that probes can be compared."""
     from normlab import doctor
 
-    out = []
+    out, compared = [], []
     for name, kind, model, x in real_models(repeats <= 3):
         model, x = model.to(device), x.to(device)
-        variants = {
-            "plain forward + backward": train_step(model, x, lambda: None),
-            "probes at their defaults": with_probes(copy.deepcopy(model), x),
-            DOCTOR: with_probes(copy.deepcopy(model), x, **doctor.probe_settings(model)),
-            "exact-gradient floor": with_gradient_floor(copy.deepcopy(model), x),
-        }
-        times = interleave(variants, repeats, clock, grad=True)
+        variants = {"plain forward + backward": train_step(model, x, lambda: None)}
+        entered: dict[str, list[Any]] = {}
+        for label, settings in {DEFAULTS: {}, DOCTOR: doctor.probe_settings(model)}.items():
+            entered[label] = []
+            probes = with_probes(copy.deepcopy(model), x, entered=entered[label], **settings)
+            variants[label] = probes
+            if baseline is not None:
+                rev, module = baseline
+                entered[at(label, rev)] = old = []
+                variants[at(label, rev)] = with_probes(
+                    copy.deepcopy(model), x, module, old, **settings
+                )
+        variants["exact-gradient floor"] = with_gradient_floor(copy.deepcopy(model), x)
+        times = interleave(variants, repeats, clock, grad=True, after=lambda: torch.manual_seed(0))
         probed = len(select_modules(model))
         print(f"\ntraining {name}: {probed} probed modules, input {tuple(x.shape)}")
         base = "plain forward + backward"
         show(times, base)
-        probes, full = (paired(times, n, base) for n in ("probes at their defaults", DOCTOR))
+        probes, full = (paired(times, n, base) for n in (DEFAULTS, DOCTOR))
         out.append((name, kind, probes, full, paired(times, "exact-gradient floor", base)))
-    return out
+        if baseline is not None:
+            compared += [(f"{name}: {n}", *r) for n, *r in against(times, entered, baseline[0])]
+    return out, compared
 
 
 def paired(times: dict[str, list[float]], name: str, base: str) -> float:
@@ -270,9 +366,10 @@ def paired(times: dict[str, list[float]], name: str, base: str) -> float:
 
 def show(times: dict[str, list[float]], base: str) -> None:
     """Each variant's median time and its paired ratio to ``base``."""
+    width = max(28, *map(len, times))
     for n, ts in times.items():
         ratio = paired(times, n, base)
-        print(f"  {n:28s} median {statistics.median(ts) * 1e3:8.2f} ms   {ratio:5.2f}x plain")
+        print(f"  {n:{width}s} median {statistics.median(ts) * 1e3:8.2f} ms   {ratio:5.2f}x plain")
 
 
 def interleave(
@@ -283,13 +380,15 @@ def interleave(
     after: Callable[[], None] = lambda: None,
 ) -> dict[str, list[float]]:
     """Each variant's time in each of ``repeats`` rounds, run in rotating order (two warm-ups:
-    allocator, kernels, the probes' buffers); ``after`` runs untimed after each call."""
+    allocator, kernels, the probes' buffers); ``after`` runs untimed after each call, warm-ups
+    too."""
     names = list(variants)
     times: dict[str, list[float]] = {n: [] for n in names}
     with torch.set_grad_enabled(grad):
         for run in variants.values():
-            run()
-            run()
+            for _ in range(2):
+                run()
+                after()
         for r in range(repeats):
             shift = r % len(names)
             for n in names[shift:] + names[:shift]:
@@ -300,15 +399,26 @@ def interleave(
     return times
 
 
-def inference(batch: int, repeats: int, clock: Clock) -> list[float]:
-    """The inference benchmarks (MLP, zoo.resnet); their probe / plain ratios."""
-    ratios = [bench("MLP 50 x (Linear 256 + ReLU)", mlp(), torch.randn(batch, 256), repeats, clock)]
+def inference(
+    batch: int, repeats: int, clock: Clock, baseline: Baseline = None
+) -> tuple[list[float], list[tuple[str, float, bool]]]:
+    """The inference benchmarks (MLP, zoo.resnet); their probe / plain ratios and the
+    comparisons with ``baseline``."""
     resnet = zoo.build("resnet")
-    x = torch.randn(zoo.input_shape("resnet", batch))
-    ratios.append(
-        bench("zoo.resnet (conv + BatchNorm2d, 2 residual blocks)", resnet, x, repeats, clock)
-    )
-    return ratios
+    models = [
+        ("MLP 50 x (Linear 256 + ReLU)", mlp(), torch.randn(batch, 256)),
+        (
+            "zoo.resnet (conv + BatchNorm2d, 2 residual blocks)",
+            resnet,
+            torch.randn(zoo.input_shape("resnet", batch)),
+        ),
+    ]
+    ratios, compared = [], []
+    for name, model, x in models:
+        ratio, versus = bench(name, model, x, repeats, clock, baseline)
+        ratios.append(ratio)
+        compared += [(f"{name.split(' ')[0]}: {n}", *r) for n, *r in versus]
+    return ratios, compared
 
 
 def synchronized(clock: Clock, device: torch.device) -> Clock:
@@ -332,6 +442,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cpu-time", action="store_true", help="process CPU time instead of wall time"
     )
+    parser.add_argument(
+        "--against", metavar="REV", help="also time the probe at git revision REV, interleaved"
+    )
     args = parser.parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -346,9 +459,12 @@ def main(argv: list[str] | None = None) -> int:
         f"ActivationProbe cost: {torch.get_num_threads()} threads, {what}, {repeats} "
         f"interleaved repeats, load average {load}"
     )
+    baseline = (args.against, load_probe(args.against)) if args.against else None
     torch.manual_seed(0)
-    ratios = [] if args.no_inference else inference(batch, repeats, clock)
-    training = [] if args.no_training else bench_training(repeats, clock, args.device)
+    ratios, compared = ([], []) if args.no_inference else inference(batch, repeats, clock, baseline)
+    training, trained = (
+        ([], []) if args.no_training else bench_training(repeats, clock, args.device, baseline)
+    )
     note = " (--quick: batch 64, a smoke test; the target is for the full run)" * args.quick
     if ratios:
         verdict = "within" if max(ratios) <= TARGET else "OVER"
@@ -364,6 +480,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{DOCTOR_TARGET}x): {'within' if ok else 'OVER'}; exact-gradient floor {floor:.2f}x"
             f"{note}"
         )
+    if baseline is not None:
+        print(f"\nthis probe / the probe at {args.against} (paired medians; target <= {AGAINST}x):")
+        for label, ratio, same in compared + trained:
+            verdict = "within" if ratio <= AGAINST else "OVER"
+            print(f"  {label:60s} {ratio:6.3f}x {verdict}; same numbers: {same}")
     return 0
 
 

@@ -295,6 +295,27 @@ def test_user_statistics_are_averaged_over_calls() -> None:
         assert stats.extra["first"][0][j] == pytest.approx(first, rel=1e-6)
 
 
+@pytest.mark.parametrize("sample_size", [16, None])
+def test_user_statistics_may_take_any_name(sample_size: int | None) -> None:
+    """A user statistic named like a statistic of the probe's own (``mean``, ``numel``,
+    ``extra``) is kept beside it, and changes none of the probe's numbers."""
+    model, x = mlp(), torch.randn(9, 12)
+    named = {"mean": lambda y: y.abs().amax(), "numel": lambda y: -y.abs().amax()}
+    named["extra"] = lambda y: y.reshape(-1)[0]
+    with (
+        ActivationProbe(model, stats=named, sample_size=sample_size) as probe,
+        ActivationProbe(model, sample_size=sample_size) as plain,
+    ):
+        model(x)
+    stats, want = probe.result(), plain.result().to_dict()
+    assert {k: v for k, v in stats.to_dict().items() if k != "extra"} == {
+        k: v for k, v in want.items() if k != "extra"
+    }
+    assert list(stats.extra) == ["mean", "numel", "extra"]
+    assert stats.extra["mean"][0] == [-v for v in stats.extra["numel"][0]]
+    assert all(v > 0 for v in stats.extra["mean"][0]) and stats.numel == want["numel"]
+
+
 @pytest.mark.parametrize(
     ("fn", "error", "words"),
     [

@@ -2,32 +2,55 @@ r"""Per-layer statistics of any ``nn.Module``: activations on the way forward, g
 
 A network that will not train shows it layer by layer (Glorot & Bengio, 2010, "Understanding
 the difficulty of training deep feedforward neural networks"). The probes are context managers
-whose hooks go on ``__exit__``. A call of a watched module copies a sample of its output (one
-kernel on its device); ``step()`` reduces the step's samples to rows of sums, copies them to the
-host at once, pools them per layer into a ring of the last ``keep`` steps (call it once per
-training step: samples wait until then). A row holds a call's :math:`m_c` elements' sum and, in
-two passes, their squared deviations from their own mean :math:`\bar x_c` (a collapsed
-sigmoid's float64 0.5 +- 1e-9 keeps its std, which :math:`\sum x^2 - m\bar x^2` cancels away),
-in float64, or in float32 on the CPU where the squares neither underflow nor overflow (see
-:func:`_sums`). Over the :math:`m = \sum_c m_c` elements pooled for a layer (Chan, Golub &
-LeVeque, 1979):
+whose hooks go on ``__exit__``; call ``step()`` once per training step and ``result()`` for the
+kept steps, ``[step][layer]``.
+
+What a layer's numbers are, at one step. Its calls :math:`c` (a layer called twice in a forward,
+or a gradient counted for two layers) each give elements :math:`x_i`, :math:`i \in c`, and the
+:math:`m = \sum_c m_c` elements of all calls are one population:
 
 .. math::
-    \text{mean} = \frac{1}{m}\sum_c \sum_{i \in c} x_i, \qquad
-    \text{std} = \sqrt{\frac{\sum_c \big(\sum_{i \in c} (x_i - \bar x_c)^2
-        + m_c (\bar x_c - \text{mean})^2\big)}{m - 1}}
+    \text{mean} = \frac{1}{m}\sum_i x_i, \qquad
+    \text{std} = \sqrt{\frac{1}{m - 1}\sum_i (x_i - \text{mean})^2}, \qquad
+    \min_i x_i, \qquad \max_i x_i,
 
-(unbiased, as ``Tensor.std()``; ``nan`` for :math:`m \le 1`, exactly 0 when min equals max).
+    \text{zero\_frac} = \frac{\#\{i : x_i = 0\}}{m}, \qquad
+    \text{saturated\_frac} = \frac{\#\{i : |x_i| \ge s\}}{m}, \qquad
+    \text{extra}[k] = \frac{1}{\#c}\sum_c f_k(y_c)
+
+(``std`` unbiased, as ``Tensor.std()``: ``nan`` for :math:`m \le 1`, exactly 0 when min equals
+max), and for a gradient :math:`g`, ``grad_std`` as ``std`` and ``grad_norm``
+:math:`= \sqrt{\sum_i g_i^2}`. ``tests/test_probe.py:expected`` computes them directly.
+
+Why a sample. A forward hook that reduces a whole output costs a pass over it per statistic, and a
+look at the host (``.item()``) makes the CPU wait for the device at every layer. So a call of a
+watched module copies only a sample of its output, :math:`m_c` = ``sample_size`` elements (1024 by
+default; all of them when fewer, or for ``sample_size=None``) spread evenly over it
+(:func:`sample_indices`), into a buffer on its device: one kernel, and nothing waits. ``step()``
+reduces all samples of one length at once, copies the step's numbers to the host at once, and
+pools them per layer into a ring of the last ``keep`` steps: memory is bounded, and no
+activation is held past its step.
+
+How the pooling keeps its digits. Each call is reduced to its sum and, in a second pass, its
+squared deviations from its own mean :math:`\bar x_c` (a collapsed sigmoid's float64 0.5 +- 1e-9
+keeps its std, which :math:`\sum x^2 - m\bar x^2` would cancel away), in float64, or in float32
+on the CPU where the squares neither underflow nor overflow (:func:`_sums`); the calls are
+pooled as Chan, Golub & LeVeque (1979) do:
+
+.. math::
+    \sum_i (x_i - \text{mean})^2 = \sum_c \Big(\sum_{i \in c} (x_i - \bar x_c)^2
+        + m_c (\bar x_c - \text{mean})^2\Big)
 """
 
 from __future__ import annotations
 
 import fnmatch
+import functools
 import math
 import re
 import weakref
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Self, cast
 
@@ -47,9 +70,20 @@ ModuleFilter = type[nn.Module] | tuple[type[nn.Module], ...] | _Names | None
 SAMPLE_SIZE, KEEP, MAX = 1024, 4096, 1 << 24  # elements sampled per output, steps kept, bound
 _EXACT_COUNT = 1 << 24  # float32 adds up 1.0s exactly below this count
 _MOMENTS = ("mean", "std", "min", "max", "zero_frac", "saturated_frac")
+"""An activation layer's statistics, as :class:`ActivationStats` names them."""
+_GRADIENT_STATS = ("grad_std", "grad_norm")
+"""A gradient layer's statistics, as :class:`GradientStats` names them."""
+_ROW = ("total", "squares", "min", "max", "nonzero", "saturated")
+r"""A call's activation row: :math:`\sum_i x_i`, :math:`\sum_i (x_i - \bar x)^2`, min, max,
+:math:`\#\{x_i \ne 0\}`, :math:`\#\{|x_i| \ge s\}`; the user statistics follow."""
+_GRADIENT_ROW = ("total", "squares")
+r"""A call's gradient row: :math:`\sum_i g_i`, :math:`\sum_i (g_i - \bar g)^2`."""
 FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+StepRecords = npt.NDArray[np.void]  # a kept step: one record per layer, named fields
 _Key = tuple[int, torch.dtype, torch.device]  # a sample's length, dtype and device
-_Call = tuple[tuple[int, int, int], list[Tensor]]  # (slot, numel, sampled), f_k(y)
+_Call = tuple[int, int, int]  # a call's slot (its layer), numel and elements sampled
+_Pending = tuple[_Call, list[Tensor]]  # a sampled call, waiting for step(): f_k(y) computed
 
 
 def own_parameters(module: nn.Module) -> list[nn.Parameter]:
@@ -211,6 +245,8 @@ def _user_value(name: str, value: object, device: torch.device) -> Tensor:
     return value.detach() if value.requires_grad else value
 
 
+# -- one call's statistics (on the output's device) ------------------------------------------------
+
 _TINY = 2.0**-60
 """The least float32 sum of squared deviations :func:`_sums` keeps: any square lost below
 float32's least normal number (2**-126) then weighs under n * 2**-66 of it."""
@@ -249,19 +285,128 @@ def _count(flag: Callable[..., Tensor], x: Tensor, *args: Any, dim: int | None =
     return flags.sum() if dim is None else flags.sum(dim)
 
 
-def _pool(
-    rows: FloatArray, pooled: FloatArray, counts: npt.NDArray[np.int64]
-) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """Each layer's mean, sum of squared deviations and unbiased std (``nan`` for m <= 1), (L,)
-    each, from its calls' rows (C, 2+) of sums and squared deviations: Chan, Golub & LeVeque's
-    pooling (see :mod:`normlab.probe`)."""
-    m, slots, pooled_m = counts[:, 2], counts[:, 0], pooled[:, -2]  # (C,) (C,) (L,)
+def _output_row(y: Tensor, zeros: bool, saturation: float | None) -> dict[str, Tensor]:
+    """One whole output's :data:`_ROW`, 0-dim tensors: the sums by :func:`_sums`, min and max in
+    its own dtype, the counts by :func:`_count` (0 where not made)."""
+    total, squares = _sums(y)  # (...) -> (2,) -> two ()
+    none = y.new_zeros(())  # a count not made
+    return {
+        "total": total,
+        "squares": squares,
+        "min": y.amin(),  # exact in y's dtype; two passes beat aminmax's one
+        "max": y.amax(),
+        "nonzero": _count(torch.ne, y, 0) if zeros else none,  # no flat copy
+        "saturated": none if saturation is None else _count(torch.ge, y.abs(), saturation),
+    }
+
+
+def _sample_rows(x: Tensor, zeros: bool, saturation: float | None) -> dict[str, Tensor]:
+    """G samples' :data:`_ROW`, (G, m) -> (G,) each, in float64: one batch of kernels for all."""
+    x = x.double()  # (G, m)
+    total = x.sum(1)  # (G, m) -> (G,)
+    centered = x - total[:, None] / x.shape[1]  # (G, m): the second pass
+    none = x.new_zeros(len(x))  # (G,): a count not made
+    return {
+        "total": total,
+        "squares": (centered * centered).sum(1),  # (G, m) -> (G,)
+        "min": x.amin(1),
+        "max": x.amax(1),
+        "nonzero": _count(torch.ne, x, 0, dim=1) if zeros else none,
+        "saturated": none if saturation is None else _count(torch.ge, x.abs(), saturation, dim=1),
+    }
+
+
+# -- one step's statistics per layer (on the host) -------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Calls:
+    """A closed step's calls on the host, in call order, (C,) each: the layer (slot) each call
+    is of, its elements output and sampled, its row's fields by name and the user statistics."""
+
+    layers: int  # L, the probe's slots
+    slot: IntArray
+    numel: IntArray
+    sampled: IntArray
+    row: dict[str, FloatArray]
+    extra: dict[str, FloatArray]
+
+    def per_layer(self, values: npt.ArrayLike) -> FloatArray:
+        """Each layer's sum of ``values`` over its calls, (C,) -> (L,), added in call order."""
+        return cast(FloatArray, np.bincount(self.slot, values, minlength=self.layers))
+
+
+@functools.cache
+def _step_dtype(stats: tuple[str, ...], extra: tuple[str, ...]) -> np.dtype[np.void]:
+    """The fields of a kept step's record of one layer: the counts, the statistics and, under
+    ``"extra"``, the user statistics (whose names may be any, ``"mean"`` too)."""
+    fields: list[Any] = [(name, np.int64) for name in ("numel", "sampled", "calls")]
+    fields += [(name, np.float64) for name in stats]
+    return np.dtype(fields + [("extra", [(name, np.float64) for name in extra])] * bool(extra))
+
+
+def _step(
+    calls: _Calls, stats: dict[str, FloatArray], extra: dict[str, FloatArray] | None = None
+) -> StepRecords:
+    """A closed step as one record per layer, (L,) with named fields (:func:`_step_dtype`): the
+    counts of ``calls``, ``stats`` and ``extra``; one small array per kept step."""
+    extra = extra or {}
+    step = np.empty(calls.layers, _step_dtype(tuple(stats), tuple(extra)))  # (L,)
+    step["numel"], step["sampled"] = calls.per_layer(calls.numel), calls.per_layer(calls.sampled)
+    step["calls"] = np.bincount(calls.slot, minlength=calls.layers)  # (C,) -> (L,)
+    for name, values in stats.items():
+        step[name] = values
+    for name, values in extra.items():
+        step["extra"][name] = values
+    return step
+
+
+def _pooled_moments(calls: _Calls) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Each layer's mean, sum of squared deviations and std, (L,) each, from its calls' sums
+    and squared deviations: Chan, Golub & LeVeque's pooling (see :mod:`normlab.probe`)."""
+    m, total = calls.sampled, calls.row["total"]  # (C,) each
+    pooled_m = calls.per_layer(m)  # (L,)
     with np.errstate(divide="ignore", invalid="ignore"):  # layers not called: nan
-        mean = pooled[:, 0] / pooled_m  # (L,)
-        between = m * (rows[:, 0] / m - mean[slots]) ** 2  # (C,)
-        deviations = pooled[:, 1] + np.bincount(slots, between, minlength=len(pooled))  # (L,)
+        mean = calls.per_layer(total) / pooled_m  # (L,)
+        between = m * (total / m - mean[calls.slot]) ** 2  # (C,): m_c (x_c - mean)^2
+        deviations = calls.per_layer(calls.row["squares"]) + calls.per_layer(between)  # (L,)
         std = np.where(pooled_m > 1, np.sqrt(deviations / (pooled_m - 1)), np.nan)
     return mean, deviations, std
+
+
+def _activation_step(calls: _Calls, zeros: bool, saturation: float | None) -> StepRecords:
+    """A step's activation statistics per layer, from its calls' rows (see :mod:`normlab.probe`;
+    ``extra[k]`` is the mean of :math:`f_k` over a layer's calls)."""
+    row, not_made = calls.row, np.full(calls.layers, np.nan)
+    m = calls.per_layer(calls.sampled)  # (C,) -> (L,): elements pooled
+    low, high = np.full(calls.layers, np.inf), np.full(calls.layers, -np.inf)
+    with np.errstate(divide="ignore", invalid="ignore"):  # nan, and layers not called
+        np.minimum.at(low, calls.slot, row["min"])  # (C,) -> (L,)
+        np.maximum.at(high, calls.slot, row["max"])
+        mean, _, std = _pooled_moments(calls)  # (L,) each
+        zero_frac = (m - calls.per_layer(row["nonzero"])) / m if zeros else not_made
+        saturated_frac = not_made if saturation is None else calls.per_layer(row["saturated"]) / m
+        count = np.bincount(calls.slot, minlength=calls.layers)  # (C,) -> (L,): calls
+        extra = {name: calls.per_layer(f) / count for name, f in calls.extra.items()}
+    stats = {
+        "mean": mean,
+        "std": np.where((low == high) & (m > 1), 0.0, std),  # exactly 0, not rounding's
+        "min": np.where(m > 0, low, np.nan),
+        "max": np.where(m > 0, high, np.nan),
+        "zero_frac": zero_frac,
+        "saturated_frac": saturated_frac,
+    }
+    return _step(calls, stats, extra)
+
+
+def _gradient_step(calls: _Calls) -> StepRecords:
+    r"""A step's gradient statistics per layer: ``grad_std`` as ``std``, and
+    :math:`\text{grad\_norm} = \sqrt{D + n \bar g^2}` with :math:`D = \sum_i (g_i - \bar g)^2`."""
+    mean, deviations, std = _pooled_moments(calls)  # (L,) each
+    n = calls.per_layer(calls.numel)  # (L,)
+    with np.errstate(invalid="ignore"):  # layers not called: nan
+        norm = np.where(n > 0, np.sqrt(deviations + n * mean**2), np.nan)
+    return _step(calls, {"grad_std": std, "grad_norm": norm})
 
 
 def finite_or_none(value: Any) -> Any:
@@ -347,11 +492,11 @@ class _Probe:
     def reset(self) -> None:
         """Forget the kept steps, the layer order, the calls since the last step and the layers
         found overwritten."""
-        self._ring: deque[FloatArray] = deque(maxlen=self.keep)  # (L, K) per step, by slot
+        self._ring: deque[StepRecords] = deque(maxlen=self.keep)  # (L,) per kept step
         self._stepped = 0  # steps closed since made or reset, dropped ones included
         self._order: dict[int, None] = {}  # slots, by first call
-        self._rows: list[Tensor] = []  # this step's rows, flat: (W,) or (R * W,), on their devices
-        self._calls: list[tuple[int, int, int]] = []  # each row's slot, numel, sampled
+        self._rows: list[Tensor] = []  # this step's rows, flat: (W,) or (G * W,), on their devices
+        self._calls: list[_Call] = []  # each row's slot, numel, sampled
         self._seen: dict[int, _Seen] = {}  # this step's measured outputs, by id
         self._overwritten: dict[int, int | None] = {}  # slot -> the in-place slot that did it
 
@@ -405,37 +550,44 @@ class _Probe:
         while self._handles:
             self._handles.pop().remove()
 
-    def _gather(self, width: int) -> tuple[FloatArray, FloatArray, npt.NDArray[np.int64]]:
-        """Close a step: its rows (C, W) on the host (one copy), each layer's sums of them and
-        counts (L, W + 3: numel, sampled, calls), each row's slot, numel and sampled (C, 3)."""
+    def _close_step(self, row: Sequence[str], extra: Sequence[str] = ()) -> _Calls:
+        """Close a step: its rows, each the fields ``row`` then ``extra`` names, stacked (C, W)
+        and copied to the host at once, as :class:`_Calls`."""
         for seen in self._seen.values():  # changed after the last look?
             self._changed(seen, None)
-        rows, calls = self._rows, np.array(self._calls, dtype=np.int64).reshape(-1, 3)
+        rows, calls = self._rows, self._calls
         self._rows, self._calls, self._stepped, self._seen = [], [], self._stepped + 1, {}
         self._handles = [h for h in self._handles if h.hooks_dict_ref() is not None]  # alive
         if any(r.device != rows[0].device for r in rows):  # a model across devices
             rows = [r.to(rows[0].device) for r in rows]
+        width = len(row) + len(extra)
         wide = torch.cat(rows).view(-1, width) if rows else torch.zeros(0, width)  # (C, W)
         host = wide.cpu().numpy().astype(np.float64, copy=False)  # float32 rows widen exactly
-        pooled = np.zeros((len(self._layers), width + 3))
-        np.add.at(pooled, calls[:, 0], np.column_stack([host, calls[:, 1:], np.ones(len(calls))]))
-        return host, pooled, calls
+        fields: Iterator[FloatArray] = iter(host.T)  # W x (C,), in the order they were stacked
+        slot, numel, sampled = np.array(calls, dtype=np.int64).reshape(-1, 3).T  # 3 x (C,)
+        named = {name: next(fields) for name in row}
+        user = {name: next(fields) for name in extra}
+        return _Calls(len(self._layers), slot, numel, sampled, named, user)
 
-    def _history(self, width: int) -> tuple[FloatArray, dict[str, Any]]:
-        """The kept steps (closing a pending one) as (T, layers, K) in first-call order, ending in
-        numel, sampled, calls; and the fields of :class:`_Result`."""
-        if self._calls:
-            self.step()
-        order, held = list(self._order), len(self._ring)
-        values = np.stack(self._ring)[:, order] if held else np.zeros((0, len(order), width))
-        numel, _, calls = values[:, :, -3:].astype(np.int64).transpose(2, 0, 1).tolist()
+    def _kept(self, stats: Sequence[str], extra: Sequence[str] = ()) -> StepRecords:
+        """The kept steps' records (of ``stats`` and ``extra``), (T, layers) with the layers in
+        first-call order."""
+        if not self._ring:
+            return np.empty((0, len(self._order)), _step_dtype(tuple(stats), tuple(extra)))
+        return np.stack(self._ring)[:, list(self._order)]  # T x (L,) -> (T, layers)
+
+    def _common(self, kept: StepRecords) -> dict[str, Any]:
+        """The fields both results have (see :class:`_Result`), ``kept`` from :meth:`_kept`."""
         names, kinds = zip(*[(n, type(m).__name__) for n, m in self._layers], strict=True)
-        common: dict[str, Any] = {"layers": [names[s] for s in order]}
-        common["kinds"] = [kinds[s] for s in order]
-        numbers = list(range(self._stepped - held, self._stepped))
         by = {names[s]: None if b is None else names[b] for s, b in self._overwritten.items()}
-        common |= {"numel": numel, "calls": calls, "step_numbers": numbers, "overwritten": by}
-        return values, common
+        return {
+            "layers": [names[s] for s in self._order],
+            "kinds": [kinds[s] for s in self._order],
+            "numel": kept["numel"].tolist(),
+            "calls": kept["calls"].tolist(),
+            "step_numbers": list(range(self._stepped - len(self._ring), self._stepped)),
+            "overwritten": by,
+        }
 
 
 class ActivationProbe(_Probe):
@@ -473,7 +625,8 @@ class ActivationProbe(_Probe):
             calls x ``sample_size`` wait); ``None``: every element, reduced at once (slower).
         keep: the most steps kept, in [1, 2**24]; the oldest go first.
 
-    Shape: a sample :math:`(m)`, a step's rows :math:`(C, 6 + E)`, a kept step :math:`(L, 9 + E)`.
+    Shape: a sample :math:`(m)`; a step's samples of one length :math:`(G, m)`, each reduced to
+    a row of :data:`_ROW` and the :math:`E` user statistics.
 
     Example::
 
@@ -511,7 +664,7 @@ class ActivationProbe(_Probe):
 
     def reset(self) -> None:
         super().reset()
-        self._samples: dict[_Key, list[_Call]] = {}  # the buffered rows' calls, by buffer
+        self._samples: dict[_Key, list[_Pending]] = {}  # the buffered samples' calls, by buffer
 
     def _hook(self, slot: int) -> Callable[[nn.Module, Any, Any], None]:
         def hook(module: nn.Module, args: Any, output: Any) -> None:
@@ -532,7 +685,7 @@ class ActivationProbe(_Probe):
             if (buffer := self._buffers.get(key)) is None or buffer.shape[0] == len(calls):
                 buffer = self._grow(key, len(calls), x)
             torch.take(x, index, out=buffer[len(calls)])  # (n,) -> (m,)
-            calls.append(((slot, n, key[0]), user))
+            calls.append(((slot, n, key[0]), user))  # (slot, numel, sampled), f_k(y)
 
         return hook
 
@@ -545,18 +698,13 @@ class ActivationProbe(_Probe):
         self._buffers[key] = grown
         return grown
 
-    def _add_rows(self, samples: Tensor, calls: Sequence[_Call]) -> None:
+    def _add_samples(self, samples: Tensor, calls: Sequence[_Pending]) -> None:
         """Reduce G samples (G, m) of ``calls`` to this step's rows (G, W)."""
-        x, s = samples.double(), self.saturation  # (G, m)
-        total = x.sum(1)  # (G, m) -> (G,)
-        centered = x - total[:, None] / x.shape[1]  # (G, m): the second pass
-        columns = [total, (centered * centered).sum(1), x.amin(1), x.amax(1)]  # (G,) each
-        none = x.new_zeros(len(x))  # (G,): a count not made
-        columns.append(_count(torch.ne, x, 0, dim=1) if self.zeros else none)
-        columns.append(_count(torch.ge, x.abs(), s, dim=1) if s is not None else none)
+        row = _sample_rows(samples, self.zeros, self.saturation)  # (G,) each
         meta, user = zip(*calls, strict=True)
-        columns += [torch.stack(f) for f in zip(*user, strict=True)]  # G x E -> E x (G,)
-        self._rows.append(torch.stack(columns, dim=1).view(-1))  # W x (G,) -> (G * W,), float64
+        extra = [torch.stack(f) for f in zip(*user, strict=True)]  # G x E -> E x (G,)
+        columns = [row[name] for name in _ROW] + extra  # W x (G,), float64
+        self._rows.append(torch.stack(columns, dim=1).view(-1))  # (G, W) -> (G * W,)
         self._calls += meta
 
     def _add_whole(self, y: Tensor, slot: int, seen: _Seen | None) -> None:
@@ -571,46 +719,28 @@ class ActivationProbe(_Probe):
         self._calls.append((slot, y.numel(), y.numel()))
 
     def _whole_row(self, y: Tensor) -> Tensor:
-        """Reduce one whole output to a row (W,): its sums by :func:`_sums`, min and max in its
-        own dtype, the counts by :func:`_count`, the user statistics."""
-        s = self.saturation
-        low, high = y.amin(), y.amax()  # exact in y's dtype; two passes beat aminmax's one
-        nonzero = _count(torch.ne, y, 0) if self.zeros else y.new_zeros(())  # no flat copy
-        saturated = _count(torch.ge, y.abs(), s) if s is not None else y.new_zeros(())
+        """One whole output's row (W,): :func:`_output_row` and the user statistics."""
+        row = _output_row(y, self.zeros, self.saturation)  # () each
         user = [_user_value(k, f(y), y.device) for k, f in self.stats.items()]
-        rest = torch.stack([low, high, nonzero, saturated, *user])  # (W - 2,), widest dtype
-        return torch.cat([_sums(y), rest])  # (W,): widened exactly with the step's rows
+        return torch.stack([row[name] for name in _ROW] + user)  # (W,), in the widest dtype
 
     def step(self) -> None:
         """Close the current step (even an empty one: ``nan``); one copy to the host."""
         for key, group in self._samples.items():  # (G, m) -> (G, W) per sample length
-            self._add_rows(self._buffers[key][: len(group)], group)
+            self._add_samples(self._buffers[key][: len(group)], group)
         self._samples = {}
-        rows, pooled, counts = self._gather(6 + len(self.stats))  # (C, W) (L, W + 3) (C, 3)
-        low, high = np.full(len(pooled), np.inf), np.full(len(pooled), -np.inf)
-        m, calls, slots = pooled[:, -2], pooled[:, -1], counts[:, 0]
-        with np.errstate(divide="ignore", invalid="ignore"):  # nan, and layers not called
-            np.minimum.at(low, slots, rows[:, 2])  # (C,) -> (L,)
-            np.maximum.at(high, slots, rows[:, 3])
-            mean, _, std = _pool(rows, pooled, counts)  # (L,) each
-            zero_frac = (m - pooled[:, 4]) / m if self.zeros else np.full(len(m), np.nan)
-            saturated_frac = pooled[:, 5] / m if self.saturation else np.full(len(m), np.nan)
-            extra = pooled[:, 6:-3] / calls[:, None]  # (L, E)
-        constant = (low == high) & (m > 1)  # exactly 0, not the one-pass formula's rounding
-        std = np.where(constant, 0.0, std)
-        low, high = np.where(m > 0, low, np.nan), np.where(m > 0, high, np.nan)
-        moments = [mean, std, low, high, zero_frac, saturated_frac]
-        self._ring.append(np.column_stack([*moments, extra, pooled[:, -3:]]))  # (L, 9 + E)
+        calls = self._close_step(_ROW, list(self.stats))  # (C,) each
+        self._ring.append(_activation_step(calls, self.zeros, self.saturation))  # (L,) each
 
     def result(self) -> ActivationStats:
         """The kept steps; calls since the last :meth:`step` close a step first."""
-        if self._samples:
+        if self._samples or self._calls:
             self.step()
-        values, common = self._history(9 + len(self.stats))  # (T, layers, 9 + E)
-        columns = {k: values[:, :, j].tolist() for j, k in enumerate(_MOMENTS)}
-        extra = {name: values[:, :, 6 + k].tolist() for k, name in enumerate(self.stats)}
-        sampled = values[:, :, -2].astype(np.int64).tolist()
-        return ActivationStats(**common, **columns, extra=extra, sampled=sampled)
+        kept = self._kept(_MOMENTS, list(self.stats))  # (T, layers)
+        moments: dict[str, Any] = {name: kept[name].tolist() for name in _MOMENTS}
+        extra = {name: kept["extra"][name].tolist() for name in self.stats}
+        sampled = kept["sampled"].tolist()
+        return ActivationStats(**self._common(kept), **moments, extra=extra, sampled=sampled)
 
 
 class GradientProbe(_Probe):
@@ -630,7 +760,7 @@ class GradientProbe(_Probe):
         \text{grad\_norm} = \sqrt{\textstyle\sum_i g_i^2} = \sqrt{D + n \bar g^2}
 
     A graph built inside the ``with`` block but run backward after it records nothing. The
-    arguments are as for :class:`ActivationProbe`; a kept step is :math:`(L, 5)`.
+    arguments are as for :class:`ActivationProbe`.
 
     Example::
 
@@ -672,14 +802,12 @@ class GradientProbe(_Probe):
 
     def step(self) -> None:
         """Close the current step; one copy to the host for all layers."""
-        rows, pooled, counts = self._gather(2)  # (C, 2) (L, 2 + 3) (C, 3)
-        (mean, deviations, std), n = _pool(rows, pooled, counts), pooled[:, 2]  # (L,) each
-        with np.errstate(invalid="ignore"):  # layers not called: nan
-            norm = np.where(n > 0, np.sqrt(deviations + n * mean**2), np.nan)
-        self._ring.append(np.column_stack([std, norm, pooled[:, 2:]]))
+        self._ring.append(_gradient_step(self._close_step(_GRADIENT_ROW)))  # (L,) each
 
     def result(self) -> GradientStats:
         """The kept steps; gradients since the last :meth:`step` close a step first."""
-        values, common = self._history(5)  # (T, layers, 5)
-        std, norm = values[:, :, 0].tolist(), values[:, :, 1].tolist()
-        return GradientStats(**common, grad_std=std, grad_norm=norm)
+        if self._calls:
+            self.step()
+        kept = self._kept(_GRADIENT_STATS)  # (T, layers)
+        std, norm = kept["grad_std"].tolist(), kept["grad_norm"].tolist()
+        return GradientStats(**self._common(kept), grad_std=std, grad_norm=norm)
