@@ -85,3 +85,43 @@ def test_the_lab_s_javascript_names_no_experiment(path: Path) -> None:
         assert not re.search(rf"[\"'`]{re.escape(e.name)}[\"'`]", text), (path.name, e.name)
     for constant in ("LOSS_CLIP", "SWEEP_FLOOR", "LOG_FLOOR", "INIT_TRAIN_FLOOR", "VIEWS"):
         assert constant not in text, (path.name, constant)
+
+
+def _imported(path: Path) -> set[str]:
+    """Every module ``path`` imports, anywhere in its code (``from a import b`` counts ``a``
+    and ``a.b``, since ``b`` may be a module); a relative import is read from experiments/."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                module = "normlab.experiments" + (f".{module}" if module else "")
+            names |= {module} | {f"{module}.{a.name}" for a in node.names}
+    return names
+
+
+def _registers_an_experiment(path: Path) -> bool:
+    body = ast.parse(path.read_text()).body
+    targets = [t for node in body if isinstance(node, ast.Assign) for t in node.targets]
+    return any(isinstance(t, ast.Name) and t.id == "EXPERIMENT" for t in targets)
+
+
+def test_no_experiment_imports_another_experiment() -> None:
+    """An experiment builds on the ground floor and ``models.py``, never on another experiment,
+    so that editing one changes no other's numbers or printed code. An experiment module is one
+    that registers an ``EXPERIMENT``; the others (``base``, ``script``, ``stack``: shared
+    infrastructure) may be imported, and import no experiment either. ``__init__`` is the
+    registry, which imports them all."""
+    folder = PACKAGE / "experiments"
+    experiments = {
+        f"normlab.experiments.{p.stem}" for p in folder.glob("*.py") if _registers_an_experiment(p)
+    }
+    assert {"normlab.experiments.drift", "normlab.experiments.bn_lr"} <= experiments  # has teeth
+    crossing = [
+        f"{p.stem} imports {sorted(_imported(p) & experiments)}"
+        for p in sorted(folder.glob("*.py"))
+        if p.name != "__init__.py" and _imported(p) & experiments
+    ]
+    assert crossing == []

@@ -2,7 +2,16 @@
 
 Every class and function here is plain ``torch`` (no normlab import), so that an experiment's
 rendered script (``normlab run NAME --code``) can carry its source: an experiment that uses one
-lists it in its ``code``.
+lists it in its ``code``, with every block it calls (a pasted function finds no module constant,
+so each one spells out what it needs). Experiments import this module and the ground floor, never
+each other: editing a block here changes every experiment that lists it, and only those.
+
+- the MLP stacks: :func:`block` (Linear -> [norm] -> activation), :class:`MLP` (the notebook's
+  DeepMLP: blocks, then a Linear to the logits) and :class:`TinyMLP` (one hidden layer);
+- initialization by name: :func:`xavier_uniform`, :func:`he_normal`, :func:`apply_init`;
+- :func:`histogram` of a tensor's finite values;
+- transformer-style residual blocks (the residual-stream experiment);
+- :data:`LOSS_CLIP`, the ceiling the training experiments draw a diverging loss at.
 """
 
 from __future__ import annotations
@@ -248,3 +257,188 @@ class TransformerBlock(nn.Module):
         for branch in self.branches:
             x = branch(x)  # (N, T, d) -> (N, T, d)
         return x
+
+
+# -- MLP stacks (the lessons' deep nets) -------------------------------------------------------
+#
+# The seed notebook's nets: a stack of blocks Linear -> [normalization] -> activation at torch's
+# default Linear init, the normalization before the activation as Ioffe & Szegedy (2015) place
+# BatchNorm. Every random draw is a Linear's, in the order the layers are built, so a net built
+# after torch.manual_seed(seed) starts from the same weights with and without a norm.
+
+
+def block(d_in: int, d_out: int, norm: str = "none", activation: str = "relu") -> nn.Sequential:
+    """One block ``Linear(d_in, d_out) -> [normalization] -> activation``.
+
+    Args:
+        d_in: features in.
+        d_out: features out (and of the normalization).
+        norm: ``"none"``, ``"batch"`` (BatchNorm1d), ``"layer"`` (LayerNorm) or ``"rms"``
+            (RMSNorm). Default: ``"none"``
+        activation: ``"relu"``, ``"tanh"``, ``"sigmoid"`` or ``"linear"`` (none).
+            Default: ``"relu"``
+
+    Examples::
+
+        >>> [type(m).__name__ for m in block(2, 4, "batch")]
+        ['Linear', 'BatchNorm1d', 'ReLU']
+        >>> [type(m).__name__ for m in block(4, 4, "layer", "tanh")]
+        ['Linear', 'LayerNorm', 'Tanh']
+    """
+    layers: list[nn.Module] = [nn.Linear(d_in, d_out)]
+    if norm == "batch":
+        layers.append(nn.BatchNorm1d(d_out))
+    elif norm == "layer":
+        layers.append(nn.LayerNorm(d_out))
+    elif norm == "rms":
+        layers.append(nn.RMSNorm(d_out))
+    elif norm != "none":
+        valid = ["none", "batch", "layer", "rms"]
+        raise ValueError(f"norm {norm!r} not supported, use one of {valid}")
+    act = {"relu": nn.ReLU(), "tanh": nn.Tanh(), "sigmoid": nn.Sigmoid(), "linear": nn.Identity()}
+    layers.append(act[activation])
+    return nn.Sequential(*layers)
+
+
+class MLP(nn.Sequential):
+    """``hidden_layers`` blocks ``Linear -> [norm] -> activation`` of ``width`` units, then a
+    ``Linear`` to ``d_out`` logits: the notebook's DeepMLP, a two-moons classifier by default.
+
+    ``forward(x, keep)`` appends every block's output to the list ``keep`` when one is given,
+    so that a caller can measure (or differentiate with respect to) the hidden activations.
+
+    Args:
+        width: units of every hidden block.
+        hidden_layers: number of blocks.
+        norm: the normalization in every block (see :func:`block`). Default: ``"none"``
+        activation: the nonlinearity of every block. Default: ``"relu"``
+        d_in: input features. Default: 2
+        d_out: output logits. Default: 1
+
+    Examples::
+
+        >>> net = MLP(8, 3, norm="batch")
+        >>> hidden: list[torch.Tensor] = []
+        >>> net(torch.randn(5, 2), keep=hidden).shape, [tuple(h.shape) for h in hidden]
+        (torch.Size([5, 1]), [(5, 8), (5, 8), (5, 8)])
+    """
+
+    def __init__(
+        self,
+        width: int,
+        hidden_layers: int,
+        norm: str = "none",
+        activation: str = "relu",
+        d_in: int = 2,
+        d_out: int = 1,
+    ) -> None:
+        dims = [d_in] + [width] * hidden_layers
+        blocks = [block(dims[k], width, norm, activation) for k in range(hidden_layers)]
+        super().__init__(*blocks, nn.Linear(dims[-1], d_out))
+
+    def forward(self, x: torch.Tensor, keep: list[torch.Tensor] | None = None) -> torch.Tensor:
+        *blocks, head = self
+        for b in blocks:
+            x = b(x)  # (N, d_in or width) -> (N, width)
+            if keep is not None:
+                keep.append(x)
+        out: torch.Tensor = head(x)  # (N, width) -> (N, d_out) logits
+        return out
+
+
+class TinyMLP(nn.Module):
+    """One hidden ReLU layer, then a linear output (2 -> ``hidden`` -> 1): small enough to watch
+    every unit (``fc1.weight[j]`` holds hidden unit ``j``'s incoming weights).
+
+    Examples::
+
+        >>> TinyMLP(6)(torch.randn(4, 2)).shape
+        torch.Size([4, 1])
+    """
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(2, hidden)
+        self.fc2 = nn.Linear(hidden, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.fc2(torch.relu(self.fc1(x)))  # (N, 2) -> (N, hidden) -> (N, 1)
+        return out
+
+
+# -- initialization by name --------------------------------------------------------------------
+
+
+def xavier_uniform(fan_in: int, fan_out: int) -> torch.Tensor:
+    """Xavier/Glorot uniform: w ~ U(-a, a) with a = sqrt(6 / (fan_in + fan_out)).
+
+    Glorot & Bengio (2010): the variance :math:`a^2/3 = 2/(n_{in} + n_{out})` keeps a linear
+    (or tanh near 0) layer's forward and backward scale on average.
+    """
+    a: float = (6.0 / (fan_in + fan_out)) ** 0.5
+    return (torch.rand(fan_out, fan_in) * 2.0 - 1.0) * a  # (out, in), like nn.Linear's weight
+
+
+def he_normal(fan_in: int, fan_out: int) -> torch.Tensor:
+    """He/Kaiming normal for ReLU: w ~ N(0, 2 / fan_in).
+
+    He et al. (2015): the factor 2 makes up for the half of a symmetric input that ReLU zeroes.
+    """
+    std: float = (2.0 / fan_in) ** 0.5
+    return torch.randn(fan_out, fan_in) * std  # (out, in)
+
+
+def apply_init(net: nn.Module, method: str) -> None:
+    """Set every Linear weight of ``net`` by ``method``, every bias to 0.
+
+    ``method`` is ``"zeros"``, ``"small"`` (N(0, 0.02^2)), ``"large"`` (N(0, 0.30^2)),
+    ``"xavier"`` (:func:`xavier_uniform`) or ``"he"`` (:func:`he_normal`). The weights are drawn
+    layer by layer in the order ``net.modules()`` lists them.
+    """
+    methods = ("zeros", "small", "large", "xavier", "he")
+    if method not in methods:
+        raise ValueError(f"method {method!r} not supported, use one of {list(methods)}")
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, nn.Linear):
+                fan_in, fan_out = m.in_features, m.out_features
+                if method == "zeros":
+                    m.weight.zero_()
+                elif method == "small":
+                    m.weight.normal_(0.0, 0.02)
+                elif method == "large":
+                    m.weight.normal_(0.0, 0.30)
+                elif method == "xavier":
+                    m.weight.copy_(xavier_uniform(fan_in, fan_out))
+                elif method == "he":
+                    m.weight.copy_(he_normal(fan_in, fan_out))
+                m.bias.zero_()
+
+
+# -- the histogram -----------------------------------------------------------------------------
+
+
+def histogram(values: torch.Tensor, bins: int) -> dict[str, list[float]]:
+    """Counts of the finite ``values`` in ``bins`` equal bins spanning their range.
+
+    Returns ``{"counts": (bins,), "edges": (bins + 1,)}`` as lists. A constant tensor (a
+    collapsed layer) is counted in one unit-wide range around its value; one with no finite
+    value counts nothing.
+
+    Examples::
+
+        >>> histogram(torch.tensor([1.0, 2.0, float("inf"), float("nan")]), 2)["counts"]
+        [1.0, 1.0]
+    """
+    finite = values[torch.isfinite(values)]
+    lo, hi = (finite.min().item(), finite.max().item()) if finite.numel() else (0.0, 0.0)
+    if hi <= lo:  # every value equal (a collapsed layer): one unit-wide range around it
+        lo, hi = lo - 0.5, hi + 0.5
+    counts = torch.histc(finite, bins=bins, min=lo, max=hi)
+    return {"counts": counts.tolist(), "edges": torch.linspace(lo, hi, bins + 1).tolist()}
+
+
+# -- constants the experiments share -----------------------------------------------------------
+
+LOSS_CLIP = 5.0
+"""A diverging training loss is drawn at this ceiling, as the seed's ``np.clip(losses, 0, 5)``."""

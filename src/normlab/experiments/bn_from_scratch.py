@@ -30,8 +30,8 @@ from normlab.experiments.base import (
     param,
     seed_param,
 )
-from normlab.experiments.init_compare import histogram
 from normlab.functional import BATCH_NORM_CODE, batch_norm
+from normlab.models import histogram
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import nn
 
 from normlab import figures as fig
 from normlab.data import two_moons
@@ -33,12 +32,9 @@ from normlab.experiments.base import (
     param,
     seed_param,
 )
-from normlab.experiments.init_compare import he_normal, xavier_uniform
-from normlab.experiments.init_train import apply_init
+from normlab.models import LOSS_CLIP, MLP, apply_init, block, he_normal, xavier_uniform
 from normlab.train import train
 
-LOSS_CLIP = 5.0
-"""A diverging loss is drawn at this ceiling, as the seed's ``np.clip(losses, 0, 5)``."""
 INITS = ("default", "small", "large", "xavier", "he")
 """``default``: nn.Linear's own weights; the others are init-train's methods (zeros left out: a
 zero weight matrix gives BatchNorm a batch of zeros to divide by its own spread)."""
@@ -59,20 +55,6 @@ class Params:
 
 
 # -- the code (plain PyTorch: what `normlab run bn-lr --code` prints) ---------------------------
-
-
-def mlp(width: int, hidden_layers: int, batch_norm: bool) -> nn.Sequential:
-    """``hidden_layers`` blocks Linear -> [BatchNorm1d] -> ReLU, then a Linear to one logit."""
-    layers: list[nn.Module] = []
-    d = 2
-    for _ in range(hidden_layers):
-        layers.append(nn.Linear(d, width))
-        if batch_norm:
-            layers.append(nn.BatchNorm1d(width))  # before the activation
-        layers.append(nn.ReLU())
-        d = width
-    layers.append(nn.Linear(d, 1))
-    return nn.Sequential(*layers)
 
 
 def bn_lr(
@@ -103,7 +85,7 @@ def bn_lr(
     }
     for bn, curve in ((batch_norm, "losses"), (not batch_norm, "contrast_losses")):
         torch.manual_seed(seed)  # both nets draw the same Linear weights
-        net = mlp(width, hidden_layers, bn)
+        net = MLP(width, hidden_layers, norm="batch" if bn else "none")
         if init != "default":
             apply_init(net, init)
         net.to(device)
@@ -200,7 +182,7 @@ EXPERIMENT = Experiment(
     result_type=BnLrResult,
     entry=bn_lr,
     show=show,
-    code=(two_moons, mlp, xavier_uniform, he_normal, apply_init, train, bn_lr, show),
+    code=(two_moons, block, MLP, xavier_uniform, he_normal, apply_init, train, bn_lr, show),
     cost=Cost(10.0),
     total_steps=lambda p: 2 * p.steps,
 )

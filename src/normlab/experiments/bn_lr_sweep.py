@@ -28,7 +28,7 @@ from normlab.experiments.base import (
     param,
     seed_param,
 )
-from normlab.experiments.bn_lr import LOSS_CLIP, mlp
+from normlab.models import LOSS_CLIP, MLP, block
 from normlab.train import train
 
 SWEEP_FLOOR = 1e-6
@@ -96,7 +96,8 @@ def bn_lr_sweep(
     for curve in curves:
         for lr in lrs:
             torch.manual_seed(seed)  # the same starting weights at every rate
-            net = mlp(width, hidden_layers, curve["batch_norm"]).to(device)
+            norm = "batch" if curve["batch_norm"] else "none"
+            net = MLP(width, hidden_layers, norm).to(device)
             final, peak, stable = summarize(list(train(net, x, y, lr, steps)), tail, stable_loss)
             curve["final_losses"].append(final)
             curve["peak_losses"].append(peak)
@@ -257,7 +258,7 @@ EXPERIMENT = Experiment(
     result_type=BnLrSweepResult,
     entry=bn_lr_sweep,
     show=show,
-    code=(two_moons, mlp, train, summarize, bn_lr_sweep, show),
+    code=(two_moons, block, MLP, train, summarize, bn_lr_sweep, show),
     cost=Cost(12.0),
     total_steps=lambda p: 2 * p.points * p.steps,
 )

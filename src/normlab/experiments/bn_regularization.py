@@ -41,7 +41,7 @@ from normlab.experiments.base import (
     param,
     seed_param,
 )
-from normlab.experiments.bn_lr import mlp
+from normlab.models import MLP, block
 
 BATCH_MIN = 8
 """The smallest minibatch: the cost grows as the batches shrink (more steps per epoch)."""
@@ -161,7 +161,7 @@ def bn_regularization(
     runs = []
     for bn in (False, True):
         torch.manual_seed(seed)  # the same Linear weights with and without BN
-        net = mlp(width, hidden_layers, bn).to(device)
+        net = MLP(width, hidden_layers, norm="batch" if bn else "none").to(device)
         g = torch.Generator().manual_seed(seed)  # the same batches in the same order
         run: dict[str, Any] = {"batch_norm": bn}
         run |= train_minibatch(net, data, lr, batch_size, epochs, g)
@@ -269,7 +269,7 @@ EXPERIMENT = Experiment(
     result_type=BnRegularizationResult,
     entry=bn_regularization,
     show=show,
-    code=(split_moons, mlp, evaluate, train_minibatch, batch_noise, bn_regularization, show),
+    code=(split_moons, block, MLP, evaluate, train_minibatch, batch_noise, bn_regularization, show),
     cost=Cost(12.0),
     heaviest={"batch_size": BATCH_MIN},  # the most steps per epoch
     total_steps=lambda p: 2 * p.epochs * (p.n_train // p.batch_size),

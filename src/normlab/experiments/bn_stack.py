@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from normlab.experiments import drift
+from normlab.experiments import stack
 from normlab.experiments.base import Cost, Experiment, param
 
 
 @dataclass(frozen=True)
-class Params(drift.Params):
-    norm: str = param("batch", "normalization after each Linear layer", choices=drift.NORMS)
+class Params(stack.Params):
+    norm: str = param("batch", "normalization after each Linear layer", choices=stack.NORMS)
 
 
 EXPERIMENT = Experiment(
@@ -23,10 +23,10 @@ EXPERIMENT = Experiment(
     title="The deep stack with batch normalization",
     summary="per-layer mean and std of the drift stack with BatchNorm1d after each Linear",
     params_type=Params,
-    result_type=drift.StackResult,
-    entry=drift.drift,
-    show=drift.show,
-    code=drift.EXPERIMENT.code,
+    result_type=stack.StackResult,
+    entry=stack.drift,
+    show=stack.show,
+    code=stack.CODE,
     cost=Cost(6.0),
     heaviest={"activation": "sigmoid"},
 )

@@ -38,7 +38,7 @@ from normlab.experiments.base import (
     param,
     seed_param,
 )
-from normlab.experiments.bn_lr import mlp
+from normlab.models import MLP, block
 from normlab.train import train
 
 
@@ -82,7 +82,7 @@ def error_surface(
     """Train two copies of one net from two random starts, then slice the loss between the ends."""
     x, y = two_moons(device=device)
     torch.manual_seed(seed)
-    nets = [mlp(width, hidden_layers, batch_norm=False).to(device) for _ in "AB"]  # two draws
+    nets = [MLP(width, hidden_layers).to(device) for _ in "AB"]  # two draws
     starts = [nn.utils.parameters_to_vector(n.parameters()).detach().clone() for n in nets]
     curves = [list(train(net, x, y, lr, steps)) for net in nets]
     ends = [nn.utils.parameters_to_vector(n.parameters()).detach().clone() for n in nets]
@@ -91,7 +91,7 @@ def error_surface(
     guesses = [(z > 0).float() for z in logits]  # (N, 1): the predicted class
     lo, hi = -0.5, 1.5  # half the distance between the ends beyond each end
     alphas = [lo + (hi - lo) * i / (points - 1) for i in range(points)]
-    probe = mlp(width, hidden_layers, batch_norm=False).to(device)  # holds the sliced weights
+    probe = MLP(width, hidden_layers).to(device)  # holds the sliced weights
     return {
         "losses": curves,  # (2, steps): the training loss of each start
         "final_losses": [F.binary_cross_entropy_with_logits(z, y).item() for z in logits],
@@ -195,7 +195,7 @@ EXPERIMENT = Experiment(
     result_type=ErrorSurfaceResult,
     entry=error_surface,
     show=show,
-    code=(two_moons, mlp, train, slice_losses, error_surface, show),
+    code=(two_moons, block, MLP, train, slice_losses, error_surface, show),
     cost=Cost(10.0),
     total_steps=lambda p: 2 * p.steps,
 )

@@ -28,6 +28,7 @@ from normlab.experiments.base import (
     param,
     seed_param,
 )
+from normlab.models import he_normal, histogram, xavier_uniform
 from normlab.theory import relu_variance
 
 LOG_FLOOR = 1e-30
@@ -59,34 +60,12 @@ class Params:
 # -- the code (plain PyTorch: what `normlab run init-compare --code` prints) --------------------
 
 
-def xavier_uniform(fan_in: int, fan_out: int) -> torch.Tensor:
-    """Xavier/Glorot uniform: w ~ U(-a, a) with a = sqrt(6 / (fan_in + fan_out))."""
-    a = (6.0 / (fan_in + fan_out)) ** 0.5
-    return (torch.rand(fan_out, fan_in) * 2.0 - 1.0) * a  # (out, in), like nn.Linear's weight
-
-
-def he_normal(fan_in: int, fan_out: int) -> torch.Tensor:
-    """He/Kaiming normal for ReLU: w ~ N(0, 2 / fan_in)."""
-    std = (2.0 / fan_in) ** 0.5
-    return torch.randn(fan_out, fan_in) * std
-
-
 def small_random(fan_in: int, fan_out: int) -> torch.Tensor:
     return torch.randn(fan_out, fan_in) * 0.02
 
 
 def large_random(fan_in: int, fan_out: int) -> torch.Tensor:
     return torch.randn(fan_out, fan_in) * 0.30
-
-
-def histogram(values: torch.Tensor, bins: int) -> dict[str, list[float]]:
-    """Counts of the finite ``values`` in ``bins`` equal bins spanning their range."""
-    finite = values[torch.isfinite(values)]
-    lo, hi = (finite.min().item(), finite.max().item()) if finite.numel() else (0.0, 0.0)
-    if hi <= lo:  # every value equal (a collapsed layer): one unit-wide range around it
-        lo, hi = lo - 0.5, hi + 0.5
-    counts = torch.histc(finite, bins=bins, min=lo, max=hi)
-    return {"counts": counts.tolist(), "edges": torch.linspace(lo, hi, bins + 1).tolist()}
 
 
 def relu_stack(

@@ -18,7 +18,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from normlab import figures as fig
 from normlab.data import two_moons
@@ -32,7 +31,7 @@ from normlab.experiments.base import (
     param,
     seed_param,
 )
-from normlab.experiments.init_compare import he_normal, xavier_uniform
+from normlab.models import MLP, apply_init, block, he_normal, xavier_uniform
 from normlab.train import train
 
 METHODS = ("zeros", "small", "large", "xavier", "he")
@@ -54,47 +53,8 @@ class Params:
 # -- the code (plain PyTorch: what `normlab run init-train --code` prints) ----------------------
 
 
-class DeepMLP(nn.Module):
-    """``hidden_layers`` ReLU layers, then a linear output; it can return every hidden output."""
-
-    def __init__(self, width: int, hidden_layers: int) -> None:
-        super().__init__()
-        self.hidden = nn.ModuleList()
-        d = 2
-        for _ in range(hidden_layers):
-            self.hidden.append(nn.Linear(d, width))
-            d = width
-        self.out = nn.Linear(d, 1)
-
-    def forward(self, x: torch.Tensor, keep: list[torch.Tensor] | None = None) -> torch.Tensor:
-        for layer in self.hidden:
-            x = torch.relu(layer(x))  # (N, width)
-            if keep is not None:
-                keep.append(x)
-        return self.out(x)  # (N, 1) logits
-
-
-def apply_init(net: nn.Module, method: str) -> None:
-    """Set every Linear weight by ``method``, every bias to 0."""
-    with torch.no_grad():
-        for m in net.modules():
-            if isinstance(m, nn.Linear):
-                fan_in, fan_out = m.in_features, m.out_features
-                if method == "zeros":
-                    m.weight.zero_()
-                elif method == "small":
-                    m.weight.normal_(0.0, 0.02)
-                elif method == "large":
-                    m.weight.normal_(0.0, 0.30)
-                elif method == "xavier":
-                    m.weight.copy_(xavier_uniform(fan_in, fan_out))
-                elif method == "he":
-                    m.weight.copy_(he_normal(fan_in, fan_out))
-                m.bias.zero_()
-
-
 def variances_at_init(
-    net: DeepMLP, x: torch.Tensor, y: torch.Tensor
+    net: MLP, x: torch.Tensor, y: torch.Tensor
 ) -> tuple[list[float], list[float]]:
     """Var of every hidden output, and of the loss gradient with respect to it, before training."""
     hidden: list[torch.Tensor] = []
@@ -122,7 +82,7 @@ def init_train(
     """
     x, y = two_moons(device=device)
     torch.manual_seed(seed)
-    net = DeepMLP(width, hidden_layers)
+    net = MLP(width, hidden_layers)  # blocks Linear -> ReLU, then a Linear to one logit
     apply_init(net, method)  # on the CPU, where the seed draws
     net.to(device)
     forward, backward = variances_at_init(net, x, y)
@@ -233,7 +193,8 @@ EXPERIMENT = Experiment(
     show=show,
     code=(
         two_moons,
-        DeepMLP,
+        block,
+        MLP,
         xavier_uniform,
         he_normal,
         apply_init,

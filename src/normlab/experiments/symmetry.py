@@ -28,6 +28,7 @@ from normlab.experiments.base import (
     param,
     seed_param,
 )
+from normlab.models import TinyMLP
 
 
 @dataclass(frozen=True)
@@ -45,18 +46,6 @@ class Params:
 
 
 # -- the code (plain PyTorch: what `normlab run symmetry --code` prints) ------------------------
-
-
-class TinyMLP(nn.Module):
-    """One hidden ReLU layer, then a linear output: small enough to watch every unit."""
-
-    def __init__(self, hidden: int) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(2, hidden)
-        self.fc2 = nn.Linear(hidden, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(torch.relu(self.fc1(x)))  # (N, 2) -> (N, hidden) -> (N, 1)
 
 
 def init_net(net: nn.Module, random_init: bool, const: float, std: float, seed: int) -> None:

@@ -1,0 +1,127 @@
+"""The deep stack that ``drift`` and ``bn-stack`` share: its parameters, code and result.
+
+A batch passes through ``depth`` blocks ``Linear -> [Norm] -> activation`` (``models.block``, at
+torch's default Linear init); the mean and std of each block's output show the scale shrink layer
+by layer, or a norm pin it. This module registers no experiment: ``drift`` runs the stack with
+no norm, ``bn-stack`` with BatchNorm1d, each in its own module with its own defaults, and another
+norm's stack is one more such module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from normlab import figures as fig
+from normlab.experiments.base import Result, Table, device_param, fmt, param, seed_param
+from normlab.models import block
+
+ACTIVATIONS = ("relu", "tanh", "sigmoid", "linear")
+NORMS = ("none", "batch", "layer", "rms")
+
+
+@dataclass(frozen=True)
+class Params:
+    depth: int = param(
+        10, "number of Linear -> [Norm] -> activation blocks", min=1, max=100, step=1
+    )
+    width: int = param(16, "features per layer", min=1, max=512, step=1)
+    batch: int = param(64, "rows in the input batch", min=2, max=2048, step=1)
+    activation: str = param("relu", "nonlinearity after each layer", choices=ACTIVATIONS)
+    norm: str = param("none", "normalization after each Linear layer", choices=NORMS)
+    seed: int = seed_param()
+    device: str = device_param()
+
+
+# -- the code (plain PyTorch: what `normlab run drift --code` prints) ---------------------------
+
+
+def drift(
+    depth: int, width: int, batch: int, activation: str, norm: str, seed: int, device: str
+) -> dict[str, Any]:
+    """Push one batch through ``depth`` blocks and measure each block's output."""
+    torch.manual_seed(seed)
+    x = torch.randn(batch, width).to(device)  # (N, D), drawn on the CPU
+    stack = nn.Sequential(*[block(width, width, norm, activation) for _ in range(depth)])
+    stack.to(device).train()  # BatchNorm normalizes with the batch's own statistics
+    means, stds = [], []
+    h = x
+    with torch.no_grad():
+        for layer in stack:
+            h = layer(h)  # (N, D) -> (N, D): nothing resets the scale unless a norm does
+            means.append(h.mean().item())
+            stds.append(h.std().item())
+    return {
+        "input_mean": x.mean().item(),
+        "input_std": x.std().item(),
+        "means": means,
+        "stds": stds,
+        "norm": norm,
+        "activation": activation,
+    }
+
+
+def show(result: dict[str, Any]) -> None:
+    """Print the input's statistics, then every layer's, as the lesson's table."""
+    print(f"Input: mean {result['input_mean']:.4f}, std {result['input_std']:.4f}")
+    for i, (mean, std) in enumerate(zip(result["means"], result["stds"], strict=True)):
+        print(f"Layer {i + 1}: mean {mean:.4f}, std {std:.4f}")
+
+
+# -- the result ---------------------------------------------------------------------------------
+
+
+@dataclass
+class StackResult(Result):
+    input_mean: float
+    input_std: float
+    means: list[float]
+    stds: list[float]
+    norm: str
+    activation: str
+
+    @property
+    def stack(self) -> str:
+        norm = "" if self.norm == "none" else f"{self.norm} norm → "
+        return f"Linear → {norm}{self.activation}"
+
+    def tables(self) -> list[Table]:
+        rows = [("input", fmt(self.input_mean), fmt(self.input_std))]
+        rows += [
+            (f"layer {i + 1}", fmt(m), fmt(s))
+            for i, (m, s) in enumerate(zip(self.means, self.stds, strict=True))
+        ]
+        notes = (f"std range over layers: {fmt(min(self.stds))} to {fmt(max(self.stds))}",)
+        return [Table(self.stack, ("", "mean", "std"), rows, notes)]
+
+    def figures(self) -> list[fig.Figure]:
+        layers = fig.steps(len(self.stds) + 1)
+        series = [
+            fig.Series(
+                "std", layers, [self.input_std, *self.stds], kind="line+markers", color=fig.BLUE
+            ),
+            fig.Series(
+                "mean",
+                layers,
+                [self.input_mean, *self.means],
+                kind="line+markers",
+                color=fig.ORANGE,
+                dash="dash",
+                marker="square",
+            ),
+        ]
+        what = "nothing resets the scale" if self.norm == "none" else "the norm pins the scale"
+        panel = fig.Panel(
+            fig.Axis("layer (0 = the input)"),
+            fig.Axis("statistic of the layer's output"),
+            series,
+            lines=[fig.Line(0.0, color=fig.GRAY, dash="solid")],
+        )
+        return [fig.Figure(f"{len(self.stds)} × ({self.stack}): {what}", [panel])]
+
+
+CODE = (block, drift, show)
+"""What ``normlab run drift --code`` (or ``bn-stack``) prints: the block, the run, the table."""
