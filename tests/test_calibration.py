@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from normlab import doctor, zoo
-from normlab.doctor.graph import _trace
+from normlab.doctor.graph import trace
 from normlab.doctor.kinds import _is_norm
 from tests.calibration import ENTRIES, Entry, gpt2, hf_resnet, llama, relu_std1
 
@@ -159,7 +159,7 @@ def test_llama_s_norms_and_activations_are_known() -> None:
     model = llama()
     d = doctor.diagnose(model, torch.randint(1000, (8, 16)))
     assert d.problems == []
-    graph = _trace(model, torch.randint(1000, (8, 16)))
+    graph = trace(model, torch.randint(1000, (8, 16)))
     norms = [n for n, m in graph.order if type(m).__name__ == "LlamaRMSNorm"]
     assert norms and all(_is_norm(dict(graph.order)[n]) for n in norms)
     gate = next(n for n, _ in graph.order if n.endswith("layers.0.mlp.gate_proj"))

@@ -14,7 +14,8 @@ import torch
 from torch import nn
 
 from normlab import doctor, zoo
-from normlab.doctor.measure import _relative_gradients, _weights
+from normlab.doctor import kinds
+from normlab.doctor.measure import _relative_gradients, weight_layers
 from normlab.experiments import ParameterError, get_experiment, run_experiment
 
 BATCH = 64
@@ -294,7 +295,7 @@ def test_the_relative_gradients_come_to_the_host_in_one_copy(
     for name in ("item", "tolist", "numpy", "__bool__", "__float__"):
         monkeypatch.setattr(torch.Tensor, name, lambda self, *a, _n=name, **k: read.append(_n))
     monkeypatch.setattr(torch.Tensor, "cpu", lambda self: read.append("cpu") or self)
-    assert _relative_gradients(_weights(net)).shape == (3,)
+    assert _relative_gradients(weight_layers(net)).shape == (3,)
     assert read == ["cpu"]
 
 
@@ -303,7 +304,7 @@ def test_relative_gradients_are_the_weight_gradient_norm_over_the_weight_norm() 
     net = nn.Sequential(nn.Linear(6, 5), nn.Linear(5, 3), nn.Linear(3, 2))
     net(torch.randn(8, 6))[:, :1].sum().backward()
     net[1].weight.grad = None  # no gradient: nan
-    got = _relative_gradients(_weights(net))
+    got = _relative_gradients(weight_layers(net))
     want = [float(m.weight.grad.norm() / m.weight.detach().norm()) for m in (net[0], net[2])]
     assert got.dtype == torch.float64 and got.device.type == "cpu" and got.shape == (3,)
     assert got[0].item() == pytest.approx(want[0], rel=1e-6) and math.isnan(got[1].item())
@@ -672,3 +673,49 @@ def test_unit_spread_reads_the_first_items_holding_32_values_of_each_unit() -> N
         want = (read - read[:, :1]).abs().max() / (read - read.mean()).abs().max()
         assert _unit_spread(1)(moved).item() == pytest.approx(want.item(), rel=1e-6)  # float32
         assert _unit_spread(1)(moved).item() != _unit_spread(1)(y).item()
+
+
+def _descendants(base: type) -> set[type]:
+    found = set()
+    for sub in base.__subclasses__():
+        found |= {sub, *_descendants(sub)}
+    return found
+
+
+@pytest.mark.parametrize(
+    ("base", "public"),
+    [
+        (nn.modules.batchnorm._BatchNorm, kinds._BATCH_NORMS),
+        (nn.modules.instancenorm._InstanceNorm, kinds._INSTANCE_NORMS),
+        (nn.modules.conv._ConvNd, kinds._CONVS),
+        (nn.modules.dropout._DropoutNd, kinds._DROPOUTS),
+        (nn.modules.pooling._MaxPoolNd, kinds._POOLS),
+        (nn.modules.pooling._AvgPoolNd, kinds._POOLS),
+        (nn.modules.pooling._AdaptiveAvgPoolNd, kinds._POOLS),
+        (nn.modules.pooling._AdaptiveMaxPoolNd, kinds._POOLS),
+    ],
+    ids=lambda x: getattr(x, "__name__", None),
+)
+def test_the_doctor_s_public_classes_cover_each_private_torch_base(
+    base: type, public: tuple[type, ...]
+) -> None:
+    """The doctor names torch's public classes, not their private bases: every public torch.nn
+    class of a base is one of them (the quantized ones are refused before a model runs)."""
+    torch_nn = [
+        c
+        for c in _descendants(base)
+        if c.__module__.startswith("torch.nn.") and not c.__name__.startswith("_")
+    ]
+    assert torch_nn
+    assert [c for c in torch_nn if not issubclass(c, public)] == []
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (16, 3, 5, 5), (4, 2, 3), (2, 6, 1, 2, 3)])
+def test_fans_are_torch_s(shape: tuple[int, ...]) -> None:
+    w = torch.empty(shape)
+    assert kinds.fans(w) == nn.init._calculate_fan_in_and_fan_out(w)
+
+
+def test_fans_need_two_dimensions() -> None:
+    with pytest.raises(ValueError, match="2\\+ dimensions"):
+        kinds.fans(torch.empty(4))

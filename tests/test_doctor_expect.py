@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from normlab import doctor, zoo
-from normlab.doctor.graph import _trace
+from normlab.doctor.graph import trace
 from tests.calibration import ResidualMLP, encoder48, relu_small, relu_std1
 
 PROBLEMS = ("vanishing", "exploding", "dead", "saturated", "symmetric", "non-finite")
@@ -955,7 +955,7 @@ def test_a_decoder_behind_a_straight_through_lookup_is_anchored_at_the_lookup(fo
     lookup, 0.0017x of the input) is healthy; anchored at the input it was vanishing."""
     torch.manual_seed(0)
     model = _VQAutoencoder(None, form)
-    graph = _trace(model, _audio())
+    graph = trace(model, _audio())
     assert graph.producers["decoder.0"] == ["in_proj"]  # what autograd sees
     assert graph.straight == {"decoder.0": ["codebook"]}  # what the value is
     d = doctor.diagnose(model, _audio())
@@ -992,7 +992,7 @@ class _DetachedReference(nn.Module):
 def test_a_detached_operand_without_the_other_in_it_is_no_straight_through() -> None:
     torch.manual_seed(0)
     x = torch.randn(32, 16, generator=torch.Generator().manual_seed(0))  # (N, 16)
-    graph = _trace(_DetachedReference(), x)
+    graph = trace(_DetachedReference(), x)
     assert graph.straight == {}
     assert graph.producers["head"] == ["offset"]
 
@@ -1001,7 +1001,7 @@ def test_the_vanishing_relu_stack_has_no_straight_through_and_stays_vanishing() 
     torch.manual_seed(0)
     model = relu_small()
     x = torch.randn(64, 128, generator=torch.Generator().manual_seed(0))  # (N, 128)
-    assert _trace(model, x).straight == {}
+    assert trace(model, x).straight == {}
     assert doctor.diagnose(model, x).problems[0] == "vanishing"
 
 

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from normlab import doctor
-from normlab.doctor.graph import _trace
+from normlab.doctor.graph import trace
 from normlab.doctor.running import _output
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never a download
@@ -55,7 +55,7 @@ class SetsGrad(nn.Module):
 
 def test_a_model_that_refuses_a_grad_requiring_input_is_traced_as_given() -> None:
     model, x = SetsGrad(), torch.randn(16, 6)
-    graph = _trace(model, x)
+    graph = trace(model, x)
     assert graph.producers["lin"] == ["act"]  # the view it made require grad leaves a graph
     d = doctor.diagnose(model, x)
     assert [la.name for la in d.layers] == ["act", "lin"]
@@ -65,7 +65,7 @@ def test_a_model_that_takes_one_is_traced_through_its_parameter_free_first_layer
     """Only a refusal makes the doctor fall back: otherwise the input requires grad, and a
     first layer without parameters (a ReLU) is found in the graph, as it is read from."""
     model = nn.Sequential(nn.ReLU(), nn.Linear(6, 3))
-    assert _trace(model, torch.randn(16, 6)).producers["1"] == ["0"]
+    assert trace(model, torch.randn(16, 6)).producers["1"] == ["0"]
 
 
 def test_a_model_that_refuses_both_inputs_says_its_own_error() -> None:
@@ -105,7 +105,7 @@ def test_an_audio_encoder_fed_raw_waveforms_is_diagnosed(family: str) -> None:
     model(x)  # the model runs on its input
     with pytest.raises(RuntimeError, match="requires_grad flags of leaf variables"):
         model(x.clone().requires_grad_(True).clone())  # and refuses one requiring grad
-    graph = _trace(model, x)
+    graph = trace(model, x)
     convs = [f"feature_extractor.conv_layers.{i}.conv" for i in range(3)]
     assert all(name in graph.consumers for name in convs)  # the encoder's chain, traced
     d = doctor.diagnose(model, x)

@@ -70,9 +70,9 @@ from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from normlab import doctor
-from normlab.doctor.graph import Remeasure, _Graph, _trace
+from normlab.doctor.graph import Graph, Remeasure, trace
 from normlab.doctor.judge import judge
-from normlab.doctor.measure import _grad_ratios, _weights
+from normlab.doctor.measure import grad_ratios, weight_layers
 from normlab.probe import SAMPLE_SIZE, ActivationProbe, GradientProbe, finite_or_none
 
 KEEP = 1000
@@ -83,18 +83,22 @@ number (2**-126) then weigh under n * 2**-66 of its square (as :mod:`normlab.pro
 
 
 def _norms(tensors: list[Tensor]) -> list[float]:
-    """Each tensor's 2-norm on the host, one copy for all: in float32 (one batched kernel; float64
-    for float64 tensors), again in float64 for those under :data:`_TINY_NORM` or infinite, whose
-    float32 squares may have underflowed (a vanishing gradient) or overflowed."""
+    """Each tensor's 2-norm on the host, one copy for all: in float32 (float64 for float64
+    tensors), again in float64 for those under :data:`_TINY_NORM` or infinite, whose float32
+    squares may have underflowed (a vanishing gradient) or overflowed.
+
+    One ``vector_norm`` per tensor: what torch's private batched ``_foreach_norm`` computes on
+    the CPU, to the bit, within 15% of its time (54 GPT-2 weights: 0.30 ms against 0.27 ms),
+    on recorded steps only."""
     if not tensors:
         return []
     wide = torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
     device = tensors[0].device
-    first = torch._foreach_norm(tensors, 2, dtype=wide)  # P x 0-dim, each on its tensor's device
+    first = [torch.linalg.vector_norm(t, 2, dtype=wide) for t in tensors]  # P x 0-dim
     out = torch.stack([n.to(device) for n in first]).tolist()  # (P,): one host copy
     again = [i for i, n in enumerate(out) if not _TINY_NORM <= n < math.inf and n == n]
     if again and wide != torch.float64:
-        exact = torch._foreach_norm([tensors[i] for i in again], 2, dtype=torch.float64)
+        exact = [torch.linalg.vector_norm(tensors[i], 2, dtype=torch.float64) for i in again]
         for i, n in zip(again, torch.stack([n.to(device) for n in exact]).tolist(), strict=True):
             out[i] = n
     return out
@@ -126,7 +130,7 @@ class _Weights:
     ratios and the updates applied to them (see :mod:`normlab.watching`)."""
 
     def __init__(self, model: nn.Module, updates: bool) -> None:
-        self.layers = _weights(model)  # name -> its weights
+        self.layers = weight_layers(model)  # name -> its weights
         self.updates = updates  # whether snapshot() copies
         self.params = [p for ps in self.layers.values() for p in ps]  # (P,)
         self.owners = [name for name, ps in self.layers.items() for _ in ps]  # (P,)
@@ -143,7 +147,8 @@ class _Weights:
             if self.before is None:
                 self.before = [w.clone() for w in weights]
             else:
-                torch._foreach_copy_(self.before, weights)
+                for before, now in zip(self.before, weights, strict=True):
+                    before.copy_(now)
         norms = self.norms if self.norms is not None else _norms(self.before)
         self.before_norms, self.norms = _per_layer(self.owners, norms), None
 
@@ -161,7 +166,8 @@ class _Weights:
             grads = [self.params[i].grad.detach() for i in have]  # type: ignore[union-attr]
             moved = self.before or []  # W_{s-1} - W_s, in the copy's memory
             if moved:
-                torch._foreach_sub_(moved, weights)
+                for before, now in zip(moved, weights, strict=True):
+                    before.sub_(now)
             norms = _norms([*weights, *grads, *moved])
         p, g = len(weights), len(grads)
         self.norms = norms[:p]  # W_s: the next copy's norms, if it is taken now
@@ -211,7 +217,7 @@ class Watch:
         if not isinstance(updates, bool):
             raise TypeError(f"updates must be True or False, got {updates!r}")
         self._weights = _Weights(model, updates)
-        self._graph: _Graph | None = None  # traced on the first recorded step's input
+        self._graph: Graph | None = None  # traced on the first recorded step's input
         self._values: Remeasure | None = None  # its weight-set values, measured each record
 
     def __enter__(self) -> Self:
@@ -279,14 +285,14 @@ class Watch:
             return None  # the model did not run under the probes this step
         if self._graph is None or self._values is None:  # traced once, on its own input
             self._disarm()  # (re-armed by step() if the next step is recorded)
-            self._graph = graph = _trace(self.model, inputs[0])
+            self._graph = graph = trace(self.model, inputs[0])
             self._values = Remeasure(self.model, self._graph)
         else:  # the structure traced, the streams' and norms' inputs of this step
             graph = self._values.graph()
         rel, updates = self._weights.measure()
         scaled = graph.scaled()  # made once: no gradient ratio reference
         order = [name for name in acts.layers if name not in scaled]
-        ratios = _grad_ratios(list(self._weights.layers), [rel], order)
+        ratios = grad_ratios(list(self._weights.layers), [rel], order)
         found = judge(self.model, inputs[:1], acts, grads, ratios, graph)  # the doctor's
         record = {
             "step": self._steps,

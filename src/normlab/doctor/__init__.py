@@ -133,6 +133,7 @@ from normlab.doctor.constants import (
 )
 from normlab.doctor.cure import fix
 from normlab.doctor.errors import CannotDiagnose, ModelInputError, ModelOutputError
+from normlab.doctor.examination import Examination, examine
 from normlab.doctor.expect import AMPLIFICATION, STREAM_GROWTH, Role, Stream, roles
 from normlab.doctor.graph import BRANCH_SCALE, Edges
 from normlab.doctor.judge import Judgement, judge
@@ -158,11 +159,10 @@ from normlab.doctor.results import (
     FixReport,
     LayerDiagnosis,
     Trend,
-    module_path,
 )
-from normlab.doctor.running import OUTPUT_FIELDS, Input
+from normlab.doctor.running import OUTPUT_FIELDS, Input, module_path
 from normlab.doctor.training import CURE_GAIN, TRIAL_LR, TRIAL_SEEDS, TRIAL_STEPS, Trial, trial
-from normlab.doctor.visit import Examination, diagnose, examine
+from normlab.doctor.visit import diagnose
 from normlab.doctor.widths import (
     MAX_WIDTH,
     MAX_WIDTHS,

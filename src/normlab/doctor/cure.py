@@ -12,7 +12,7 @@ from torch import nn
 
 from normlab import init
 from normlab.doctor.constants import FIX_METHODS
-from normlab.doctor.graph import _Graph, _trace
+from normlab.doctor.graph import Graph, trace
 from normlab.doctor.kinds import _WEIGHT_LAYERS, _has_weight
 from normlab.doctor.results import FixReport
 from normlab.doctor.running import Input, _shape
@@ -57,7 +57,7 @@ def fix(
     """
     if method not in FIX_METHODS:
         raise ValueError(f"method {method!r} not supported, use one of {FIX_METHODS}")
-    graph = _trace(model, batch)
+    graph = trace(model, batch)
     skipped = _skipped(graph, _tied(model), tied)
     todo = [
         (n, m) for n, m in graph.order if isinstance(m, _WEIGHT_LAYERS) and n not in dict(skipped)
@@ -113,7 +113,7 @@ def _tied(model: nn.Module) -> dict[int, list[str]]:
     return {k: v for k, v in names.items() if len(v) > 1}
 
 
-def _skipped(graph: _Graph, shared: dict[int, list[str]], tied: bool) -> list[tuple[str, str]]:
+def _skipped(graph: Graph, shared: dict[int, list[str]], tied: bool) -> list[tuple[str, str]]:
     """The weight layers :func:`fix` leaves alone, each with the reason."""
     out = []
     for name, m in graph.order:

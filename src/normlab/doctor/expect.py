@@ -59,7 +59,7 @@ from typing import cast
 
 from torch import nn
 
-from normlab.doctor.graph import _OUTPUT, _Graph
+from normlab.doctor.graph import _OUTPUT, Graph
 from normlab.doctor.kinds import _has_weight, _is_norm, _passes
 
 INPUT = ""
@@ -116,7 +116,7 @@ def _zero(m: nn.Module) -> bool:
     return bool(ps) and all(not p.detach().any() for p in ps)
 
 
-def _fed_norms(graph: _Graph, name: str) -> list[nn.Module] | None:
+def _fed_norms(graph: Graph, name: str) -> list[nn.Module] | None:
     """The norms ``name``'s output enters (through dropout, identity and other pass-through
     layers), or ``None`` when any of it goes elsewhere (another layer, the model's output)."""
     modules = dict(graph.order)
@@ -140,7 +140,7 @@ def _fed_norms(graph: _Graph, name: str) -> list[nn.Module] | None:
     return norms or None
 
 
-def _norm_bound(graph: _Graph) -> dict[str, frozenset[str]]:
+def _norm_bound(graph: Graph) -> dict[str, frozenset[str]]:
     """Each layer whose output reaches the model's output only through normalization layers
     -> the norms first met on those paths. A path that ends before the output (a layer with
     layers inside reads its last one's output, which its consumers trace to that one) carries
@@ -173,7 +173,7 @@ def _norm_bound(graph: _Graph) -> dict[str, frozenset[str]]:
     return bound
 
 
-def _joins(graph: _Graph, name: str, on_branch: set[str]) -> bool:
+def _joins(graph: Graph, name: str, on_branch: set[str]) -> bool:
     """Whether ``name``'s zero joins another signal on its way to the output: it is on a
     residual branch, or, following the layers that carry the zero on (they make 0 of 0: a
     linear map without bias, a norm with zero bias, an attention whose values are 0), one of
@@ -194,7 +194,7 @@ def _joins(graph: _Graph, name: str, on_branch: set[str]) -> bool:
     return False
 
 
-def _zero_by_design(graph: _Graph, name: str, m: nn.Module, on_branch: set[str]) -> bool:
+def _zero_by_design(graph: Graph, name: str, m: nn.Module, on_branch: set[str]) -> bool:
     """Whether ``name``'s zero is a design: it joins another signal (:func:`_joins`), or it is
     a readout whose own parameters are 0 fed a live signal (muP's zero readout, a logit scale
     at 0: its weight's gradient :math:`x^\top g` is not 0, and it leaves 0 at the first
@@ -204,7 +204,7 @@ def _zero_by_design(graph: _Graph, name: str, m: nn.Module, on_branch: set[str])
     return _zero(m) and name in graph.edges.get(_OUTPUT, {}) and name not in graph.zero_fed
 
 
-def roles(graph: _Graph, tokens: bool) -> dict[str, Role]:
+def roles(graph: Graph, tokens: bool) -> dict[str, Role]:
     """Each traced layer's :class:`Role`, in forward order.
 
     Args:
@@ -285,7 +285,7 @@ def _normed_terms(
     ]
 
 
-def _alias(graph: _Graph, name: str, out: dict[str, Role]) -> str | None:
+def _alias(graph: Graph, name: str, out: dict[str, Role]) -> str | None:
     """The layer whose role ``name`` takes: the one whose output tensor it returned as it was
     at every call (a dropout in eval mode or at p=0, an identity, an inactive drop path) when
     all such layers share one kind. It is that layer's output, under another name: a dropout
@@ -372,7 +372,7 @@ EARLY_ADDS = 4
 faster later, as attention's shared component does, is measured but not predicted)."""
 
 
-def stream(graph: _Graph, stds: dict[str, float]) -> Stream | None:
+def stream(graph: Graph, stds: dict[str, float]) -> Stream | None:
     """The residual stream of ``graph`` (the sums read by norms, in forward order, one chain
     per stack: a vision tower's and a text tower's are two), or ``None`` with no chain of four
     or more such sums; of several, the first that breaks its design, else the longest.
@@ -388,7 +388,7 @@ def stream(graph: _Graph, stds: dict[str, float]) -> Stream | None:
     return flagged[0] if flagged else max(found, key=lambda s: s.adds)
 
 
-def _chains(graph: _Graph, readers: list[str]) -> list[list[str]]:
+def _chains(graph: Graph, readers: list[str]) -> list[list[str]]:
     """The readers grouped by the stream they read: the next sum of a stream is read by a
     layer whose producers hold the previous reader (post-LN: the norm's output is the stream)
     or all of the previous reader's producers (pre-LN: the stream's layers carry on)."""
@@ -405,7 +405,7 @@ def _chains(graph: _Graph, readers: list[str]) -> list[list[str]]:
     return chains
 
 
-def _chain(graph: _Graph, readers: list[str], stds: dict[str, float]) -> Stream:
+def _chain(graph: Graph, readers: list[str], stds: dict[str, float]) -> Stream:
     """One stream's :class:`Stream`."""
     sums = [graph.streams[r] for r in readers]
     post = any(p in readers for r in readers for p in graph.producers.get(r, []))
@@ -430,7 +430,7 @@ def _chain(graph: _Graph, readers: list[str], stds: dict[str, float]) -> Stream:
     return Stream("pre", readers, sums, predicted, growth, [math.nan] * len(m), raw is not None)
 
 
-def _read_raw(graph: _Graph, last: str) -> str | None:
+def _read_raw(graph: Graph, last: str) -> str | None:
     """The first reader of the pre-LN stream after norm ``last`` that is no norm (a head, or
     ``_OUTPUT``, the model's output): one whose producers hold all of ``last``'s (the stream's
     layers carry on, as :func:`_chains` follows them); ``None`` when the stream ends in a

@@ -24,7 +24,7 @@ _OUTPUT = "<output>"  # the model's output, as a consumer
 
 
 @dataclass
-class _Graph:
+class Graph:
     """Which layer reads which layer's output, as one forward pass's autograd graph shows it.
 
     A layer's inputs are traced back through the operations between layers (a residual add, a
@@ -142,7 +142,7 @@ class _Graph:
         return out
 
     @classmethod
-    def from_edges(cls, order: list[tuple[str, nn.Module]], edges: dict[str, Edges]) -> _Graph:
+    def from_edges(cls, order: list[tuple[str, nn.Module]], edges: dict[str, Edges]) -> Graph:
         producers = {c: list(found) for c, found in edges.items() if c != _OUTPUT}
         consumers: dict[str, list[str]] = {}
         for name, _ in order:
@@ -378,7 +378,7 @@ class _Values:
         """Each one-unit layer's input E[x^2], over its calls."""
         return {name: sum(m) / len(m) for name, m in self.unit_inputs.items()}
 
-    def into(self, graph: _Graph) -> None:
+    def into(self, graph: Graph) -> None:
         graph.norm_inputs = self.norm_inputs
         graph.unit_inputs = self.mean_unit_inputs()
         graph.zero_fed = {name for name, zero in self.zeros.items() if zero}
@@ -391,16 +391,16 @@ class _Values:
 
 class Remeasure:
     """The graph's values that the weights set, measured again at a later forward pass: a
-    sum's std as a norm or other layer reads it (:attr:`_Graph.streams`), a norm's input std
-    (:attr:`_Graph.norm_inputs`) and a one-unit layer's input second moment
-    (:attr:`_Graph.unit_inputs`), each as :func:`_trace` takes it. The structure is traced once;
+    sum's std as a norm or other layer reads it (:attr:`Graph.streams`), a norm's input std
+    (:attr:`Graph.norm_inputs`) and a one-unit layer's input second moment
+    (:attr:`Graph.unit_inputs`), each as :func:`trace` takes it. The structure is traced once;
     :func:`normlab.watch` judges step :math:`s` with these values of step :math:`s`, as the
     doctor would judge the model then, not with those of the step it traced.
 
     A context manager: while on, a pre-hook on each of those layers measures its input;
     :meth:`graph` gives the graph with them (the traced value where a layer did not run)."""
 
-    def __init__(self, model: nn.Module, graph: _Graph) -> None:
+    def __init__(self, model: nn.Module, graph: Graph) -> None:
         self.traced = graph
         names = set(graph.streams) | set(graph.norm_inputs) | set(graph.unit_inputs)
         self.layers = [(n, m) for n, m in select_modules(model) if n in names]
@@ -428,7 +428,7 @@ class Remeasure:
             self.streams[name] = _std(read[0])  # the last call's, as the trace keeps
         self.values.note_inputs(mod, name, read)
 
-    def graph(self) -> _Graph:
+    def graph(self) -> Graph:
         """The traced graph with the values of the passes since the last call (which it
         forgets): its structure, and the memo made of it, are shared."""
         g, seen = self.traced, self.values
@@ -442,9 +442,9 @@ class Remeasure:
         return fresh
 
 
-def _trace(
+def trace(
     model: nn.Module, batch: Input, output: str | None = None, through: frozenset[str] = frozenset()
-) -> _Graph:
+) -> Graph:
     """One forward pass with gradients on, recording which layer's output feeds which layer
     (and the model's output), and the small parameters multiplied in between.
 
@@ -519,8 +519,8 @@ def _trace(
             h.remove()
     reused = {name for name, n in calls.items() if n > 1 and not own_parameters(order[name])}
     if reused:
-        return _trace(model, batch, output, through | reused)
-    graph = _Graph.from_edges(list(order.items()), edges)
+        return trace(model, batch, output, through | reused)
+    graph = Graph.from_edges(list(order.items()), edges)
     graph.streams, graph.sums, graph.operands = streams, sums, operands
     seen.into(graph)
     graph.unread = {""} if root and root[-1] is not y else set()  # a ModelOutput's other field

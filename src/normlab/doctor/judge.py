@@ -12,7 +12,7 @@ from torch import nn
 from normlab.doctor import expect
 from normlab.doctor.constants import SEVERITY
 from normlab.doctor.expect import Stream
-from normlab.doctor.graph import _Graph
+from normlab.doctor.graph import Graph
 from normlab.doctor.layers import _labels, _layer_diagnoses, _reference
 from normlab.doctor.results import LayerDiagnosis, Trend
 from normlab.doctor.running import Input, _main
@@ -38,7 +38,7 @@ def judge(
     acts: ActivationStats,
     grads: GradientStats,
     ratios: dict[str, float],
-    graph: _Graph,
+    graph: Graph,
 ) -> Judgement:
     """Label every probed layer of ``model`` from its measurements (one or more steps)."""
     std, rms, note = _reference(inputs)

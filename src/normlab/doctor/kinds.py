@@ -6,6 +6,7 @@ torch's and normlab's classes, and layers from other libraries by their family n
 
 from __future__ import annotations
 
+import math
 import re
 
 import torch
@@ -15,35 +16,79 @@ from normlab import nn as nlnn
 from normlab.probe import own_parameters
 
 _WEIGHT_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+# torch's public classes, each tuple every torch.nn class of one private base (``_BatchNorm``,
+# ``_ConvNd``, ...: tests/test_doctor.py checks that none is missing); the quantized ones that
+# also derive from those bases are refused before a model runs
+_BATCH_NORMS: tuple[type[nn.Module], ...] = (
+    nn.BatchNorm1d,
+    nn.BatchNorm2d,
+    nn.BatchNorm3d,
+    nn.SyncBatchNorm,
+    nn.LazyBatchNorm1d,
+    nn.LazyBatchNorm2d,
+    nn.LazyBatchNorm3d,
+    nlnn.BatchNorm1d,
+    nlnn.BatchNorm2d,
+)
+_INSTANCE_NORMS: tuple[type[nn.Module], ...] = (
+    nn.InstanceNorm1d,
+    nn.InstanceNorm2d,
+    nn.InstanceNorm3d,
+    nn.LazyInstanceNorm1d,
+    nn.LazyInstanceNorm2d,
+    nn.LazyInstanceNorm3d,
+)
+_CONVS: tuple[type[nn.Module], ...] = (
+    nn.Conv1d,
+    nn.Conv2d,
+    nn.Conv3d,
+    nn.ConvTranspose1d,
+    nn.ConvTranspose2d,
+    nn.ConvTranspose3d,
+)  # the lazy ones derive from these
+_DROPOUTS: tuple[type[nn.Module], ...] = (
+    nn.Dropout,
+    nn.Dropout1d,
+    nn.Dropout2d,
+    nn.Dropout3d,
+    nn.AlphaDropout,
+    nn.FeatureAlphaDropout,
+)
 _NORMS: tuple[type[nn.Module], ...] = (
-    nn.modules.batchnorm._BatchNorm,
+    *_BATCH_NORMS,
     nn.GroupNorm,
     nn.LayerNorm,
     nn.RMSNorm,
-    nn.modules.instancenorm._InstanceNorm,
-    nlnn._BatchNorm,
+    *_INSTANCE_NORMS,
     nlnn.LayerNorm,
     nlnn.GroupNorm,
     nlnn.RMSNorm,
 )
 _POOLS: tuple[type[nn.Module], ...] = (
-    nn.modules.pooling._MaxPoolNd,
-    nn.modules.pooling._AvgPoolNd,
-    nn.modules.pooling._AdaptiveAvgPoolNd,
-    nn.modules.pooling._AdaptiveMaxPoolNd,
+    nn.MaxPool1d,
+    nn.MaxPool2d,
+    nn.MaxPool3d,
+    nn.AvgPool1d,
+    nn.AvgPool2d,
+    nn.AvgPool3d,
+    nn.AdaptiveAvgPool1d,
+    nn.AdaptiveAvgPool2d,
+    nn.AdaptiveAvgPool3d,
+    nn.AdaptiveMaxPool1d,
+    nn.AdaptiveMaxPool2d,
+    nn.AdaptiveMaxPool3d,
 )
 _CHANNEL_FIRST: tuple[type[nn.Module], ...] = (
-    nn.modules.conv._ConvNd,
-    nn.modules.batchnorm._BatchNorm,
+    *_CONVS,
+    *_BATCH_NORMS,
     nn.GroupNorm,
-    nn.modules.instancenorm._InstanceNorm,
-    nlnn._BatchNorm,
+    *_INSTANCE_NORMS,
     nlnn.GroupNorm,
     *_POOLS,
 )
 _PASS_THROUGH: tuple[type[nn.Module], ...] = (
     *_NORMS,
-    nn.modules.dropout._DropoutNd,
+    *_DROPOUTS,
     nn.Identity,
     nn.Flatten,
     *_POOLS,
@@ -59,9 +104,25 @@ _ELEMENTWISE = (
     nn.PReLU,
     nn.RReLU,
     nn.SELU,
-    nn.modules.dropout._DropoutNd,
+    *_DROPOUTS,
     nn.Identity,
 )
+
+
+def fans(weight: torch.Tensor) -> tuple[int, int]:
+    r"""A weight's fan-in and fan-out, as ``torch.nn.init`` computes them (torch has no public
+    function for it). For a weight of shape :math:`(n_\text{out}, n_\text{in}, k_1, \dots)`:
+
+    .. math::
+        \text{fan\_in} = n_\text{in} \prod_i k_i, \qquad \text{fan\_out} = n_\text{out} \prod_i k_i
+
+    >>> fans(torch.empty(16, 3, 5, 5))
+    (75, 400)
+    """
+    if weight.dim() < 2:
+        raise ValueError(f"a weight of 2+ dimensions has fans, got shape {tuple(weight.shape)}")
+    receptive = math.prod(weight.shape[2:])  # 1 for a Linear's (out, in)
+    return weight.shape[1] * receptive, weight.shape[0] * receptive
 
 
 _NORM_NAME = re.compile(r"(RMS|Layer|Group|Batch|Instance)Norm")  # LlamaRMSNorm, T5LayerNorm

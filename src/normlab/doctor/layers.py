@@ -12,7 +12,7 @@ from torch import nn
 from normlab import theory
 from normlab.doctor.constants import EXPLODING, VANISHING
 from normlab.doctor.expect import Role
-from normlab.doctor.graph import _Graph
+from normlab.doctor.graph import Graph
 from normlab.doctor.kinds import (
     _CHANNEL_FIRST,
     _SIGMOID_LIKE,
@@ -52,7 +52,7 @@ def _layer_diagnoses(
     grad_ratio: dict[str, float],
     ref: tuple[float, float],
     scaled: dict[str, str],
-    graph: _Graph | None = None,
+    graph: Graph | None = None,
     roles: dict[str, Role] | None = None,
 ) -> list[LayerDiagnosis]:
     """Each probed layer's numbers, and its labels.
@@ -109,7 +109,7 @@ def _layer_diagnoses(
     return layers
 
 
-def _norm_input(role: Role, graph: _Graph | None) -> float:
+def _norm_input(role: Role, graph: Graph | None) -> float:
     """The least std at the inputs of the norms a layer's signal crosses on every path to the
     output (:attr:`expect.Role.norms`), as the trace measured it; nan without such norms."""
     if graph is None or not role.norms:
@@ -157,7 +157,7 @@ def _scales(
 
 
 def _one_unit_scales(
-    layers: list[LayerDiagnosis], modules: dict[str, nn.Module], graph: _Graph
+    layers: list[LayerDiagnosis], modules: dict[str, nn.Module], graph: Graph
 ) -> None:
     r"""The scale of a layer of one output unit, as the variance argument measures it.
 
@@ -186,7 +186,7 @@ def _one_unit_scales(
 
 
 def _predicted_gains(
-    layers: list[LayerDiagnosis], modules: dict[str, nn.Module], graph: _Graph
+    layers: list[LayerDiagnosis], modules: dict[str, nn.Module], graph: Graph
 ) -> None:
     r"""Each weight layer's RMS gain, with the activation after it, as the variance argument
     predicts from its weights (zero-mean weights, no bias): its pre-activation has second

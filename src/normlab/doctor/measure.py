@@ -66,7 +66,7 @@ def _measure(
     The readout is drawn once per output shape: an output whose length the model computes
     (a duration predictor's frames) differs from pass to pass, and each pass's loss reads its
     own output with elements of the same N(0, 1) scale."""
-    weights = _weights(model)
+    weights = weight_layers(model)
     readouts: dict[torch.Size, torch.Tensor] = {}  # output shape -> its readout, that shape
     relative: list[torch.Tensor] = []  # per step: each weight layer's |dL/dW| / |W|, (layers,)
     with _preserved(model):
@@ -101,10 +101,10 @@ def _measure(
         )
     order = [name for name in acts.layers if name not in scaled]  # the reference: unscaled
     own = out.dim() == 0  # a loss
-    return acts, grad_stats, _grad_ratios(list(weights), relative, order), own
+    return acts, grad_stats, grad_ratios(list(weights), relative, order), own
 
 
-def _weights(model: nn.Module) -> dict[str, list[nn.Parameter]]:
+def weight_layers(model: nn.Module) -> dict[str, list[nn.Parameter]]:
     """Each layer's own trainable weights of 2+ dimensions (biases and norm scales left out)."""
     found: dict[str, list[nn.Parameter]] = {}
     for name, m in select_modules(model):
@@ -135,7 +135,7 @@ def _relative_gradients(weights: dict[str, list[nn.Parameter]]) -> torch.Tensor:
     return torch.stack(out).cpu()
 
 
-def _grad_ratios(
+def grad_ratios(
     names: list[str], relative: Sequence[torch.Tensor], order: Sequence[str]
 ) -> dict[str, float]:
     """rho per weight layer: its step-averaged relative gradient over its reference's.

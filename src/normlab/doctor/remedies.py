@@ -62,10 +62,10 @@ from torch import nn
 from normlab import init
 from normlab import nn as nlnn
 from normlab.doctor.cure import _skipped, _tied, fix
-from normlab.doctor.graph import _OUTPUT, _Graph, _trace
+from normlab.doctor.graph import _OUTPUT, Graph, trace
 from normlab.doctor.kinds import _WEIGHT_LAYERS, _is_norm
-from normlab.doctor.results import TREND_MARK, Diagnosis, module_path
-from normlab.doctor.running import Input, _call, _invoke, _preserved, _steps
+from normlab.doctor.results import TREND_MARK, Diagnosis
+from normlab.doctor.running import Input, _call, _invoke, _preserved, _steps, module_path
 from normlab.doctor.training import (
     TRIAL_SEEDS,
     TRIAL_STEPS,
@@ -76,6 +76,7 @@ from normlab.doctor.training import (
     _train,
     _trial,
 )
+from normlab.doctor.visit import diagnose
 from normlab.probe import finite_or_none
 
 INIT_MATCH = 0.2
@@ -118,8 +119,8 @@ class _Case:
     output: str | None = None
 
     @functools.cached_property
-    def graph(self) -> _Graph:
-        return _trace(self.model, self.batch, self.output)
+    def graph(self) -> Graph:
+        return trace(self.model, self.batch, self.output)
 
 
 @dataclass(frozen=True)
@@ -261,7 +262,7 @@ def _zero_bias(case: _Case, generator: torch.Generator | None) -> Remedied:
 # -- branch-scale --------------------------------------------------------------------------------
 
 
-def _scalable(graph: _Graph, end: str) -> tuple[str, nn.Module] | None:
+def _scalable(graph: Graph, end: str) -> tuple[str, nn.Module] | None:
     """The module whose weight (and bias) scale a branch end's output exactly: the end, or the
     layer behind the dropout or identity it is; an attention's output projection."""
     modules = dict(graph.order)
@@ -878,8 +879,6 @@ def _check(
 ) -> Advice | None:
     """Apply one remedy, train it on every seed, re-diagnose it; ``None`` when the change
     could not be made (LSUV on a layer whose output has no variance)."""
-    from normlab.doctor.visit import diagnose  # visit imports this module
-
     assert case.diagnosis is not None
     try:
         made = r.apply(case, generator)

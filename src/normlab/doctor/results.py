@@ -19,6 +19,7 @@ from normlab.doctor.constants import (
     VANISHING,
 )
 from normlab.doctor.expect import Stream
+from normlab.doctor.running import module_path
 from normlab.probe import finite_or_none
 
 TREND_BLOCKS, TREND_R2, TREND_TOTAL = 6, 0.9, 1e2
@@ -27,20 +28,6 @@ good (R^2), and this much growth from one end to the other."""
 TREND_MARK = 10.0
 """A sustained trend labels the blocks whose ratio it puts this many times (or 1/this) from the
 output end's."""
-
-
-def module_path(name: str, root: str = "model") -> str:
-    """A qualified module name written as the Python that reaches the module.
-
-    ``named_modules()`` joins indices and attributes with dots alike, so an ``nn.Sequential``'s
-    ``"1.0"`` reads as a number in a table; as ``model[1][0]`` it reads as the path a learner
-    types. The root module (name ``""``) is ``root`` itself.
-
-    >>> module_path("1.0"), module_path("h.3.attn.c_attn"), module_path("")
-    ('model[1][0]', 'model.h[3].attn.c_attn', 'model')
-    """
-    parts = [f"[{p}]" if p.isdigit() else f".{p}" for p in name.split(".") if p]
-    return root + "".join(parts)
 
 
 def _num(x: float) -> str:

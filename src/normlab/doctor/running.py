@@ -232,14 +232,14 @@ def _refuse(model: nn.Module) -> None:
     if any(t.is_meta for t in (*model.parameters(), *model.buffers())):
         name = next(n for n, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta)
         raise CannotDiagnose(
-            f"the model is on the meta device: {_path(name)} has a shape but no values; "
+            f"the model is on the meta device: {module_path(name)} has a shape but no values; "
             "materialize it first: model.to_empty(device='cpu'), then initialize the weights "
             "(each layer's reset_parameters(), or load_state_dict)"
         )
     for name, m in model.named_modules():
         if type(m).__module__.startswith(_QUANTIZED):
             raise CannotDiagnose(
-                f"the model is quantized: {_path(name)} is {_qualified(m)}, whose integer "
+                f"the model is quantized: {module_path(name)} is {_qualified(m)}, whose integer "
                 "weights take no gradient; diagnose the float model, before quantization "
                 "(torch.ao.quantization.quantize_dynamic or convert)"
             )
@@ -251,10 +251,18 @@ def _qualified(m: nn.Module) -> str:
     return f"{type(m).__module__.split('.modules')[0]}.{type(m).__name__}"
 
 
-def _path(name: str) -> str:
-    from normlab.doctor.results import module_path  # results imports graph, which imports us
+def module_path(name: str, root: str = "model") -> str:
+    """A qualified module name written as the Python that reaches the module.
 
-    return module_path(name)
+    ``named_modules()`` joins indices and attributes with dots alike, so an ``nn.Sequential``'s
+    ``"1.0"`` reads as a number in a table; as ``model[1][0]`` it reads as the path a learner
+    types. The root module (name ``""``) is ``root`` itself.
+
+    >>> module_path("1.0"), module_path("h.3.attn.c_attn"), module_path("")
+    ('model[1][0]', 'model.h[3].attn.c_attn', 'model')
+    """
+    parts = [f"[{p}]" if p.isdigit() else f".{p}" for p in name.split(".") if p]
+    return root + "".join(parts)
 
 
 @contextmanager
@@ -275,7 +283,7 @@ def _ids_checked(model: nn.Module, x: Input) -> Iterator[None]:
         if low >= 0 and high < rows:
             return
         bad, name = low if low < 0 else high, names[module]
-        where = f"{_path(name)} ({type(module).__name__} with {rows} rows) was given id {bad}"
+        where = f"{module_path(name)} ({type(module).__name__} with {rows} rows) was given id {bad}"
         if ids.untyped_storage().data_ptr() in given:  # the input's ids, or a view of them
             raise ModelInputError(
                 f"{where}, from the input; token ids must be in [0, {rows}): draw them below "
@@ -380,13 +388,17 @@ def _overwritten_notes(model: nn.Module, overwritten: Mapping[str, str | None]) 
     for name, by in list(overwritten.items())[:NOTED_OVERWRITES]:
         if by is not None:
             kind = type(model.get_submodule(by)).__name__
-            what = f"{_path(by)} ({kind}, inplace=True) overwrote {_path(name)}'s output"
+            what = (
+                f"{module_path(by)} ({kind}, inplace=True) overwrote {module_path(name)}'s output"
+            )
         else:
             what = (
                 "an in-place operation (such as x += f(x) in a forward) changed "
-                f"{_path(name)}'s output after it was measured"
+                f"{module_path(name)}'s output after it was measured"
             )
-        notes.append(f"{what}: {_path(name)}'s statistics are of its output before the change")
+        notes.append(
+            f"{what}: {module_path(name)}'s statistics are of its output before the change"
+        )
     if (more := len(overwritten) - NOTED_OVERWRITES) > 0:
         notes.append(f"and {more} more layers' outputs were changed in place after measuring")
     return notes

@@ -10,7 +10,6 @@ import torch
 from torch import nn
 
 from normlab import init
-from normlab import nn as nlnn
 from normlab.doctor.constants import (
     DEAD_FRAC,
     EXPLODING,
@@ -21,9 +20,10 @@ from normlab.doctor.constants import (
     VANISHING,
 )
 from normlab.doctor.expect import AMPLIFICATION, STREAM_GROWTH, Stream
-from normlab.doctor.graph import BRANCH_SCALE, _Graph
-from normlab.doctor.kinds import _WEIGHT_LAYERS, _is_norm
-from normlab.doctor.results import LayerDiagnosis, Trend, module_path
+from normlab.doctor.graph import BRANCH_SCALE, Graph
+from normlab.doctor.kinds import _BATCH_NORMS, _CONVS, _WEIGHT_LAYERS, _is_norm, fans
+from normlab.doctor.results import LayerDiagnosis, Trend
+from normlab.doctor.running import module_path
 
 
 def _scaled_notes(scaled: dict[str, str]) -> list[str]:
@@ -250,7 +250,7 @@ def _forward_words(
 def _suggestions(
     model: nn.Module,
     layers: Sequence[LayerDiagnosis],
-    graph: _Graph | None,
+    graph: Graph | None,
     problems: Sequence[str],
     trend: Trend | None = None,
     stream: Stream | None = None,
@@ -307,9 +307,7 @@ def _depth_suggestions(model: nn.Module, trend: Trend | None) -> list[str]:
     """For a gradient that explodes steadily with depth in a BatchNorm stack: not the init,
     but fewer layers or another norm, each a remedy the check tries (residual connections are
     not offered: on the comparison run they did not lower the loss of the 30-layer stack)."""
-    bn = any(
-        isinstance(m, nn.modules.batchnorm._BatchNorm | nlnn._BatchNorm) for m in model.modules()
-    )
+    bn = any(isinstance(m, _BATCH_NORMS) for m in model.modules())
     if trend is None or not trend.sustained or trend.factor < 1 or not bn:
         return []
     why = (
@@ -324,7 +322,7 @@ def _depth_suggestions(model: nn.Module, trend: Trend | None) -> list[str]:
     ]
 
 
-def _dead_suggestions(layers: Sequence[LayerDiagnosis], graph: _Graph) -> list[str]:
+def _dead_suggestions(layers: Sequence[LayerDiagnosis], graph: Graph) -> list[str]:
     """For the first three dead layers: the weight layer that feeds them, and its bias."""
     modules = dict(graph.order)
     out = []
@@ -348,7 +346,7 @@ def _dead_suggestions(layers: Sequence[LayerDiagnosis], graph: _Graph) -> list[s
     return out
 
 
-def _init_groups(graph: _Graph) -> dict[str, list[tuple[str, float, float, str]]]:
+def _init_groups(graph: Graph) -> dict[str, list[tuple[str, float, float, str]]]:
     """The weight layers by the activation that follows them: (name, std now, wanted std, rule)."""
     groups: dict[str, list[tuple[str, float, float, str]]] = {}
     for name, m in graph.order:
@@ -356,7 +354,7 @@ def _init_groups(graph: _Graph) -> dict[str, list[tuple[str, float, float, str]]
             continue
         act, slope = graph.follows(name)
         gain = init.calculate_gain(act, slope)  # type: ignore[arg-type]
-        fan_in, fan_out = init._calculate_fan_in_and_fan_out(m.weight)
+        fan_in, fan_out = fans(m.weight)
         now = float(m.weight.detach().std()) if m.weight.numel() > 1 else math.nan
         if act in ("relu", "leaky_relu"):
             wanted = gain / math.sqrt(fan_in)
@@ -383,7 +381,7 @@ def _unmatched(
 def _scale_suggestions(
     model: nn.Module,
     layers: Sequence[LayerDiagnosis],
-    graph: _Graph,
+    graph: Graph,
     problems: Sequence[str],
 ) -> list[str]:
     """For a vanishing, exploding or saturated scale: sigmoids, matched inits, a norm, LSUV."""
@@ -417,7 +415,7 @@ def _scale_suggestions(
                 f"that init gives {_span([e[2] for e in entries])}"
             )
     if not any(_is_norm(m) for m in model.modules()):
-        conv = any(isinstance(m, nn.modules.conv._ConvNd) for m in dict(graph.order).values())
+        conv = any(isinstance(m, _CONVS) for m in dict(graph.order).values())
         where = "BatchNorm2d after each conv" if conv else "BatchNorm1d after each Linear"
         out.append(
             f"add a normalization layer: {where}, before its activation (LayerNorm for "

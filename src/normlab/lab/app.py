@@ -35,25 +35,18 @@ from fastapi.staticfiles import StaticFiles
 from normlab import __version__, notebook
 from normlab.experiments import (
     Experiment,
-    Parameter,
-    ParameterError,
-    ParameterTypeError,
-    UnknownExperiment,
-    get_experiment,
     list_experiments,
     script,
 )
 from normlab.experiments.base import params_dict
 from normlab.lab import errors, schemas
-from normlab.lab.errors import bad_input, busy, read_body
 from normlab.lab.lessons.markup import highlight
 from normlab.lab.progress import ProgressStore, default_db_path
-from normlab.lab.runner import RunAbandoned, RunBusy, RunCancelled, Runner
+from normlab.lab.requests import REFUSED, query_params, query_schema, read_params, refusal
+from normlab.lab.runner import Runner
 from normlab.lab.sandbox import Sandbox, SandboxError
 from normlab.lab.security import LabGuard
 from normlab.lab.watchlog import WatchLog
-
-_json_schema = schemas.parameter  # one parameter as JSON Schema (the train page's too)
 
 
 def describe(e: Experiment) -> dict[str, Any]:
@@ -66,28 +59,6 @@ def describe(e: Experiment) -> dict[str, Any]:
         "streams": e.streams,
         "parameters": [p.schema() for p in e.parameters],
     }
-
-
-MAX_PARAMS_BYTES = 64 << 10
-"""The largest body ``POST /api/experiments/NAME`` reads (the longest allowed one is a few
-hundred bytes)."""
-
-
-async def _read_params(request: Request) -> dict[str, Any] | JSONResponse:
-    raw = await read_body(request, MAX_PARAMS_BYTES, None)
-    if isinstance(raw, JSONResponse):
-        return raw
-    if not raw:  # no body: the defaults; a body of whitespace is no JSON object
-        return {}
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return bad_input(None, f"request body is not valid JSON: {exc}")
-    if not isinstance(body, dict):
-        return bad_input(
-            None, f"request body must be a JSON object of parameters, got {type(body).__name__}"
-        )
-    return body
 
 
 DOCS_ASSETS = "/static/docs"
@@ -264,7 +235,7 @@ def _add_experiment_routes(app: FastAPI, e: Experiment) -> None:
             },
         },
     )
-    query = {"parameters": [_query_schema(p) for p in e.parameters]}
+    query = {"parameters": [query_schema(p) for p in e.parameters]}
     app.add_api_route(
         f"/api/experiments/{e.name}/code",
         _bound(code, e.name),
@@ -297,28 +268,6 @@ def _add_experiment_routes(app: FastAPI, e: Experiment) -> None:
     )
 
 
-REFUSED = (
-    RunCancelled,
-    RunAbandoned,
-    RunBusy,
-    UnknownExperiment,
-    ParameterError,
-    ParameterTypeError,
-)
-"""What an experiment's routes answer with the lab's error shape instead of a result."""
-
-
-def _refusal(exc: Exception) -> JSONResponse:
-    """422 naming the parameter (or the experiment's name); 503 for a run that was stopped."""
-    if isinstance(exc, RunBusy):
-        return busy(str(exc))  # 503 with Retry-After
-    if isinstance(exc, RunCancelled | RunAbandoned):  # (abandoned: nobody is there to read it)
-        return bad_input(None, str(exc), status=503)
-    if isinstance(exc, UnknownExperiment):
-        return bad_input("name", str(exc))
-    return bad_input(getattr(exc, "param", None), str(exc))
-
-
 def experiments() -> list[dict[str, Any]]:
     """``GET /api/experiments``: the registry, with every parameter's schema."""
     return [describe(e) for e in list_experiments()]
@@ -326,7 +275,7 @@ def experiments() -> list[dict[str, Any]]:
 
 async def run(name: str, request: Request) -> Any:
     """``POST /api/experiments/NAME``: the answer for a JSON object of parameters."""
-    params = await _read_params(request)
+    params = await read_params(request)
     if isinstance(params, JSONResponse):
         return params
     try:
@@ -335,15 +284,15 @@ async def run(name: str, request: Request) -> Any:
         )
         return Response(content=body, media_type="application/json")
     except REFUSED as exc:
-        return _refusal(exc)
+        return refusal(exc)
 
 
 async def code(name: str, request: Request) -> Any:
     """``GET /api/experiments/NAME/code``: the script behind the answer, plain and highlighted."""
     try:
-        experiment, params = _query_params(name, request)
+        experiment, params = query_params(name, request)
     except REFUSED as exc:
-        return _refusal(exc)
+        return refusal(exc)
     text = script.render(experiment, params)
     return {
         "experiment": name,
@@ -356,10 +305,10 @@ async def code(name: str, request: Request) -> Any:
 async def download(name: str, request: Request) -> Any:
     """``GET /api/experiments/NAME/notebook``: the script as a notebook, with its output."""
     try:
-        experiment, params = _query_params(name, request)
+        experiment, params = query_params(name, request)
         body = await request.app.state.runner.arun_json(name, params_dict(params))
     except REFUSED as exc:
-        return _refusal(exc)
+        return refusal(exc)
     nb = notebook.notebook(experiment, params, json.loads(body)["output"])
     return Response(
         notebook.dumps(nb),
@@ -397,29 +346,6 @@ def _end_streams(app: FastAPI) -> None:
     if app.state.watch is not None:
         app.state.watch.close()
     app.state.train_runs.close()
-
-
-def _query_params(name: str, request: Request) -> tuple[Experiment, Any]:
-    """The experiment and its validated ``Params`` from a query string (CLI-style values)."""
-    experiment = get_experiment(name)
-    declared = {p.name: p for p in experiment.parameters}
-    values: dict[str, Any] = {}
-    for key, text in request.query_params.items():
-        if key not in declared:
-            valid = ", ".join(declared)
-            raise ParameterError(
-                key, f"unknown parameter {key!r} for {name!r}, use one of: {valid}"
-            )
-        values[key] = declared[key].parse(text)
-    return experiment, experiment.make_params(values)
-
-
-def _query_schema(p: Parameter) -> dict[str, Any]:
-    """One parameter as an OpenAPI query parameter."""
-    schema = _json_schema(p)
-    if p.kind == "float_list":  # written as the CLI takes it: 0.9,1,1.1
-        schema = {"type": "string", "description": p.help, "default": ",".join(map(str, p.default))}
-    return {"name": p.name, "in": "query", "required": False, "schema": schema}
 
 
 async def _client_gone(request: Request) -> None:

@@ -37,10 +37,10 @@ from normlab import doctor
 from normlab.experiments import ParameterError, ParameterTypeError
 from normlab.experiments.base import Parameter, make_params
 from normlab.lab import schemas, sse, trainlesson
-from normlab.lab.app import _json_schema, _query_schema, _read_params
 from normlab.lab.errors import bad_input, busy
 from normlab.lab.lessons.markup import highlight
 from normlab.lab.pages import _script_json
+from normlab.lab.requests import query_schema, read_params
 from normlab.lab.trainruns import ACTIONS, MAX_RUNS, PLAY, Play, Run, Runs
 from normlab.trainview import GROUPS, PARAMETERS, STEPS, Setup, make_setup, script
 
@@ -173,7 +173,7 @@ RUN_ID = Annotated[str, Path(json_schema_extra={"pattern": "^[A-Za-z0-9_-]{16}$"
 
 async def train_control(run_id: RUN_ID, request: Request) -> Any:
     """``POST /api/train/{run_id}/control``: an action for the run's next step."""
-    body = await _read_params(request)
+    body = await read_params(request)
     if isinstance(body, JSONResponse):
         return body
     run = _runs(request).get(run_id)
@@ -273,7 +273,7 @@ def _warming(app: FastAPI, lessons: Callable[[], None]) -> Callable[[], None]:
 
 
 def _query_docs() -> dict[str, Any]:
-    return {"parameters": [_query_schema(p) for p in PARAMETERS]}
+    return {"parameters": [query_schema(p) for p in PARAMETERS]}
 
 
 def install(app: FastAPI) -> None:
@@ -372,7 +372,7 @@ def _document(app: FastAPI) -> None:
         },
         openapi_extra={
             "parameters": [
-                *_query_docs()["parameters"], *[_query_schema(p) for p in PLAY],
+                *_query_docs()["parameters"], *[query_schema(p) for p in PLAY],
                 {"name": "replaces", "in": "query", "required": False,
                  "schema": {"type": "string", "description": "a run of this page to end"}},
             ]
@@ -388,8 +388,8 @@ def _document_control(app: FastAPI, bad: dict[int | str, dict[str, Any]]) -> Non
         "minProperties": 1,
         "properties": {
             "action": {"type": "string", "enum": list(ACTIONS)},
-            "speed": _json_schema(OWN["speed"]),
-            "fps": _json_schema(OWN["fps"]),
+            "speed": schemas.parameter(OWN["speed"]),
+            "fps": schemas.parameter(OWN["fps"]),
         },
     }
     app.add_api_route(
@@ -416,5 +416,5 @@ def _document_control(app: FastAPI, bad: dict[int | str, dict[str, Any]]) -> Non
         "printing each step's training and test loss, as the live run records them. It needs "
         "no normlab.",
         responses=schemas.responses(_CODE),
-        openapi_extra={"parameters": [*_query_docs()["parameters"], _query_schema(STEPS)]},
+        openapi_extra={"parameters": [*_query_docs()["parameters"], query_schema(STEPS)]},
     )  # fmt: skip

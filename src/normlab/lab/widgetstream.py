@@ -21,8 +21,8 @@ from fastapi.responses import StreamingResponse
 
 from normlab.experiments import Experiment, list_experiments, params_dict
 from normlab.lab import schemas, sse
-from normlab.lab.app import REFUSED, _query_params, _query_schema, _refusal
 from normlab.lab.errors import busy
+from normlab.lab.requests import REFUSED, query_params, query_schema, refusal
 from normlab.lab.runner import Runner
 
 MAX_STREAMS = 16
@@ -43,9 +43,9 @@ async def _events(runner: Runner, name: str, params: dict[str, Any]) -> AsyncIte
 async def stream(name: str, request: Request) -> Any:
     """``GET /api/experiments/NAME/stream``: frames of the run, then its answer."""
     try:
-        _, params = _query_params(name, request)
+        _, params = query_params(name, request)
     except REFUSED as exc:
-        return _refusal(exc)
+        return refusal(exc)
     app = request.app
     if app.state.widget_streams >= MAX_STREAMS:
         return busy(f"{MAX_STREAMS} widgets are training already: wait for one to finish")
@@ -79,7 +79,7 @@ def _route(app: FastAPI, e: Experiment) -> None:
             503: schemas.error(f"{MAX_STREAMS} streams are open already, or the run stopped"),
         },
         response_class=StreamingResponse,
-        openapi_extra={"parameters": [_query_schema(p) for p in e.parameters]},
+        openapi_extra={"parameters": [query_schema(p) for p in e.parameters]},
     )
 
 

@@ -1,0 +1,94 @@
+"""What the lab's experiment routes share: reading an experiment's parameters from a request
+(a JSON body, or a query string of CLI-style values), declaring them in OpenAPI, and answering
+what a run refuses with the lab's error shape.
+
+Used by :mod:`normlab.lab.app` (``/api/experiments/NAME``), :mod:`normlab.lab.widgetstream`
+and :mod:`normlab.lab.trainpage`; it imports none of them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+
+from normlab.experiments import (
+    Experiment,
+    Parameter,
+    ParameterError,
+    ParameterTypeError,
+    UnknownExperiment,
+    get_experiment,
+)
+from normlab.lab import schemas
+from normlab.lab.errors import bad_input, busy, read_body
+from normlab.lab.runner import RunAbandoned, RunBusy, RunCancelled
+
+MAX_PARAMS_BYTES = 64 << 10
+"""The largest body ``POST /api/experiments/NAME`` reads (the longest allowed one is a few
+hundred bytes)."""
+
+REFUSED = (
+    RunCancelled,
+    RunAbandoned,
+    RunBusy,
+    UnknownExperiment,
+    ParameterError,
+    ParameterTypeError,
+)
+"""What an experiment's routes answer with the lab's error shape instead of a result."""
+
+
+async def read_params(request: Request) -> dict[str, Any] | JSONResponse:
+    """The request's JSON body as parameters (no body: ``{}``, the defaults), or the 4xx answer
+    for a body that is too large, not JSON, or not a JSON object."""
+    raw = await read_body(request, MAX_PARAMS_BYTES, None)
+    if isinstance(raw, JSONResponse):
+        return raw
+    if not raw:  # no body: the defaults; a body of whitespace is no JSON object
+        return {}
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return bad_input(None, f"request body is not valid JSON: {exc}")
+    if not isinstance(body, dict):
+        return bad_input(
+            None, f"request body must be a JSON object of parameters, got {type(body).__name__}"
+        )
+    return body
+
+
+def refusal(exc: Exception) -> JSONResponse:
+    """422 naming the parameter (or the experiment's name); 503 for a run that was stopped."""
+    if isinstance(exc, RunBusy):
+        return busy(str(exc))  # 503 with Retry-After
+    if isinstance(exc, RunCancelled | RunAbandoned):  # (abandoned: nobody is there to read it)
+        return bad_input(None, str(exc), status=503)
+    if isinstance(exc, UnknownExperiment):
+        return bad_input("name", str(exc))
+    return bad_input(getattr(exc, "param", None), str(exc))
+
+
+def query_params(name: str, request: Request) -> tuple[Experiment, Any]:
+    """The experiment and its validated ``Params`` from a query string (CLI-style values)."""
+    experiment = get_experiment(name)
+    declared = {p.name: p for p in experiment.parameters}
+    values: dict[str, Any] = {}
+    for key, text in request.query_params.items():
+        if key not in declared:
+            valid = ", ".join(declared)
+            raise ParameterError(
+                key, f"unknown parameter {key!r} for {name!r}, use one of: {valid}"
+            )
+        values[key] = declared[key].parse(text)
+    return experiment, experiment.make_params(values)
+
+
+def query_schema(p: Parameter) -> dict[str, Any]:
+    """One parameter as an OpenAPI query parameter."""
+    schema = schemas.parameter(p)
+    if p.kind == "float_list":  # written as the CLI takes it: 0.9,1,1.1
+        schema = {"type": "string", "description": p.help, "default": ",".join(map(str, p.default))}
+    return {"name": p.name, "in": "query", "required": False, "schema": schema}
