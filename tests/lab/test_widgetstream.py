@@ -6,13 +6,11 @@ import io
 import json
 import math
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from normlab.experiments import list_experiments
 from normlab.lab import runner as runner_module
@@ -20,6 +18,8 @@ from normlab.lab import widgetstream
 from normlab.lab.app import create_app
 from normlab.lab.runner import Runner
 from normlab.lab.sse import read_events
+
+from .steps import at_each_step
 
 LAB = "http://127.0.0.1"
 WAIT_S = 120.0  # the most a run waits for its stream (it takes ms): a bug fails, not hangs
@@ -49,24 +49,6 @@ def test_every_streaming_experiment_has_a_stream_and_says_so(client: TestClient)
             described = {p["name"] for p in route["get"]["parameters"]}
             assert described == {p.name for p in e.parameters}
             assert "text/event-stream" in route["get"]["responses"]["200"]["content"]
-
-
-@contextmanager
-def at_each_step(do: Callable[[int], None]) -> Iterator[None]:
-    """Call ``do(n)`` in the run's own thread at its ``n``-th optimizer step taken while inside
-    (before the run counts the step): the test acts at a point of the run, not at a time."""
-    steps = 0
-
-    def after_step(*_: object) -> None:
-        nonlocal steps
-        steps += 1
-        do(steps)
-
-    handle = register_optimizer_step_post_hook(after_step)
-    try:
-        yield
-    finally:
-        handle.remove()
 
 
 class Watching(Runner):
