@@ -50,6 +50,7 @@ def _start(cmd: list[str], base: str, env: dict[str, str]) -> subprocess.Popen[b
             return proc
         time.sleep(0.2)
     proc.kill()
+    proc.wait()
     raise RuntimeError(f"the lab server did not answer at {base} within {START_TIMEOUT_S:g} s")
 
 
@@ -86,8 +87,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         proc.terminate()
         try:
             proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired:  # a loaded machine may take longer: end it, reaped
             proc.kill()
+            proc.wait()
 
 
 @pytest.fixture(scope="session")

@@ -164,7 +164,9 @@ def kept_code(base: str, exercise_id: str) -> str | None:
 
 
 def wait_kept(page: Any, base: str, exercise_id: str, code: str) -> None:
-    """Wait until the page says the code is kept, then read it back from the lab."""
+    """Wait until the page says the code is kept, then read it back from the lab. The note says
+    so only while the editor holds the code the lab acknowledged (an edit clears it), so a save
+    of a half-typed edit, which a loaded machine's slow typing makes, does not end the wait."""
     # (waiting in the page, not in time.sleep: the guard's route handler runs in this process
     # and passes the browser's requests on only while playwright has control)
     page.wait_for_function(

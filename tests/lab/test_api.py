@@ -28,6 +28,7 @@ from normlab.lab.app import create_app
 from normlab.lab.runner import RunAbandoned, RunCancelled, Runner, Waiter
 
 from .real_server import free_port, serving, wait_until_serving
+from .steps import at_each_step
 
 # the lab answers loopback Host names only (DNS-rebinding guard); TestClient says "testserver"
 LAB = "http://127.0.0.1"
@@ -338,13 +339,14 @@ def test_runner_cancel_stops_runs_and_refuses_new_ones_until_resumed() -> None:
         except BaseException as exc:
             failures.append(exc)
 
+    def shut_down(step: int) -> None:
+        if step == 2:  # the long run trains (its 2nd step of 1000): the lab shuts down
+            runner.cancel()
+
     worker = threading.Thread(target=long_run)
-    worker.start()
-    while runner.misses < 2:  # the long run has started
-        time.sleep(0.01)
-    time.sleep(0.5)
-    runner.cancel()
-    worker.join(timeout=120)
+    with at_each_step(shut_down):
+        worker.start()
+        worker.join(timeout=120)
     assert not worker.is_alive()
     assert [type(e) for e in failures] == [RunCancelled]  # stopped, not finished
     with pytest.raises(RunCancelled, match="shutting down"):
@@ -379,11 +381,14 @@ def _wait_for(condition: Callable[[], object], what: str, timeout: float = 120.0
 def test_a_run_every_request_has_left_stops_and_is_not_cached() -> None:
     runner = Runner()
     waiter = Waiter(runner)
-    thread, out = _in_thread(runner.run, "bn-lr", LONG_BN_LR, waiter)
-    _wait_for(lambda: runner.misses == 1, "the run to start")
-    time.sleep(0.5)  # into its training
-    waiter.leave()
-    thread.join(timeout=120)
+
+    def leave(step: int) -> None:
+        if step == 2:  # into its training (its 2nd step of 1000): the one request leaves
+            waiter.leave()
+
+    with at_each_step(leave):
+        thread, out = _in_thread(runner.run, "bn-lr", LONG_BN_LR, waiter)
+        thread.join(timeout=120)
     assert not thread.is_alive()
     assert [type(o) for o in out] == [RunAbandoned]  # stopped, not finished
     assert runner.abandoned == 1

@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import io
+import json
+import math
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from normlab.experiments import list_experiments
+from normlab.lab import runner as runner_module
 from normlab.lab import widgetstream
 from normlab.lab.app import create_app
 from normlab.lab.runner import Runner
 from normlab.lab.sse import read_events
 
+from .steps import at_each_step
+
 LAB = "http://127.0.0.1"
-LONG = "steps=400&width=96"  # long enough (a second or more) to stream several frames
+WAIT_S = 120.0  # the most a run waits for its stream (it takes ms): a bug fails, not hangs
 
 
 @pytest.fixture()
@@ -46,20 +51,57 @@ def test_every_streaming_experiment_has_a_stream_and_says_so(client: TestClient)
             assert "text/event-stream" in route["get"]["responses"]["200"]["content"]
 
 
-def test_frames_grow_then_the_answer_is_the_post_s(client: TestClient) -> None:
-    got = events(client, f"/api/experiments/bn-lr/stream?{LONG}")
-    names = [name for name, _ in got]
-    assert names[-1] == "result" and names.count("result") == 1
-    frames = [data for name, data in got if name == "frame"]
-    assert len(frames) >= 3, names
-    done = [f["done"] for f in frames]
-    assert done == sorted(done) and done[0] > 0 and done[-1] <= frames[0]["total"] == 800
-    lengths = [len(f["figures"][0]["panels"][0]["series"][0]["x"]) for f in frames]
-    assert lengths == sorted(lengths) and lengths[0] < lengths[-1]  # the curve grows
-    answer = got[-1][1]
-    assert answer["params"]["steps"] == 400 and len(answer["losses"]) == 400
-    post = client.post("/api/experiments/bn-lr", json={"steps": 400, "width": 96}).json()
-    assert post == answer  # the same run, cached: the answer a POST gives
+class Watching(Runner):
+    """A Runner that notes the ``done`` of each frame its streams pass on to the client."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shown: list[int] = []
+        self.passed = threading.Condition()
+
+    async def astream(
+        self, name: str, params: dict[str, Any]
+    ) -> AsyncIterator[tuple[str, str | bytes]]:
+        async for kind, data in super().astream(name, params):
+            if kind == "frame":
+                with self.passed:
+                    self.shown.append(json.loads(data)["done"])
+                    self.passed.notify_all()
+            yield kind, data
+
+    def wait_shown(self, done: int) -> None:
+        """Wait (in the run's thread) until a stream has passed on the frame of ``done`` steps."""
+        with self.passed:
+            assert self.passed.wait_for(lambda: done in self.shown, timeout=WAIT_S), self.shown
+
+
+def test_frames_grow_then_the_answer_is_the_post_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A frame at every step (no clock decides which steps make one), and at steps 10, 20 and
+    # 30 the run waits until the stream has passed on the frame of the step before: the
+    # stream shows at least those three, however slow or loaded the machine.
+    monkeypatch.setattr(runner_module, "FRAME_S", 0.0)
+    monkeypatch.setattr(runner_module, "FRAME_SHARE", math.inf)
+    runner = Watching()
+
+    def pace(step: int) -> None:
+        if step in (10, 20, 30):
+            runner.wait_shown(step - 1)
+
+    with TestClient(create_app(runner), base_url=LAB) as client, at_each_step(pace):
+        got = events(client, "/api/experiments/bn-lr/stream?steps=40&width=96")
+        names = [name for name, _ in got]
+        assert names[-1] == "result" and names.count("result") == 1
+        frames = [data for name, data in got if name == "frame"]
+        assert len(frames) >= 3, names
+        done = [f["done"] for f in frames]
+        assert {9, 19, 29} <= set(done)
+        assert done == sorted(done) and done[0] > 0 and done[-1] <= frames[0]["total"] == 80
+        lengths = [len(f["figures"][0]["panels"][0]["series"][0]["x"]) for f in frames]
+        assert lengths == sorted(lengths) and lengths[0] < lengths[-1]  # the curve grows
+        answer = got[-1][1]
+        assert answer["params"]["steps"] == 40 and len(answer["losses"]) == 40
+        post = client.post("/api/experiments/bn-lr", json={"steps": 40, "width": 96}).json()
+        assert post == answer  # the same run, cached: the answer a POST gives
 
 
 def test_a_cached_run_answers_at_once_without_frames(client: TestClient) -> None:
@@ -87,11 +129,13 @@ def test_an_experiment_that_does_not_stream_has_no_stream(client: TestClient) ->
 
 def test_a_run_stopped_by_shutdown_ends_its_stream_with_an_error_event() -> None:
     runner = Runner()
-    with TestClient(create_app(runner), base_url=LAB) as c:
-        timer = threading.Timer(0.5, runner.cancel)
-        timer.start()
+
+    def shut_down(step: int) -> None:
+        if step == 2:  # the lab starts shutting down while the run trains (its 2nd step of 1000)
+            runner.cancel()
+
+    with TestClient(create_app(runner), base_url=LAB) as c, at_each_step(shut_down):
         got = events(c, "/api/experiments/bn-lr/stream?steps=500&hidden_layers=6&width=128")
-        timer.join()
     assert got[-1][0] == "error" and "shutting down" in got[-1][1]["message"]
 
 

@@ -112,18 +112,26 @@
   function codeInput(ex, kept) {
     const host = el("div", { class: "nl-src nl-src-edit" });
     let timer = null;
-    let saved = typeof kept === "string" ? kept : ex.starter || "";
+    let sent = typeof kept === "string" ? kept : ex.starter || ""; // kept, or last sent to be
     const note = el("span", { class: "nl-saved-note", role: "status" });
     const result = el("div", { class: "nl-run-result", "aria-live": "polite" });
     result.hidden = true;
+    // Saves go one after another (the lab writes each in a thread of its own, so two at once
+    // could land in either order): the last edit is the one kept. The note says "kept" only
+    // while the editor holds what the lab has acknowledged; an edit clears it.
+    let saving = Promise.resolve();
     const save = (options) => {
       clearTimeout(timer);
       timer = null;
       const code = editor.value;
-      if (code === saved) return Promise.resolve();
-      return sendJson("PUT", exerciseUrl(ex.id, "code"), { code }, options)
-        .then(() => { saved = code; note.textContent = "your code is kept"; })
-        .catch((err) => { note.textContent = `not kept: ${err.message}`; });
+      if (code === sent) return saving;
+      sent = code;
+      const put = () => sendJson("PUT", exerciseUrl(ex.id, "code"), { code }, options);
+      // leaving the page: send at once (keepalive), not after the saves still under way
+      saving = (options && options.keepalive ? put() : saving.then(put))
+        .then(() => { if (editor.value === code) note.textContent = "your code is kept"; })
+        .catch((err) => { sent = null; note.textContent = `not kept: ${err.message}`; });
+      return saving;
     };
     // leaving the page within the save delay: send the last edit anyway (keepalive outlives it)
     window.addEventListener("pagehide", () => { if (timer !== null) save({ keepalive: true }); });
@@ -148,9 +156,9 @@
         if (mine === seq) runBtn.disabled = false;
       }
     }
-    const editor = window.NLEditor.create(host, saved, {
+    const editor = window.NLEditor.create(host, sent, {
       label: `your code for exercise ${ex.id}`,
-      onChange: () => { clearTimeout(timer); timer = setTimeout(save, SAVE_DELAY_MS); },
+      onChange: () => { note.textContent = ""; clearTimeout(timer); timer = setTimeout(save, SAVE_DELAY_MS); },
       onRun: run,
     });
     const resetBtn = el("button", { type: "button", class: "nl-reset-btn", text: "Reset" });
