@@ -229,7 +229,8 @@ def bench(
         )
         if baseline is not None:
             rev, module = baseline
-            entered[at(label, rev)] = old = []
+            old: list[Any] = []
+            entered[at(label, rev)] = old
             variants[at(label, rev)] = with_probe(
                 copy.deepcopy(model), x, size, saturation, module, old
             )
@@ -338,11 +339,13 @@ def bench_training(
         entered: dict[str, list[Any]] = {}
         for label, settings in {DEFAULTS: {}, DOCTOR: doctor.probe_settings(model)}.items():
             entered[label] = []
-            probes = with_probes(copy.deepcopy(model), x, entered=entered[label], **settings)
-            variants[label] = probes
+            variants[label] = with_probes(
+                copy.deepcopy(model), x, entered=entered[label], **settings
+            )
             if baseline is not None:
                 rev, module = baseline
-                entered[at(label, rev)] = old = []
+                old: list[Any] = []
+                entered[at(label, rev)] = old
                 variants[at(label, rev)] = with_probes(
                     copy.deepcopy(model), x, module, old, **settings
                 )
@@ -355,7 +358,9 @@ def bench_training(
         probes, full = (paired(times, n, base) for n in (DEFAULTS, DOCTOR))
         out.append((name, kind, probes, full, paired(times, "exact-gradient floor", base)))
         if baseline is not None:
-            compared += [(f"{name}: {n}", *r) for n, *r in against(times, entered, baseline[0])]
+            compared += [
+                (f"{name}: {n}", r, same) for n, r, same in against(times, entered, baseline[0])
+            ]
     return out, compared
 
 
@@ -377,7 +382,7 @@ def interleave(
     repeats: int,
     clock: Clock,
     grad: bool = False,
-    after: Callable[[], None] = lambda: None,
+    after: Callable[[], object] = lambda: None,
 ) -> dict[str, list[float]]:
     """Each variant's time in each of ``repeats`` rounds, run in rotating order (two warm-ups:
     allocator, kernels, the probes' buffers); ``after`` runs untimed after each call, warm-ups
@@ -417,7 +422,7 @@ def inference(
     for name, model, x in models:
         ratio, versus = bench(name, model, x, repeats, clock, baseline)
         ratios.append(ratio)
-        compared += [(f"{name.split(' ')[0]}: {n}", *r) for n, *r in versus]
+        compared += [(f"{name.split(' ')[0]}: {n}", r, same) for n, r, same in versus]
     return ratios, compared
 
 
