@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -18,7 +20,9 @@ from normlab.experiments import (
 )
 from normlab.experiments.base import DEVICES, Cost, Parameter, param
 
-NAMES = [
+# The seed experiments, in lesson order. The registry may hold more (a new experiment needs no
+# line here): every test below that runs each experiment takes the names from the registry.
+SEEDS = [
     "linear-scale",
     "drift",
     "bn-columns",
@@ -43,8 +47,11 @@ NAMES = [
 ]
 
 
+NAMES = [e.name for e in list_experiments()]
+
+
 def test_every_seed_experiment_is_registered_in_lesson_order() -> None:
-    assert [e.name for e in list_experiments()] == NAMES
+    assert [name for name in NAMES if name in SEEDS] == SEEDS
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -261,36 +268,43 @@ def test_parse_reads_command_line_text() -> None:
         b.parse("maybe")
 
 
+# what each training experiment runs with below, and the optimizer steps that run takes (the
+# sweep trains 3 rates x 2 nets, bn-lr and symmetry train the chosen setting and its contrast);
+# one not named here runs 12 steps (if it has the parameter) and its total is not pinned
+PROGRESS: dict[str, tuple[dict[str, Any], int]] = {
+    "bn-lr-sweep": ({"points": 3, "steps": 10, "tail": 2}, 60),
+    "bn-lr": ({"steps": 12}, 24),
+    "symmetry": ({"steps": 12}, 24),
+    "init-train": ({"steps": 12}, 12),
+    "error-surface": ({"steps": 12}, 24),  # two starts
+    # 2 epochs x 2 batches x 2 nets
+    "bn-regularization": ({"epochs": 2, "n_train": 40, "batch_size": 20}, 8),
+    # 2 steps x 2 parametrizations x (2 widths + 3 depths: 1, 2, 4)
+    "coord-check": (
+        {"steps": 2, "max_width": 128, "widths": 2, "max_depth": 4, "depth_width": 32},
+        20,
+    ),
+    # every cell of the grid trains at once
+    "edge-of-chaos": ({"steps": 12, "w_points": 3, "b_points": 2, "depth": 4, "width": 16}, 12),
+}
+
+
 @pytest.mark.parametrize("name", [e.name for e in list_experiments() if e.trains])
 def test_training_experiments_report_progress_every_step(name: str) -> None:
     # progress is how a run in the lab is stopped (shutdown, a dropped request) and how the
     # CLI's bar moves: it must come every step, counting up to the whole run's steps
     calls: list[tuple[int, int]] = []
-    params = {"steps": 12}
-    if name == "bn-lr-sweep":
-        params.update(points=3, steps=10, tail=2)
-    if name == "bn-regularization":
-        params = {"epochs": 2, "n_train": 40, "batch_size": 20}
-    if name == "coord-check":
-        params = {"steps": 2, "max_width": 128, "widths": 2, "max_depth": 4, "depth_width": 32}
-    if name == "edge-of-chaos":
-        params = {"steps": 12, "w_points": 3, "b_points": 2, "depth": 4, "width": 16}
+    declared = {p.name for p in get_experiment(name).parameters}
+    params, expected = PROGRESS.get(name, ({"steps": 12} if "steps" in declared else {}, None))
     run_experiment(name, progress=lambda done, total: calls.append((done, total)), **params)
     total = calls[-1][1]
     assert calls == [(i, total) for i in range(1, total + 1)]
-    # every optimizer step of the run counts: the sweep trains 3 rates x 2 nets, bn-lr and
-    # symmetry train the chosen setting and its contrast
-    expected = {
-        "bn-lr-sweep": 60,
-        "bn-lr": 24,
-        "symmetry": 24,
-        "init-train": 12,
-        "error-surface": 24,  # two starts
-        "bn-regularization": 8,  # 2 epochs x 2 batches x 2 nets
-        "coord-check": 20,  # 2 steps x 2 parametrizations x (2 widths + 3 depths: 1, 2, 4)
-        "edge-of-chaos": 12,  # every cell of the grid trains at once
-    }
-    assert total == expected[name]
+    if expected is not None:  # every optimizer step of the run counts
+        assert total == expected
+
+
+def test_the_progress_expectations_name_training_experiments() -> None:
+    assert set(PROGRESS) <= {e.name for e in list_experiments() if e.trains}
 
 
 STREAMING = {  # what each streams after: a step of the chosen run, or a rate's run
@@ -300,38 +314,40 @@ STREAMING = {  # what each streams after: a step of the chosen run, or a rate's 
     "bn-lr-sweep": {"points": 3, "steps": 10, "tail": 2},
     "edge-of-chaos": {"w_points": 3, "b_points": 3, "depth": 4, "width": 16, "steps": 2},
 }
+# what grows in a streamed result (the chosen run's curve, or both sweep curves), and how many
+# partials those settings give
+CURVES: dict[str, tuple[Callable[[dict], list], int]] = {
+    "bn-lr-sweep": (lambda d: [v for c in d["curves"] for v in c["final_losses"]], 6),
+    "bn-lr": (lambda d: d["losses"] + d["contrast_losses"], 18),
+    # the grid's rows as they are measured, then the theory
+    "edge-of-chaos": (lambda d: d["chi_1"] + d["critical"][:1], 4),
+    "symmetry": (lambda d: d["weights"], 9),
+    "init-train": (lambda d: d["losses"], 9),
+}
+STREAMERS = [e.name for e in list_experiments() if e.streams]
 
 
-def test_the_training_experiments_stream() -> None:
-    assert {e.name for e in list_experiments() if e.streams} == set(STREAMING)
+def test_the_streaming_expectations_name_experiments_that_stream() -> None:
+    assert set(STREAMING) == set(CURVES) and set(STREAMING) <= set(STREAMERS)
 
 
-def _curve(name: str, d: dict) -> list:
-    """What grows in a streamed result: the chosen run's curve, or both sweep curves."""
-    if name == "bn-lr-sweep":
-        return [v for c in d["curves"] for v in c["final_losses"]]
-    if name == "bn-lr":
-        return d["losses"] + d["contrast_losses"]
-    if name == "edge-of-chaos":  # the grid's rows as they are measured, then the theory
-        return d["chi_1"] + d["critical"][:1]
-    return d["weights"] if name == "symmetry" else d["losses"]
-
-
-@pytest.mark.parametrize("name", sorted(STREAMING))
+@pytest.mark.parametrize("name", STREAMERS)
 def test_a_streamed_run_grows_by_prefixes_to_the_plain_run_s_result(name: str) -> None:
-    params = STREAMING[name]
+    """Every streaming experiment: live changes nothing, each partial is a JSON-ready Result of
+    the same run; where its curve is named above, it grows by one step (or rate) each time."""
+    params = STREAMING.get(name, {})
     partials = []
     final = run_experiment(name, live=lambda partial: partials.append(partial()), **params)
     assert final.to_dict() == run_experiment(name, **params).to_dict()  # live changes nothing
-    full = _curve(name, final.to_dict())
-    expected = {"symmetry": 9, "init-train": 9, "bn-lr": 18, "bn-lr-sweep": 6, "edge-of-chaos": 4}
-    expected = expected[name]
+    assert partials
+    curve, expected = CURVES.get(name, (None, len(partials)))
     assert len(partials) == expected
     for n, partial in enumerate(partials, start=1):
         d = partial.to_dict()
         assert d["experiment"] == name and d["params"] == final.params
-        grown = _curve(name, d)
-        assert len(grown) == n and grown == full[:n]  # one more step (or rate) each time
+        if curve is not None:
+            grown = curve(d)
+            assert len(grown) == n and grown == curve(final.to_dict())[:n]
         assert json.dumps([f.to_dict() for f in partial.figures()], allow_nan=False)
 
 
