@@ -972,7 +972,7 @@ def _cmd_doctor(args: argparse.Namespace, console: Console) -> None:
         raise UsageError("doctor needs FILE.py:FACTORY (or --log FILE.jsonl)")
 
     from normlab import doctor
-    from normlab.experiments.doctor import diagnosis_tables
+    from normlab.doctor.view import diagnosis_tables
 
     out_path, html_path = _doctor_outputs(args)
     batches = _doctor_inputs(args)
