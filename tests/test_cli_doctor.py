@@ -437,10 +437,12 @@ def test_bad_input_exits_2_with_one_clear_line(bad_results: list[list[Any]], cas
     assert BAD[case][1] in lines[0]
 
 
-def test_the_cli_offers_every_fix_the_library_has() -> None:
+def test_the_cli_offers_every_fix_the_library_has(capsys: pytest.CaptureFixture[str]) -> None:
     from normlab import cli
 
-    assert cli.DOCTOR_FIXES == doctor.FIX_METHODS
+    argv = ["doctor", "m.py:f", "--input-shape", "8,16", "--fix", "bogus", "--out", "a.pt"]
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err.endswith(f"use one of: {', '.join(doctor.FIX_METHODS)}\n")
 
 
 def test_exit_status_2_reaches_the_shell(workdir: Path) -> None:

@@ -1,5 +1,5 @@
 """normlab.report: the doctor's HTML report shows the table the CLI prints, labels as badges,
-and the figure that :func:`normlab.dfig.diagnosis_figure` describes."""
+and the figure that :func:`normlab.doctor.view.diagnosis_figure` describes."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import torch
 
 import normlab
 from normlab import doctor, plots, report, zoo
-from normlab.experiments import doctor as dfig
-from normlab.experiments.doctor import diagnosis_tables
+from normlab.doctor import view as dfig
+from normlab.doctor.view import diagnosis_tables
 from tests.calibration import ResidualMLP
 
 

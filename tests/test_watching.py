@@ -18,7 +18,7 @@ from torch import nn
 
 import normlab
 from normlab import cli, doctor
-from normlab.experiments.doctor import training_figure
+from normlab.doctor.view import training_figure
 from normlab.report import log_tables
 from normlab.watching import events, read_log, watch
 

@@ -40,6 +40,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table as RichTable
 
 from normlab import trainview
+from normlab.doctor import FIX_METHODS
 from normlab.experiments import (
     Experiment,
     Parameter,
@@ -596,7 +597,6 @@ def _train(setup: trainview.Setup, steps: int, as_json: bool, err: Console) -> t
 
 # -- normlab doctor ------------------------------------------------------------------------------
 
-DOCTOR_FIXES = ("he", "xavier", "orthogonal", "lsuv")  # normlab.doctor.FIX_METHODS
 DOCTOR_DTYPES = ("float32", "float64", "float16", "bfloat16")
 MAX_INPUT_VALUES = 2**26  # a random input batch larger than this is refused (memory)
 MAX_DOCTOR_STEPS = 100
@@ -626,7 +626,7 @@ def _add_doctor_parser(sub: Any) -> None:
     p.add_argument("--seed", type=_doctor_seed, default=0, help="seed of the random input")
     p.add_argument("--json", action="store_true", help="print the diagnosis as JSON")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
-    p.add_argument("--fix", metavar="METHOD", help=f"re-initialize: {', '.join(DOCTOR_FIXES)}")
+    p.add_argument("--fix", metavar="METHOD", help=f"re-initialize: {', '.join(FIX_METHODS)}")
     p.add_argument("--out", metavar="FILE.pt", help="where --fix saves the state_dict")
     p.add_argument("--fix-tied", action="store_true", help="--fix re-initializes tied weights too")
     p.add_argument(
@@ -831,9 +831,9 @@ def _writable(option: str, path_text: str) -> Path:
 def _doctor_outputs(args: argparse.Namespace) -> tuple[Path | None, Path | None]:
     """``--fix``, ``--out`` and ``--html`` checked together: where the state_dict and the report
     go (``None`` for neither)."""
-    if args.fix is not None and args.fix not in DOCTOR_FIXES:
+    if args.fix is not None and args.fix not in FIX_METHODS:
         raise UsageError(
-            f"--fix {args.fix!r} is not a method, use one of: {', '.join(DOCTOR_FIXES)}"
+            f"--fix {args.fix!r} is not a method, use one of: {', '.join(FIX_METHODS)}"
         )
     if args.fix is not None and args.out is None:
         raise UsageError("--fix needs --out FILE.pt, where the re-initialized state_dict goes")
@@ -972,7 +972,7 @@ def _cmd_doctor(args: argparse.Namespace, console: Console) -> None:
         raise UsageError("doctor needs FILE.py:FACTORY (or --log FILE.jsonl)")
 
     from normlab import doctor
-    from normlab.experiments.doctor import diagnosis_tables
+    from normlab.doctor.view import diagnosis_tables
 
     out_path, html_path = _doctor_outputs(args)
     batches = _doctor_inputs(args)

@@ -7,7 +7,8 @@ know no experiment. Every value a renderer needs is here, already in drawable fo
 at a ceiling or a variance raised to a log axis's floor is clipped or raised by the experiment
 that describes it, so no constant is copied into a renderer.
 
-Values are plain floats; ``None`` is a gap (a non-finite value, as JSON has no ``nan``).
+Values are plain floats; ``None`` is a gap (a non-finite value, as JSON has no ``nan``). A
+:class:`Table` is the other half of a view: rows of formatted cells, what a terminal prints.
 
 >>> fig = Figure("Loss", [Panel(Axis("step"), Axis("loss", scale="log"),
 ...                             [Series("without BN", [0, 1, 2], [0.7, 0.5, None])])])
@@ -168,6 +169,24 @@ class Figure:
     def to_dict(self) -> dict[str, Any]:
         plain: dict[str, Any] = _plain(self)
         return plain
+
+
+@dataclass(frozen=True)
+class Table:
+    """Rows of already formatted cells: what a terminal (or a page) shows of a result."""
+
+    title: str
+    columns: tuple[str, ...]
+    rows: Sequence[tuple[str, ...]]
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "title": self.title,
+            "columns": list(self.columns),
+            "rows": [list(row) for row in self.rows],
+            "notes": list(self.notes),
+        }
 
 
 def _plain(value: Any) -> Any:

@@ -26,13 +26,13 @@ from typing import Any
 
 from normlab import figures, plots
 from normlab.doctor import Diagnosis, FixReport, LayerDiagnosis, Trial, module_path
-from normlab.experiments.base import Table
-from normlab.experiments.doctor import (
+from normlab.doctor.view import (
     LABEL_COLORS,
     diagnosis_figure,
     diagnosis_tables,
     training_figure,
 )
+from normlab.figures import Table
 
 UPDATE_NOTE = (
     "update: |ΔW| / |W|, the optimizer's step before this one relative to the weights "
@@ -183,7 +183,7 @@ def _updates(record: dict[str, Any]) -> list[tuple[str, float]]:
 
 
 def log_tables(record: dict[str, Any], title: str) -> list[Table]:
-    """A watch record's tables as :func:`~normlab.experiments.doctor.diagnosis_tables` makes
+    """A watch record's tables as :func:`~normlab.doctor.view.diagnosis_tables` makes
     them, each weight layer's update:data ratio in a column before the labels (none for a
     record without: the first, or one written before)."""
     tables = diagnosis_tables(log_diagnosis(record), title)

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 import normlab
-from normlab.experiments.doctor import training_figure
+from normlab.doctor.view import training_figure
 from normlab.lab import watchlog
 from normlab.lab.watchlog import LogTail, WatchLog, WatchLogError, check_path, watch_state
 from normlab.watching import events

@@ -162,6 +162,7 @@ from normlab.doctor.results import (
 )
 from normlab.doctor.running import OUTPUT_FIELDS, Input, module_path
 from normlab.doctor.training import CURE_GAIN, TRIAL_LR, TRIAL_SEEDS, TRIAL_STEPS, Trial, trial
+from normlab.doctor.view import advice_table, diagnosis_figure, diagnosis_tables, training_figure
 from normlab.doctor.visit import diagnose
 from normlab.doctor.widths import (
     MAX_WIDTH,
@@ -224,6 +225,7 @@ __all__ = [
     "Stream",
     "Trend",
     "Trial",
+    "advice_table",
     "advise",
     "check_cost",
     "check_widths",
@@ -231,6 +233,8 @@ __all__ = [
     "coord_check",
     "coord_figure",
     "diagnose",
+    "diagnosis_figure",
+    "diagnosis_tables",
     "examine",
     "fix",
     "judge",
@@ -239,6 +243,7 @@ __all__ = [
     "probe_settings",
     "remedy",
     "roles",
+    "training_figure",
     "trial",
     "why_not",
 ]

@@ -121,7 +121,7 @@ DRIFT = 1.0
 MIN_UNITS, UNIT_SPREAD = 32, math.sqrt(2.0)
 """Below 32 units the spread of the units' mean squares is not estimated (from so few draws its
 estimate is off by :math:`1/\\sqrt{2(U-1)}`, over 13%) but bounded: :math:`\\sqrt{2}`."""
-LOG_FLOOR = 1e-12
+ZERO_SIZE_FLOOR = 1e-12
 """A relative size of 0 is drawn at this floor of the log axis."""
 
 Factory = Callable[[int], nn.Module]
@@ -547,7 +547,7 @@ def coord_figure(check: CoordCheck) -> fig.Figure:
             fig.Series(
                 layer.name or "(model)",
                 widths,
-                fig.floored(_relative(getattr(layer, which)), LOG_FLOOR),
+                fig.floored(_relative(getattr(layer, which)), ZERO_SIZE_FLOOR),
                 "line+markers",
                 width=2.5 if getattr(layer, f"{which}_fit").direction == "grows" else 1.0,
                 legend=which == "init",

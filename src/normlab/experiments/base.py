@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from normlab.figures import Figure
+from normlab.figures import Table as Table  # re-exported: each experiment makes its tables
 
 Kind = Literal["int", "float", "bool", "choice", "float_list"]
 Progress = Callable[[int, int], None]
@@ -313,24 +314,6 @@ def parameters_of(params_type: type) -> tuple[Parameter, ...]:
             )
         )
     return tuple(out)
-
-
-@dataclass(frozen=True)
-class Table:
-    """Rows of already formatted cells: what a terminal (or a page) shows of a result."""
-
-    title: str
-    columns: tuple[str, ...]
-    rows: Sequence[tuple[str, ...]]
-    notes: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "title": self.title,
-            "columns": list(self.columns),
-            "rows": [list(row) for row in self.rows],
-            "notes": list(self.notes),
-        }
 
 
 @dataclass

@@ -61,7 +61,7 @@ NAMES = {
     "none": "no norm, 1/√branches",
     "rezero": "ReZero",
 }
-LOG_FLOOR = 1e-8
+RANK_ONE_FLOOR = 1e-8
 """Rank-one residuals are drawn at least at this floor of the log axis: below it a float32 token
 matrix is rank one to its precision (and identical tokens give exactly 0)."""
 
@@ -308,11 +308,11 @@ class ResidualStreamResult(Result):
                 )
             grads.append(fig.Series(name, blocks, s.grad_norm, "line+markers", color, legend=False))
             cosine.append(fig.Series(name, blocks, s.cosine, "line+markers", color, legend=False))
-            residual = fig.floored(s.rank_residual, LOG_FLOOR)
+            residual = fig.floored(s.rank_residual, RANK_ONE_FLOOR)
             rank.append(fig.Series(name, blocks, residual, "line+markers", color, legend=False))
         no_skip, black = "attention, no skips", "#000000"
         cosine.append(fig.Series(no_skip, blocks, self.no_skip.cosine, "line+markers", black))
-        residual = fig.floored(self.no_skip.rank_residual, LOG_FLOOR)
+        residual = fig.floored(self.no_skip.rank_residual, RANK_ONE_FLOOR)
         rank.append(fig.Series(no_skip, blocks, residual, "line+markers", black, legend=False))
         return [self._figure(moment, grads, cosine, rank)]
 
@@ -345,7 +345,7 @@ class ResidualStreamResult(Result):
                 rank,
                 title="Distance from rank one",
                 lines=[fig.Line(1e-3, label="10⁻³")],
-                note=f"floor {LOG_FLOOR:g}: rank one in float32",
+                note=f"floor {RANK_ONE_FLOOR:g}: rank one in float32",
             ),
         ]
         kind = "MLP blocks" if self.block == "mlp" else "attention + MLP blocks"

@@ -9,7 +9,7 @@ skipped and named by its line number; the file being absent (not written yet), r
 truncated is a state of the log, not an error of the lab.
 
 :func:`watch_state` turns the kept records into what the page shows: a summary, the
-:func:`~normlab.experiments.doctor.training_figure` described as data, the labels gained and
+:func:`~normlab.doctor.view.training_figure` described as data, the labels gained and
 lost (:func:`~normlab.watching.events`) and the last record's per-layer table. It draws nothing.
 :class:`WatchLog` shares one tail between all the lab's requests and rebuilds the state only
 when the file changed.
@@ -262,7 +262,7 @@ def _summary(tail: LogTail) -> str:
 
 
 def _layer_table(record: dict[str, Any]) -> dict[str, Any]:
-    """The last record's per-layer table, as :func:`~normlab.experiments.doctor.diagnosis_tables`
+    """The last record's per-layer table, as :func:`~normlab.doctor.view.diagnosis_tables`
     makes it for any diagnosis, with the update:data ratios (:func:`normlab.report.log_tables`)."""
     from normlab.report import UPDATE_NOTE, log_tables
 
@@ -289,7 +289,7 @@ def watch_state(tail: LogTail, version: int = 0) -> dict[str, Any]:
         ``events``, ``errors`` and ``skipped``, ``behind``, and ``figures`` and ``tables``
         described as data (empty before the first record).
     """
-    from normlab.experiments.doctor import training_figure
+    from normlab.doctor.view import training_figure
 
     records = list(tail.records)
     last = records[-1] if records else None
