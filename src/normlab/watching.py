@@ -70,7 +70,7 @@ from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from normlab import doctor
-from normlab.doctor.graph import Graph, Remeasure, trace
+from normlab.doctor.graph import Remeasure, trace
 from normlab.doctor.judge import judge
 from normlab.doctor.measure import grad_ratios, weight_layers
 from normlab.probe import SAMPLE_SIZE, ActivationProbe, GradientProbe, finite_or_none
@@ -217,8 +217,9 @@ class Watch:
         if not isinstance(updates, bool):
             raise TypeError(f"updates must be True or False, got {updates!r}")
         self._weights = _Weights(model, updates)
-        self._graph: Graph | None = None  # traced on the first recorded step's input
-        self._values: Remeasure | None = None  # its weight-set values, measured each record
+        # the graph traced on the first recorded step's input, and its weight-set values
+        # measured again at each record
+        self._values: Remeasure | None = None
 
     def __enter__(self) -> Self:
         if self._log_path is not None:
@@ -283,10 +284,10 @@ class Watch:
         acts, grads = self._ap.result(), self._gp.result()
         if not inputs or not any(acts.calls[-1]):
             return None  # the model did not run under the probes this step
-        if self._graph is None or self._values is None:  # traced once, on its own input
+        if self._values is None:  # traced once, on its own input
             self._disarm()  # (re-armed by step() if the next step is recorded)
-            self._graph = graph = trace(self.model, inputs[0])
-            self._values = Remeasure(self.model, self._graph)
+            graph = trace(self.model, inputs[0])
+            self._values = Remeasure(self.model, graph)
         else:  # the structure traced, the streams' and norms' inputs of this step
             graph = self._values.graph()
         rel, updates = self._weights.measure()

@@ -20,7 +20,7 @@ from normlab.doctor.constants import (
     VANISHING,
 )
 from normlab.doctor.expect import AMPLIFICATION, STREAM_GROWTH, Stream
-from normlab.doctor.graph import BRANCH_SCALE, Graph
+from normlab.doctor.graph import _OUTPUT, BRANCH_SCALE, Graph
 from normlab.doctor.kinds import _BATCH_NORMS, _CONVS, _WEIGHT_LAYERS, _is_norm, fans
 from normlab.doctor.results import LayerDiagnosis, Trend
 from normlab.doctor.running import module_path
@@ -134,7 +134,7 @@ def _decades(value: float, bound: float) -> float:
 def _raw_reader(stream: Stream) -> str:
     """Who reads a pre-LN stream's end as it is: a layer, or the model's output."""
     end = stream.readers[-1]
-    return "the model's output" if end.startswith("<") else module_path(end)
+    return "the model's output" if end == _OUTPUT else module_path(end)
 
 
 def _stream_words(stream: Stream) -> str:
