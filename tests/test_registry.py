@@ -16,6 +16,7 @@ from normlab.experiments import (
     UnknownExperiment,
     get_experiment,
     list_experiments,
+    params_dict,
     run_experiment,
 )
 from normlab.experiments.base import DEVICES, Cost, Parameter, param
@@ -315,7 +316,7 @@ STREAMING = {  # what each streams after: a step of the chosen run, or a rate's 
     "edge-of-chaos": {"w_points": 3, "b_points": 3, "depth": 4, "width": 16, "steps": 2},
 }
 # what grows in a streamed result (the chosen run's curve, or both sweep curves), and how many
-# partials those settings give
+# partials those settings give before the last yield, the whole run
 CURVES: dict[str, tuple[Callable[[dict], list], int]] = {
     "bn-lr-sweep": (lambda d: [v for c in d["curves"] for v in c["final_losses"]], 6),
     "bn-lr": (lambda d: d["losses"] + d["contrast_losses"], 18),
@@ -334,12 +335,14 @@ def test_the_streaming_expectations_name_experiments_that_stream() -> None:
 @pytest.mark.parametrize("name", STREAMERS)
 def test_a_streamed_run_grows_by_prefixes_to_the_plain_run_s_result(name: str) -> None:
     """Every streaming experiment: live changes nothing, each partial is a JSON-ready Result of
-    the same run; where its curve is named above, it grows by one step (or rate) each time."""
+    the same run; where its curve is named above, it grows by one step (or rate) each time; the
+    last yield, handed to live too, is the whole run."""
     params = STREAMING.get(name, {})
     partials = []
     final = run_experiment(name, live=lambda partial: partials.append(partial()), **params)
     assert final.to_dict() == run_experiment(name, **params).to_dict()  # live changes nothing
-    assert partials
+    assert len(partials) >= 2
+    assert partials.pop().to_dict() == final.to_dict()  # the last yield: the whole run
     curve, expected = CURVES.get(name, (None, len(partials)))
     assert len(partials) == expected
     for n, partial in enumerate(partials, start=1):
@@ -355,6 +358,18 @@ def test_a_partial_result_is_a_copy_the_run_does_not_change() -> None:
     kept = []
     run_experiment("bn-lr", live=lambda partial: kept.append(partial()) if not kept else None)
     assert len(kept[0].losses) == 1 and kept[0].contrast_losses == []
+
+
+@pytest.mark.parametrize("name", ["bn-lr", "init-train"])
+def test_a_streaming_entry_yields_the_whole_run_once_even_with_no_step(name: str) -> None:
+    """The code itself, below the declared minimum of steps: its loop yields nothing, and its
+    one yield is the whole run (so a script's ``show(result)`` after the loop has a result)."""
+    experiment = get_experiment(name)
+    values = {**params_dict(experiment.make_params({})), "steps": 0}
+    yields = list(experiment.entry(**values))
+    assert len(yields) == 1
+    curves = [v for k, v in yields[0].items() if k.endswith("losses")]
+    assert curves and all(c == [] for c in curves)
 
 
 def test_live_for_an_experiment_that_does_not_stream_is_refused() -> None:

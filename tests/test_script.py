@@ -256,6 +256,28 @@ def test_scripts_import_only_the_field_s_packages(name: str) -> None:
     compile(text, name, "exec")  # and it is one valid script
 
 
+@pytest.mark.parametrize("name", [e.name for e in list_experiments()])
+def test_the_script_carries_no_ui_hook(name: str) -> None:
+    """No ``live`` callback in the learner's code: the lab watches a run from outside it (its
+    optimizer steps, and the results a streaming experiment yields)."""
+    tree = ast.parse(script.render(get_experiment(name), {}))
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    names |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg | ast.keyword) and n.arg}
+    names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    assert "live" not in names
+
+
+@pytest.mark.parametrize("name", [e.name for e in list_experiments() if e.streams])
+def test_a_streaming_script_runs_its_generator_through_then_shows_the_last(name: str) -> None:
+    experiment = get_experiment(name)
+    text = script.render(experiment, {})
+    loop, last = ast.parse(text).body[-2:]
+    assert isinstance(loop, ast.For) and isinstance(loop.target, ast.Name)
+    assert isinstance(loop.iter, ast.Call) and isinstance(loop.iter.func, ast.Name)
+    assert (loop.target.id, loop.iter.func.id) == ("result", experiment.entry.__name__)
+    assert ast.unparse(last) == "show(result)" and text.rstrip().endswith("show(result)")
+
+
 def test_the_script_binds_the_parameters_it_was_asked_for() -> None:
     text = script.render(get_experiment("drift"), {"depth": 13, "activation": "tanh"})
     assert "depth=13" in text and 'activation="tanh"' in text

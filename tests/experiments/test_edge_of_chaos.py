@@ -187,6 +187,7 @@ def test_the_grid_streams_row_by_row_in_order() -> None:
         **params,
     )
     assert isinstance(final, EdgeOfChaosResult)
+    assert partials.pop().to_dict() == final.to_dict()  # the last yield: the whole run
     assert [len(p.chi_1) for p in partials] == [1, 2, 3, 3]  # each row, then the theory
     for n, p in enumerate(partials[:3], start=1):
         assert p.chi_1 == final.chi_1[:n] and p.c == final.c[:n]  # in order: sigma_b2 rising

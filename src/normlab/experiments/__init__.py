@@ -8,6 +8,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -107,22 +108,36 @@ def run_experiment(
     The Result records the experiment's name and the full parameter set it ran with, so it can
     be reproduced. The caller's global random state is restored afterwards. ``progress`` is
     called as ``progress(done, total)`` after every optimizer step of a training experiment (it
-    may raise to stop the run). ``live``, for an experiment that streams (``Experiment.streams``),
-    is called as ``live(partial)`` whenever the run's result has grown; ``partial()`` builds the
-    Result so far (it copies the data: call it only for what you will show).
+    may raise to stop the run). ``live``, for an experiment that streams (``Experiment.streams``:
+    its entry yields its result as it grows), is called as ``live(partial)`` at every yield, the
+    last (the whole run) included; ``partial()`` builds the Result so far (it copies the data:
+    call it only for what you will show). The experiment's code knows nothing of ``live``.
     """
     experiment = get_experiment(name)
     p = experiment.make_params(params)
     values = params_dict(p)
     total = experiment.total_steps(p) if experiment.total_steps is not None else 0
-    extra: dict[str, Any] = {}
-    if live is not None:
-        if not experiment.streams:
-            raise ValueError(f"experiment {name!r} does not stream its result: pass no live")
-        extra["live"] = lambda raw: live(lambda: _result(experiment, raw, values))
+    if live is not None and not experiment.streams:
+        raise ValueError(f"experiment {name!r} does not stream its result: pass no live")
     with ENGINE, _own_rng(values.get("device", "cpu")), _counting(progress, total):
-        raw = experiment.entry(**values, **extra)
+        raw = _run(experiment, values, live)
     return _result(experiment, raw, values)
+
+
+def _run(experiment: Experiment, values: dict[str, Any], live: Live | None) -> dict[str, Any]:
+    """The dict ``entry`` returns, or the last one a streaming entry yields (each yield is
+    handed to ``live`` as it comes)."""
+    if not experiment.streams:
+        raw: dict[str, Any] = experiment.entry(**values)
+        return raw
+    last: dict[str, Any] | None = None
+    for raw in experiment.entry(**values):
+        if live is not None:
+            live(functools.partial(_result, experiment, raw, values))
+        last = raw
+    if last is None:
+        raise RuntimeError(f"experiment {experiment.name!r} yielded no result")
+    return last
 
 
 def _result(experiment: Experiment, raw: dict[str, Any], values: dict[str, Any]) -> Result:

@@ -31,7 +31,8 @@ Kind = Literal["int", "float", "bool", "choice", "float_list"]
 Progress = Callable[[int, int], None]
 """Called as ``progress(done, total)`` while a training run advances."""
 Live = Callable[[Callable[[], "Result"]], None]
-"""Called as ``live(partial)`` when a streaming run's result grows; ``partial()`` builds it."""
+"""Called as ``live(partial)`` at every yield of a streaming experiment's entry (its result so
+far; the last yield is the whole run); ``partial()`` builds that Result."""
 
 MAX_SEED = 2**31 - 1
 
@@ -428,7 +429,7 @@ class Experiment:
     summary: str
     params_type: type
     result_type: type[Result]
-    entry: Callable[..., dict[str, Any]]
+    entry: Callable[..., Any]  # returns the result dict, or yields it as it grows (streams)
     show: Callable[[dict[str, Any]], None]
     code: tuple[Any, ...]
     cost: Cost
@@ -454,8 +455,9 @@ class Experiment:
 
     @property
     def streams(self) -> bool:
-        """Whether ``entry`` shows its result as it grows (it takes a ``live`` callback)."""
-        return "live" in inspect.signature(self.entry).parameters
+        """Whether ``entry`` shows its result as it grows: it yields the result so far, and
+        last the whole run (a generator function), rather than returning it."""
+        return inspect.isgeneratorfunction(self.entry)
 
     @property
     def parameters(self) -> tuple[Parameter, ...]:

@@ -15,7 +15,7 @@ block, the scale a method gives the weights cancels in the forward pass
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,15 +66,13 @@ def bn_lr(
     init: str,
     seed: int,
     device: str,
-    live: Callable[[dict[str, Any]], None] | None = None,
-) -> dict[str, Any]:
+) -> Iterator[dict[str, Any]]:
     """Train the same net with and without BatchNorm at learning rate ``lr``.
 
     Both nets start from the same weights: ``nn.Linear``'s for ``init="default"``, else set by
     ``apply_init`` (on the CPU, where the seed draws).
 
-    ``live``, when given, is called with the result so far after every step (the lab draws
-    the curves from it as they grow).
+    Yields the result so far after every step (the curves as they grow), and last the whole run.
     """
     x, y = two_moons(device=device)
     result: dict[str, Any] = {
@@ -91,9 +89,8 @@ def bn_lr(
         net.to(device)
         for loss in train(net, x, y, lr, steps):
             result[curve].append(loss)
-            if live is not None:
-                live(result)
-    return result
+            yield result
+    yield result  # the whole run (also when no step ran)
 
 
 def show(result: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ the starting loss after the warm-up.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,12 +80,11 @@ def bn_lr_sweep(
     width: int,
     seed: int,
     device: str,
-    live: Callable[[dict[str, Any]], None] | None = None,
-) -> dict[str, Any]:
+) -> Iterator[dict[str, Any]]:
     """Train the bn-lr net at every learning rate of a log-spaced grid, without and with BN.
 
-    ``live``, when given, is called with the result so far after every rate's run (the lab
-    draws the curves from it as they grow).
+    Yields the result so far after every rate's run (the curves as they grow), and last the
+    whole sweep.
     """
     x, y = two_moons(device=device)
     lrs = torch.logspace(math.log10(lr_min), math.log10(lr_max), points).tolist()
@@ -93,6 +92,7 @@ def bn_lr_sweep(
         {"batch_norm": bn, "final_losses": [], "peak_losses": [], "stable": []}
         for bn in (False, True)
     ]
+    result = {"lrs": lrs, "curves": curves}
     for curve in curves:
         for lr in lrs:
             torch.manual_seed(seed)  # the same starting weights at every rate
@@ -102,9 +102,8 @@ def bn_lr_sweep(
             curve["final_losses"].append(final)
             curve["peak_losses"].append(peak)
             curve["stable"].append(stable)
-            if live is not None:
-                live({"lrs": lrs, "curves": curves})
-    return {"lrs": lrs, "curves": curves}
+            yield result
+    yield result  # the whole sweep (also when no rate ran)
 
 
 def show(result: dict[str, Any]) -> None:

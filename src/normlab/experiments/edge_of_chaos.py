@@ -39,7 +39,7 @@ is, and one matmul per layer carries a whole row of the grid.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -439,14 +439,13 @@ def edge_of_chaos(
     lr: float,
     seed: int,
     device: str,
-    live: Callable[[dict[str, Any]], None] | None = None,
-) -> dict[str, Any]:
+) -> Iterator[dict[str, Any]]:
     """Measure q, c and chi_1 on every cell of the grid, one row (one sigma_b2) at a time, then
     the followed cell layer by layer, beside the theory; then train every cell's stack of
     ``depth`` layers on the two moons, all cells at once.
 
-    ``live``, when given, is called with the result so far after every row measured and after
-    the theory (the lab draws it as it grows while the cells train).
+    Yields the result so far after every row measured and after the theory (to draw it while
+    the cells train), and last the whole run.
     """
     torch.manual_seed(seed)
     x = input_pair(width, q0, c0).to(device)  # (2, n)
@@ -462,7 +461,6 @@ def edge_of_chaos(
         "cell": None,  # the followed cell, after the grid's rows
         **{key: [] for key in ("chi_1", "q", "c", "crossings", "losses", "band_losses")},
     }
-    report = live if live is not None else (lambda partial: None)
     settled = depth // 5  # averaged over layers settled + 1 ... depth: the length has settled
     for sb2 in sigma_b2s:  # a row: every sigma_w2 at this sigma_b2, through one matmul a layer
         m = propagate(activation, stack, x, row_w2, torch.full_like(row_w2, sb2))
@@ -471,10 +469,10 @@ def edge_of_chaos(
         result["q"].append(m["q"][:, settled:].mean(1).tolist())
         result["c"].append(m["c"][:, -1].tolist())  # after the last layer
         result["crossings"].append(crossing(sigma_w2s, chi_1))
-        report(result)
+        yield result
     result["cell"] = follow_cell(activation, stack, x, sigma_w2, sigma_b2, q0, c0)
     result.update(predictions(activation, sigma_w2s, sigma_b2s, depth))
-    report(result)
+    yield result
     del stack  # the shared draws are done with: their memory goes before the training
     x_train, y_train = two_moons(n_samples=64, device=device)  # (64, 2), (64, 1)
     result["train_points"] = x_train.shape[0]
@@ -485,7 +483,7 @@ def edge_of_chaos(
         row = losses[r * w_points : (r + 1) * w_points]
         result["losses"].append(row)
         result["band_losses"].append(mean_losses(row, inside))
-    return result
+    yield result
 
 
 def show(result: dict[str, Any]) -> None:

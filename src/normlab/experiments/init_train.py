@@ -12,7 +12,7 @@ backward variance of the loss gradient with respect to it, then the loss of ever
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,12 +73,11 @@ def init_train(
     steps: int,
     seed: int,
     device: str,
-    live: Callable[[dict[str, Any]], None] | None = None,
-) -> dict[str, Any]:
+) -> Iterator[dict[str, Any]]:
     """Initialize the net by ``method``, measure it, then train it on two moons.
 
-    ``live``, when given, is called with the result so far after every step (the lab draws
-    the loss curve from it as it grows).
+    Yields the result so far after every step (the loss curve as it grows), and last the whole
+    run.
     """
     x, y = two_moons(device=device)
     torch.manual_seed(seed)
@@ -94,9 +93,8 @@ def init_train(
     }
     for loss in train(net, x, y, lr, steps):
         result["losses"].append(loss)
-        if live is not None:
-            live(result)
-    return result
+        yield result
+    yield result  # the whole run (also when no step ran)
 
 
 def show(result: dict[str, Any]) -> None:

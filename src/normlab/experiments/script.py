@@ -2,9 +2,10 @@
 
 An experiment's computation is a handful of plain functions and classes (its ``code``). normlab
 runs them itself, and this module renders the *same objects'* source, with the imports they use
-and a last line that calls the experiment's ``entry`` with the chosen parameters and prints the
-result with its ``show``. No second copy of any computation exists: the script is the code that
-produced the numbers, so it prints what normlab reports.
+and last lines that call the experiment's ``entry`` with the chosen parameters and print the
+result with its ``show`` (an entry that streams is a generator: the script runs it through, its
+last yield being the whole run). No second copy of any computation exists: the script is the
+code that produced the numbers, so it prints what normlab reports.
 
 >>> from normlab.experiments import get_experiment
 >>> text = render(get_experiment("linear-scale"), {"seed": 0})
@@ -112,12 +113,16 @@ def _unbound_hints(body: str) -> set[str]:
 
 
 def call(experiment: Experiment, params: Mapping[str, Any]) -> str:
-    """The lines that run the experiment: ``result = entry(...)`` then ``show(result)``."""
+    """The lines that run the experiment: ``result = entry(...)`` then ``show(result)``; for an
+    entry that streams (a generator), ``for result in entry(...): pass`` then ``show(result)``."""
     args = [f"{k}={_literal(v)}" for k, v in params.items()]
-    head = f"result = {experiment.entry.__name__}("
+    head = f"{'for result in' if experiment.streams else 'result ='} {experiment.entry.__name__}("
+    tail = ":\n    pass  # the result so far, each time the run grows; the last is the whole run"
     one_line = head + ", ".join(args) + ")"
     if len(one_line) > WIDTH:
         one_line = head + "\n" + "".join(f"    {a},\n" for a in args) + ")"
+    if experiment.streams:
+        one_line += tail
     return f"{one_line}\n{experiment.show.__name__}(result)"
 
 

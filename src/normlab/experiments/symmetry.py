@@ -9,7 +9,7 @@ chosen run's weight and gradient history and, for contrast, the same numbers for
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,12 +112,11 @@ def symmetry(
     hidden: int,
     seed: int,
     device: str,
-    live: Callable[[dict[str, Any]], None] | None = None,
-) -> dict[str, Any]:
+) -> Iterator[dict[str, Any]]:
     """Train the chosen init and, for contrast, the other one; compare units 0 and 1.
 
-    ``live``, when given, is called with the result so far after every step of the chosen
-    init's run (the lab draws the weights from it as they move).
+    Yields the result so far after every step of the chosen init's run (the weights as they
+    move), and last the whole run, both summaries in it.
     """
     x, y = two_moons(device=device)
     result: dict[str, Any] = {
@@ -136,10 +135,10 @@ def symmetry(
             run["weights"].append(weights)
             run["grads"].append(grads)
             run["losses"].append(loss)
-            if live is not None and run is result:
-                live(result)
+            if run is result:
+                yield result
         result[key] = summarize("random" if random else "constant", run["weights"], run["grads"])
-    return result
+    yield result
 
 
 def show(result: dict[str, Any]) -> None:
@@ -171,7 +170,7 @@ class SymmetryResult(Result):
     weights: list[list[list[float]]]  # (steps, hidden, 2): incoming weights of each hidden unit
     grads: list[list[list[float]]]  # (steps, hidden, 2): their gradients
     losses: list[float]
-    summary: SymmetrySummary | None  # None while the run is going (the lab's live frames)
+    summary: SymmetrySummary | None  # None while the run is going (its partial results)
     contrast: SymmetrySummary | None
 
     def tables(self) -> list[Table]:

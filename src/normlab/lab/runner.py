@@ -366,9 +366,11 @@ FRAME_SHARE = 0.2
 
 
 def _framer(entry: _Entry, count: list[int]) -> Live:
-    """The ``live`` callback that keeps ``entry.frame`` fresh while a stream reads it: the
-    partial result's figures and how many steps are done, as JSON, made in the run's thread
-    at most every :data:`FRAME_S` and within :data:`FRAME_SHARE` of its time."""
+    """The ``live`` callback that keeps ``entry.frame`` fresh while a stream reads it:
+    :func:`~normlab.experiments.run_experiment` calls it at every yield of the experiment's
+    code (the result so far), and it makes the partial result's figures and how many steps are
+    done into JSON, in the run's thread, at most every :data:`FRAME_S` and within
+    :data:`FRAME_SHARE` of its time."""
     due = -math.inf
 
     def live(partial: Callable[[], Result]) -> None:

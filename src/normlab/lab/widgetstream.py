@@ -1,14 +1,15 @@
 """The training widgets' runs as they go: ``GET /api/experiments/NAME/stream`` (Server-Sent Events).
 
-A widget of an experiment that streams (``bn-lr``, ``init-train``, ``symmetry``,
-``bn-lr-sweep``: their code calls ``live`` as the result grows) reads its run here instead of
-waiting for ``POST /api/experiments/NAME``: ``frame`` events carry the figures of the result so
-far and how many steps are done, at most every :data:`~normlab.lab.runner.FRAME_S`; the
-``result`` event is the whole answer, the same JSON as the POST's, and ends the stream. The run
-is the Runner's, cached and shared like a POST's: a cached answer comes at once, and a run that
-several pages ask for is computed once. When every client of a run has gone, it stops at its
-next step. Query values are written as the CLI takes them, as for ``/code``; a bad one is a
-422 before the stream starts. At most :data:`MAX_STREAMS` are open at once (503 beyond).
+A widget of an experiment that streams (its code yields the result so far, as ``bn-lr`` does
+after every step; the runner watches the yields, the code knows nothing of the lab) reads its
+run here instead of waiting for ``POST /api/experiments/NAME``: ``frame`` events carry the
+figures of the result so far and how many steps are done, at most every
+:data:`~normlab.lab.runner.FRAME_S`; the ``result`` event is the whole answer, the same JSON as
+the POST's, and ends the stream. The run is the Runner's, cached and shared like a POST's: a
+cached answer comes at once, and a run that several pages ask for is computed once. When every
+client of a run has gone, it stops at its next step. Query values are written as the CLI takes
+them, as for ``/code``; a bad one is a 422 before the stream starts. At most :data:`MAX_STREAMS`
+are open at once (503 beyond).
 """
 
 from __future__ import annotations
