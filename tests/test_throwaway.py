@@ -27,16 +27,10 @@ import normlab.experiments
 from normlab import cli
 from normlab import figures as fig
 from normlab.experiments import get_experiment, list_experiments, run_experiment, script
-from normlab.experiments.base import (
-    Cost,
-    Experiment,
-    Result,
-    Table,
-    device_param,
-    fmt,
-    param,
-    seed_param,
-)
+from normlab.experiments.params import device_param, param, seed_param
+from normlab.experiments.registry import Cost, Experiment
+from normlab.experiments.results import Result, fmt
+from normlab.figures import Table
 from normlab.lab.app import create_app
 
 NAME = "throwaway-mean"

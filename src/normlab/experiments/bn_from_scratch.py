@@ -19,17 +19,10 @@ import torch
 from torch import nn
 
 from normlab import figures as fig
-from normlab.experiments.base import (
-    Cost,
-    Experiment,
-    Histogram,
-    Result,
-    Table,
-    device_param,
-    fmt_list,
-    param,
-    seed_param,
-)
+from normlab.experiments.params import device_param, param, seed_param
+from normlab.experiments.registry import Cost, Experiment
+from normlab.experiments.results import Histogram, Result, fmt_list
+from normlab.figures import Table
 from normlab.functional import BATCH_NORM_CODE, batch_norm
 from normlab.models import histogram
 

@@ -26,7 +26,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from normlab import __version__
-from normlab.experiments.base import ENGINE, Experiment, Result, params_dict
+from normlab.experiments.params import params_dict
+from normlab.experiments.registry import ENGINE, Experiment
+from normlab.experiments.results import Result
 
 WIDTH = 88
 """Longest line of the call before its arguments go one per line."""

@@ -16,7 +16,9 @@ import torch
 from torch import nn
 
 from normlab import figures as fig
-from normlab.experiments.base import Result, Table, device_param, fmt, param, seed_param
+from normlab.experiments.params import device_param, param, seed_param
+from normlab.experiments.results import Result, fmt
+from normlab.figures import Table
 from normlab.models import block
 
 ACTIVATIONS = ("relu", "tanh", "sigmoid", "linear")

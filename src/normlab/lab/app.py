@@ -38,7 +38,7 @@ from normlab.experiments import (
     list_experiments,
     script,
 )
-from normlab.experiments.base import params_dict
+from normlab.experiments.params import params_dict
 from normlab.lab import errors, schemas
 from normlab.lab.lessons.markup import highlight
 from normlab.lab.progress import ProgressStore, default_db_path

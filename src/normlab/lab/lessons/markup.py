@@ -26,7 +26,7 @@ from jinja2.ext import Extension
 from latex2mathml.converter import convert
 from markupsafe import Markup, escape
 
-from normlab.experiments.base import fmt
+from normlab.experiments.results import fmt
 from normlab.lab.progress import LISTING_ID
 
 
