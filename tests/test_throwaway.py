@@ -29,9 +29,10 @@ from normlab import figures as fig
 from normlab.experiments import get_experiment, list_experiments, run_experiment, script
 from normlab.experiments.params import device_param, param, seed_param
 from normlab.experiments.registry import Cost, Experiment
-from normlab.experiments.results import Result, fmt
+from normlab.experiments.results import Result
 from normlab.figures import Table
 from normlab.lab.app import create_app
+from normlab.models import fmt
 
 NAME = "throwaway-mean"
 LAB = "http://127.0.0.1"  # the lab answers loopback Host names only

@@ -21,10 +21,10 @@ from torch import nn
 from normlab import figures as fig
 from normlab.experiments.params import device_param, param, seed_param
 from normlab.experiments.registry import Cost, Experiment
-from normlab.experiments.results import Histogram, Result, fmt_list
+from normlab.experiments.results import Histogram, Result
 from normlab.figures import Table
 from normlab.functional import BATCH_NORM_CODE, batch_norm
-from normlab.models import histogram
+from normlab.models import fmt_list, histogram
 
 
 @dataclass(frozen=True)

@@ -68,14 +68,17 @@ class Experiment:
     params_type: type
     result_type: type[Result]
     entry: Callable[..., dict[str, Any]]
-    show: Callable[[dict[str, Any]], None]
+    show: Callable[[dict[str, Any]], None] | None
     code: tuple[Any, ...]
     cost: Cost
     heaviest: Mapping[str, Any] = field(default_factory=dict)
     total_steps: Callable[[Any], int] | None = None
+    tables: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None
 
     def __post_init__(self) -> None:
-        for needed in (self.entry, self.show):
+        if (self.show is None) == (self.tables is None):
+            raise ValueError(f"experiment {self.name!r}: give its tables or its show, one of them")
+        for needed in (self.entry, self.show or self.tables):
             if needed not in self.code:
                 raise ValueError(f"experiment {self.name!r}: {needed.__name__} is not in its code")
         declared = parameters_of(self.params_type)

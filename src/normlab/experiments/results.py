@@ -10,7 +10,7 @@ import dataclasses
 import math
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -34,8 +34,17 @@ class Result:
     def to_dict(self) -> dict[str, Any]:
         return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
+    def data(self) -> dict[str, Any]:
+        """The fields as the dicts and lists the experiment's ``entry`` returned (non-finite
+        floats kept): what its code's ``tables(result)`` reads."""
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
     def tables(self) -> list[Table]:
-        """The key numbers as tables: what the CLI prints and the lab shows under a plot."""
+        """The key numbers as tables: what the CLI prints and the lab shows under a plot.
+
+        An experiment formats them once, in its code's ``tables(result)`` (which its script
+        prints): a result's ``tables`` is ``Table.from_dicts(tables(self.data()))``.
+        """
         raise NotImplementedError
 
     def figures(self) -> list[Figure]:
@@ -74,6 +83,17 @@ def _build(hint: Any, value: Any) -> Any:
     return value
 
 
+def _plain(value: Any) -> Any:
+    """Plain data: dataclasses to dicts, lists and dicts copied, numbers as they are."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         value = value.detach().cpu().tolist()
@@ -99,13 +119,3 @@ class Histogram:
 
     counts: list[float]  # (bins,)
     edges: list[float]  # (bins + 1,)
-
-
-def fmt(x: float, digits: int = 4) -> str:
-    """Format a number the way the seeds print it (fixed digits, no ``-0.0000``)."""
-    text = f"{x:.{digits}f}"
-    return text[1:] if text.startswith("-") and float(text) == 0 else text
-
-
-def fmt_list(xs: Sequence[float], digits: int) -> str:
-    return "[" + ", ".join(fmt(x, digits) for x in xs) + "]"

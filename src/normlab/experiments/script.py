@@ -17,7 +17,6 @@ from __future__ import annotations
 import ast
 import builtins
 import contextlib
-import dataclasses
 import inspect
 import io
 import sys
@@ -29,6 +28,7 @@ from normlab import __version__
 from normlab.experiments.params import params_dict
 from normlab.experiments.registry import ENGINE, Experiment
 from normlab.experiments.results import Result
+from normlab.models import print_tables
 
 WIDTH = 88
 """Longest line of the call before its arguments go one per line."""
@@ -120,6 +120,9 @@ def call(experiment: Experiment, params: Mapping[str, Any]) -> str:
     one_line = head + ", ".join(args) + ")"
     if len(one_line) > WIDTH:
         one_line = head + "\n" + "".join(f"    {a},\n" for a in args) + ")"
+    if experiment.tables is not None:
+        return f"{one_line}\nprint_tables({experiment.tables.__name__}(result))"
+    assert experiment.show is not None  # one of the two: see Experiment
     return f"{one_line}\n{experiment.show.__name__}(result)"
 
 
@@ -145,9 +148,17 @@ def header(experiment: Experiment) -> str:
 def parts(experiment: Experiment, params: object) -> tuple[list[str], list[str], str]:
     """``(import lines, one source per code object, the call)`` for a ``Params`` instance."""
     values = params_dict(params)
-    sources = [source_of(obj) for obj in experiment.code]
+    code = code_of(experiment)
+    sources = [source_of(obj) for obj in code]
     run = call(experiment, values)
-    return imports(experiment.code, "\n\n".join([*sources, run])), sources, run
+    return imports(code, "\n\n".join([*sources, run])), sources, run
+
+
+def code_of(experiment: Experiment) -> tuple[Any, ...]:
+    """What a script defines: the experiment's code, then the printer of its tables."""
+    if experiment.tables is None:
+        return experiment.code
+    return (*experiment.code, print_tables)
 
 
 def render(experiment: Experiment, params: Mapping[str, Any] | object) -> str:
@@ -162,19 +173,12 @@ def render(experiment: Experiment, params: Mapping[str, Any] | object) -> str:
 
 def output(experiment: Experiment, result: Result) -> str:
     """What the script prints for ``result``: its ``show`` applied to the result's data."""
-    data = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
+    data = result.data()
     buffer = io.StringIO()
     with ENGINE, contextlib.redirect_stdout(buffer):  # sys.stdout is the process's: take turns
-        experiment.show(_plain(data))
+        if experiment.tables is not None:
+            print_tables(experiment.tables(data))
+        else:
+            assert experiment.show is not None  # one of the two: see Experiment
+            experiment.show(data)
     return buffer.getvalue()
-
-
-def _plain(value: Any) -> Any:
-    """A result's fields as the dicts and lists ``entry`` returned (dataclasses to dicts)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value

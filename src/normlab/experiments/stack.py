@@ -17,9 +17,9 @@ from torch import nn
 
 from normlab import figures as fig
 from normlab.experiments.params import device_param, param, seed_param
-from normlab.experiments.results import Result, fmt
+from normlab.experiments.results import Result
 from normlab.figures import Table
-from normlab.models import block
+from normlab.models import block, fmt
 
 ACTIVATIONS = ("relu", "tanh", "sigmoid", "linear")
 NORMS = ("none", "batch", "layer", "rms")

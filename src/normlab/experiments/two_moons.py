@@ -21,8 +21,9 @@ from normlab import figures as fig
 from normlab.data import two_moons
 from normlab.experiments.params import device_param, param, seed_param
 from normlab.experiments.registry import Cost, Experiment
-from normlab.experiments.results import Result, fmt
+from normlab.experiments.results import Result
 from normlab.figures import Table
+from normlab.models import fmt
 
 
 @dataclass(frozen=True)
