@@ -61,6 +61,7 @@ def test_every_experiment_has_a_page_with_its_widget(
     assert r.headers["content-type"].startswith("text/html")
     experiment = get_experiment(name)
     assert f"<h1>{_escaped(experiment.title)}</h1>" in r.text
+    assert f"Experiment {NAMES.index(name) + 1} of {len(NAMES)}" in r.text
     assert re.findall(r'data-experiment="([^"]+)"', r.text) == [name]  # one widget, its own
     assert '<div class="nl-controls"></div>' in r.text  # lab.js builds them from the registry
     assert '<script src="/static/lab.js"' in r.text

@@ -85,9 +85,12 @@ def experiment_page(name: str, request: Request) -> HTMLResponse:
     ctx = PageContext(request.app.state.runner.run)
     widget = ctx.widget(experiment.name)  # the defaults' run, from the runner's cache
     initial: dict[str, Any] = ctx.result(experiment.name)
+    names = [e.name for e in list_experiments()]
     return site.render(
         "experiment.html",
         experiment=experiment,
+        number=names.index(experiment.name) + 1,
+        count=len(names),
         about=about(experiment),
         widget=widget,
         tables=initial["tables"],
