@@ -45,9 +45,34 @@ def _compare_step(ours, theirs, x, dy) -> None:
     po, pt = list(ours.parameters()), list(theirs.parameters())
     go = torch.autograd.grad(yo, [xo, *po], dy)
     gt = torch.autograd.grad(yt, [xt, *pt], dy)
+    batch_stats = ours.training or not getattr(ours, "track_running_stats", True)
+    if batch_stats and isinstance(ours, nn.BatchNorm1d | nn.BatchNorm2d):
+        _close_input_grads(go[0], gt[0], x, dy)
+        go, gt = go[1:], gt[1:]
     for a, b in zip(go, gt, strict=True):
         torch.testing.assert_close(a, b)
     _compare_buffers(ours, theirs)
+
+
+def _close_input_grads(ours, theirs, x, dy) -> None:
+    """BatchNorm's input gradient under batch statistics, at a tolerance derived per channel.
+
+    dx = (dy - mean(dy) - x_hat * mean(dy * x_hat)) / sigma sums m = N*H*W terms per channel,
+    each up to max|dy| / sigma, and x_hat = (x - mean) / sigma carries a relative rounding error
+    of about eps * max|x| / sigma (x - mean cancels when a channel's spread is small beside its
+    offset, as a batch of 2 or 3 often draws). Two correct computations differ by at most
+    c * m * eps * max|dy| / sigma * max(1, max|x| / sigma): measured c <= 1.13 over 13,200 random
+    1d/2d cases (float32 and float64, m <= 24); c = 4 here, and never below assert_close's default.
+    """
+    dims = [0, *range(2, x.dim())]  # every dimension but the channel's
+    m = x.numel() // x.shape[1]
+    sigma = x.var(dims, unbiased=False, keepdim=True).add(1e-5).sqrt()  # (1, C, 1...)
+    size = dy.abs().amax(dims, keepdim=True) / sigma  # (1, C, 1...)
+    cancel = (x.abs().amax(dims, keepdim=True) / sigma).clamp(min=1)  # (1, C, 1...)
+    default_atol, rtol = (1e-5, 1.3e-6) if x.dtype == torch.float32 else (1e-7, 1e-7)
+    atol = (4 * m * torch.finfo(x.dtype).eps * size * cancel).clamp(min=default_atol)
+    gap = (ours - theirs).abs()
+    assert (gap <= atol + rtol * theirs.abs()).all(), gap.max()
 
 
 def _compare_buffers(ours, theirs) -> None:

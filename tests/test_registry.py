@@ -19,7 +19,8 @@ from normlab.experiments import (
     params_dict,
     run_experiment,
 )
-from normlab.experiments.base import DEVICES, Cost, Parameter, param
+from normlab.experiments.params import DEVICES, Parameter, param
+from normlab.experiments.registry import Cost
 
 # The seed experiments, in lesson order. The registry may hold more (a new experiment needs no
 # line here): every test below that runs each experiment takes the names from the registry.

@@ -3,14 +3,15 @@
 A throwaway experiment, declared here as any experiment module declares one, is put into the
 registry for one test (and taken out after it) and then shows up in every face normlab has: the
 CLI's ``list`` and ``run`` (tables, ``--json``, ``--code``, ``--notebook``) and the lab's
-``GET /api/experiments``, ``POST /api/experiments/NAME``, its ``/code`` and ``/notebook`` and the
-OpenAPI document. (The lab has no generic ``/experiments/NAME`` page yet: a new experiment is in
-the lab's pages once a lesson embeds it.)
+``GET /api/experiments``, ``POST /api/experiments/NAME``, its ``/code`` and ``/notebook``, the
+OpenAPI document, and its page ``/experiments/NAME`` (with its live widget), listed on
+``/experiments``: in the lab before any lesson embeds it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -27,17 +28,12 @@ import normlab.experiments
 from normlab import cli
 from normlab import figures as fig
 from normlab.experiments import get_experiment, list_experiments, run_experiment, script
-from normlab.experiments.base import (
-    Cost,
-    Experiment,
-    Result,
-    Table,
-    device_param,
-    fmt,
-    param,
-    seed_param,
-)
+from normlab.experiments.params import device_param, param, seed_param
+from normlab.experiments.registry import Cost, Experiment
+from normlab.experiments.results import Result
+from normlab.figures import Table
 from normlab.lab.app import create_app
+from normlab.models import fmt
 
 NAME = "throwaway-mean"
 LAB = "http://127.0.0.1"  # the lab answers loopback Host names only
@@ -163,3 +159,13 @@ def test_the_lab_serves_it_and_documents_it(registered: Experiment) -> None:
         assert paths[f"/api/experiments/{NAME}"]["post"]["summary"] == registered.title
         for face in ("code", "notebook"):
             assert "get" in paths[f"/api/experiments/{NAME}/{face}"]
+        page = client.get(f"/experiments/{NAME}")
+        assert page.status_code == 200, page.text[-2000:]
+        assert f"<h1>{registered.title}</h1>" in page.text
+        assert f'data-experiment="{NAME}"' in page.text  # its widget, lab.js builds the rest
+        initial = re.search(
+            r'<script type="application/json" class="nl-initial">(.*?)</script>', page.text
+        )
+        default = run_experiment(NAME).mean  # the page draws the run of the defaults
+        assert initial is not None and json.loads(initial.group(1))["mean"] == default
+        assert f'<a href="/experiments/{NAME}">' in client.get("/experiments").text

@@ -55,9 +55,8 @@ from normlab.experiments import (
     run_experiment,
     script,
 )
-from normlab.experiments.base import MAX_SEED
+from normlab.experiments.params import MAX_SEED
 
-PLOT_SUFFIXES = (".png", ".svg")
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl+C
 
@@ -394,11 +393,13 @@ def _cmd_lab(args: argparse.Namespace) -> None:
 
 
 def _check_plot_path(path: str) -> Path:
+    from normlab import plots  # matplotlib: only for a command that draws
+
     target = Path(path)
-    if target.suffix.lower() not in PLOT_SUFFIXES:
+    if target.suffix.lower() not in plots.FORMATS:
         raise UsageError(
             f"--plot {path!r}: suffix {target.suffix or '(none)'!r} not supported, "
-            f"use one of {', '.join(PLOT_SUFFIXES)}"
+            f"use one of {', '.join(plots.FORMATS)}"
         )
     if not target.parent.is_dir():
         raise UsageError(f"--plot {path!r}: folder {str(target.parent)!r} does not exist")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -179,6 +179,14 @@ class Table:
     columns: tuple[str, ...]
     rows: Sequence[tuple[str, ...]]
     notes: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dicts(cls, tables: Sequence[Mapping[str, Any]]) -> list[Table]:
+        """Tables from the dicts an experiment's code returns (the keys of :meth:`to_dict`)."""
+        return [
+            cls(t["title"], tuple(t["columns"]), [tuple(r) for r in t["rows"]], tuple(t["notes"]))
+            for t in tables
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -558,7 +558,8 @@ def orthogonal_(
     return tensor
 
 
-_LSUV_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+WEIGHT_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+"""The layers whose weight has a fan-in and a fan-out: the ones an initializer scales."""
 _LSUVLayer = nn.Linear | nn.Conv1d | nn.Conv2d | nn.Conv3d
 
 
@@ -682,7 +683,7 @@ def lsuv_(
     """
     _check_lsuv_args(tol, max_iter)
     layers: list[tuple[str, _LSUVLayer]] = [
-        (name, m) for name, m in model.named_modules() if isinstance(m, _LSUV_LAYERS)
+        (name, m) for name, m in model.named_modules() if isinstance(m, WEIGHT_LAYERS)
     ]
     if not layers:
         raise ValueError(

@@ -16,6 +16,8 @@ each other: editing a block here changes every experiment that lists it, and onl
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -442,3 +444,51 @@ def histogram(values: torch.Tensor, bins: int) -> dict[str, list[float]]:
 
 LOSS_CLIP = 5.0
 """A diverging training loss is drawn at this ceiling, as the seed's ``np.clip(losses, 0, 5)``."""
+
+
+# -- printing a result's tables -----------------------------------------------------------------
+
+
+def fmt(x: float | None, digits: int = 4) -> str:
+    """``x`` with ``digits`` decimals, as the seeds print it: no ``-0.0000``; ``-`` for a value
+    that is missing or not finite (a diverged run's loss).
+
+    Examples::
+
+        >>> fmt(-0.00001), fmt(float("nan")), fmt(0.68764)
+        ('0.0000', '-', '0.6876')
+    """
+    if x is None or x != x or x in (float("inf"), float("-inf")):
+        return "-"
+    text = f"{x:.{digits}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
+def print_tables(tables: list[dict[str, Any]]) -> None:
+    """Print tables of formatted cells: each one's title, its columns aligned, its notes.
+
+    Each table is a dict ``{"title": str, "columns": [str], "rows": [[str]], "notes": [str]}``,
+    the shape an experiment's ``tables(result)`` returns (and the lab shows).
+
+    Examples::
+
+        >>> table = {"title": "T", "columns": ["a", "b"], "rows": [["1", "22"]], "notes": []}
+        >>> print_tables([table])
+        T
+        a  b
+        1  22
+    """
+    for i, table in enumerate(tables):
+        lines = [table["columns"], *table["rows"]]
+        widths = [max(len(line[j]) for line in lines) for j in range(len(table["columns"]))]
+        print(("\n" if i else "") + table["title"])
+        for line in lines:
+            cells = [cell.ljust(width) for cell, width in zip(line, widths, strict=True)]
+            print("  ".join(cells).rstrip())
+        for note in table["notes"]:
+            print(note)
+
+
+def fmt_list(xs: list[float], digits: int) -> str:
+    """A list of numbers with :func:`fmt`: ``[0.53, -0.28]``."""
+    return "[" + ", ".join(fmt(x, digits) for x in xs) + "]"

@@ -13,9 +13,10 @@ import torch
 from torch import nn
 
 from normlab import nn as nlnn
+from normlab.init import WEIGHT_LAYERS
 from normlab.probe import own_parameters
 
-_WEIGHT_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+_WEIGHT_LAYERS = WEIGHT_LAYERS  # the layers an initializer scales: a fan-in weight
 # torch's public classes, each tuple every torch.nn class of one private base (``_BatchNorm``,
 # ``_ConvNd``, ...: tests/test_doctor.py checks that none is missing); the quantized ones that
 # also derive from those bases are refused before a model runs

@@ -41,18 +41,10 @@ from normlab.experiments import (
     two_moons,
     variance,
 )
-from normlab.experiments.base import (
-    ENGINE,
-    Experiment,
-    Live,
-    Parameter,
-    ParameterError,
-    ParameterTypeError,
-    Progress,
-    Result,
-    Table,
-    params_dict,
-)
+from normlab.experiments.params import Parameter, ParameterError, ParameterTypeError, params_dict
+from normlab.experiments.registry import ENGINE, Experiment, Live, Progress
+from normlab.experiments.results import Result
+from normlab.figures import Table
 
 _REGISTRY: dict[str, Experiment] = {
     m.EXPERIMENT.name: m.EXPERIMENT

@@ -13,16 +13,11 @@ import torch
 from torch import nn
 
 from normlab import figures as fig
-from normlab.experiments.base import (
-    Cost,
-    Experiment,
-    Result,
-    Table,
-    device_param,
-    fmt,
-    param,
-    seed_param,
-)
+from normlab.experiments.params import device_param, param, seed_param
+from normlab.experiments.registry import Cost, Experiment
+from normlab.experiments.results import Result
+from normlab.figures import Table
+from normlab.models import fmt
 
 
 @dataclass(frozen=True)
@@ -55,14 +50,22 @@ def bn_columns(batch: int, scales: list[float], seed: int, device: str) -> dict[
     }
 
 
-def show(result: dict[str, Any]) -> None:
-    """Print each column's mean and std before and after the layer."""
+def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each column's mean and std before and after the layer."""
+    rows = []
     for j in range(len(result["input_means"])):
-        print(
-            f"column {j}: before mean {result['input_means'][j]:.4f} "
-            f"std {result['input_stds'][j]:.4f} | after mean {result['output_means'][j]:.4f} "
-            f"std {result['output_stds'][j]:.4f}"
-        )
+        before = [fmt(result["input_means"][j]), fmt(result["input_stds"][j])]
+        after = [fmt(result["output_means"][j]), fmt(result["output_stds"][j])]
+        rows.append([f"column {j}", *before, *after])
+    note = "std is the biased batch std (divide by N), the one BatchNorm normalizes with"
+    return [
+        {
+            "title": "BatchNorm1d in training mode, per column",
+            "columns": ["", "mean before", "std before", "mean after", "std after"],
+            "rows": rows,
+            "notes": [note],
+        }
+    ]
 
 
 # -- the result ---------------------------------------------------------------------------------
@@ -76,19 +79,7 @@ class BnColumnsResult(Result):
     output_stds: list[float]
 
     def tables(self) -> list[Table]:
-        rows = [
-            (
-                f"column {j}",
-                fmt(self.input_means[j]),
-                fmt(self.input_stds[j]),
-                fmt(self.output_means[j]),
-                fmt(self.output_stds[j]),
-            )
-            for j in range(len(self.input_means))
-        ]
-        cols = ("", "mean before", "std before", "mean after", "std after")
-        note = "std is the biased batch std (divide by N), the one BatchNorm normalizes with"
-        return [Table("BatchNorm1d in training mode, per column", cols, rows, (note,))]
+        return Table.from_dicts(tables(self.data()))
 
     def figures(self) -> list[fig.Figure]:
         cols = [f"column {j}" for j in range(len(self.input_means))]
@@ -128,7 +119,8 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=BnColumnsResult,
     entry=bn_columns,
-    show=show,
-    code=(bn_columns, show),
+    show=None,
+    tables=tables,
+    code=(bn_columns, fmt, tables),
     cost=Cost(2.0),
 )

@@ -19,19 +19,12 @@ import torch
 from torch import nn
 
 from normlab import figures as fig
-from normlab.experiments.base import (
-    Cost,
-    Experiment,
-    Histogram,
-    Result,
-    Table,
-    device_param,
-    fmt_list,
-    param,
-    seed_param,
-)
+from normlab.experiments.params import device_param, param, seed_param
+from normlab.experiments.registry import Cost, Experiment
+from normlab.experiments.results import Histogram, Result
+from normlab.figures import Table
 from normlab.functional import BATCH_NORM_CODE, batch_norm
-from normlab.models import histogram
+from normlab.models import fmt, fmt_list, histogram
 
 
 @dataclass(frozen=True)
@@ -119,14 +112,27 @@ def bn_from_scratch(
     }
 
 
-def show(result: dict[str, Any]) -> None:
-    """Print the columns before and after, then the differences from torch's layer."""
-    print("before BN: per-feature mean =", [round(v, 2) for v in result["before_means"]])
-    print("           per-feature std  =", [round(v, 2) for v in result["before_stds"]])
-    print("after BN:  per-feature mean =", [round(v, 3) for v in result["after_means"]])
-    print("           per-feature std  =", [round(v, 3) for v in result["after_stds"]])
-    for name, diff in result["parity"].items():
-        print(f"max |ours - torch|, {name}: {diff:.3g}")
+def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The skewed batch's columns before and after, then the largest differences from torch."""
+    stats = [
+        ["before", fmt_list(result["before_means"], 2), fmt_list(result["before_stds"], 2)],
+        ["after", fmt_list(result["after_means"], 3), fmt_list(result["after_stds"], 3)],
+    ]
+    diffs = [[name, f"{diff:.3g}"] for name, diff in result["parity"].items()]
+    return [
+        {
+            "title": "Skewed batch, per column (std unbiased)",
+            "columns": ["", "mean", "std"],
+            "rows": stats,
+            "notes": [],
+        },
+        {
+            "title": "normlab's batch_norm vs torch.nn.BatchNorm1d: max |difference|",
+            "columns": ["quantity", "max diff"],
+            "rows": diffs,
+            "notes": [],
+        },
+    ]
 
 
 # -- the result ---------------------------------------------------------------------------------
@@ -153,26 +159,7 @@ class BnFromScratchResult(Result):
     parity: Parity
 
     def tables(self) -> list[Table]:
-        stats = [
-            ("before", fmt_list(self.before_means, 2), fmt_list(self.before_stds, 2)),
-            ("after", fmt_list(self.after_means, 3), fmt_list(self.after_stds, 3)),
-        ]
-        par = self.parity
-        diffs = [
-            ("train_output", f"{par.train_output:.3g}"),
-            ("running_mean", f"{par.running_mean:.3g}"),
-            ("running_var", f"{par.running_var:.3g}"),
-            ("eval_output", f"{par.eval_output:.3g}"),
-            ("input_grad", f"{par.input_grad:.3g}"),
-        ]
-        return [
-            Table("Skewed batch, per column (std unbiased)", ("", "mean", "std"), stats),
-            Table(
-                "normlab's batch_norm vs torch.nn.BatchNorm1d: max |difference|",
-                ("quantity", "max diff"),
-                diffs,
-            ),
-        ]
+        return Table.from_dicts(tables(self.data()))
 
     def figures(self) -> list[fig.Figure]:
         def bars(h: Histogram, name: str, color: str, opacity: float) -> fig.Series:
@@ -207,7 +194,17 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=BnFromScratchResult,
     entry=bn_from_scratch,
-    show=show,
-    code=(*BATCH_NORM_CODE, histogram, skewed_batch, parity, bn_from_scratch, show),
+    show=None,
+    tables=tables,
+    code=(
+        *BATCH_NORM_CODE,
+        histogram,
+        skewed_batch,
+        parity,
+        bn_from_scratch,
+        fmt,
+        fmt_list,
+        tables,
+    ),
     cost=Cost(3.0),
 )

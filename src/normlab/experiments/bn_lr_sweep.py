@@ -19,15 +19,10 @@ import torch
 
 from normlab import figures as fig
 from normlab.data import two_moons
-from normlab.experiments.base import (
-    Cost,
-    Experiment,
-    Result,
-    Table,
-    device_param,
-    param,
-    seed_param,
-)
+from normlab.experiments.params import device_param, param, seed_param
+from normlab.experiments.registry import Cost, Experiment
+from normlab.experiments.results import Result
+from normlab.figures import Table
 from normlab.models import LOSS_CLIP, MLP, block
 from normlab.train import train
 

@@ -31,17 +31,11 @@ from sklearn.datasets import make_moons
 from torch import nn
 
 from normlab import figures as fig
-from normlab.experiments.base import (
-    Cost,
-    Experiment,
-    Result,
-    Table,
-    device_param,
-    fmt,
-    param,
-    seed_param,
-)
-from normlab.models import MLP, block
+from normlab.experiments.params import device_param, param, seed_param
+from normlab.experiments.registry import Cost, Experiment
+from normlab.experiments.results import Result
+from normlab.figures import Table
+from normlab.models import MLP, block, fmt
 
 BATCH_MIN = 8
 """The smallest minibatch: the cost grows as the batches shrink (more steps per epoch)."""

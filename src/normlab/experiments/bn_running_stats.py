@@ -17,15 +17,10 @@ import torch
 from torch import nn
 
 from normlab import figures as fig
-from normlab.experiments.base import (
-    Cost,
-    Experiment,
-    Result,
-    Table,
-    device_param,
-    param,
-    seed_param,
-)
+from normlab.experiments.params import device_param, param, seed_param
+from normlab.experiments.registry import Cost, Experiment
+from normlab.experiments.results import Result
+from normlab.figures import Table
 
 MAX_LINES = 8
 """Features drawn in the figure: more lines than this crowd the axes."""
@@ -87,14 +82,26 @@ def rounded(values: list[float]) -> list[float]:
     return [round(v, 2) if abs(v) >= 0.1 else float(f"{v:.3g}") for v in values]
 
 
-def show(result: dict[str, Any]) -> None:
-    """Print the running estimates after every pass."""
-    for i, (mean, var) in enumerate(
-        zip(result["running_means"], result["running_vars"], strict=True)
-    ):
-        print(f"pass {i + 1}:")
-        print("  Running mean:", rounded(mean))
-        print("  Running var:", rounded(var))
+def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The running estimates after each pass (the first and last five when there are many)."""
+    stored = zip(result["running_means"], result["running_vars"], strict=True)
+    rows = [
+        [str(i + 1), str(rounded(mean)), str(rounded(var))] for i, (mean, var) in enumerate(stored)
+    ]
+    if len(rows) > 12:
+        rows = [*rows[:5], ["...", "", ""], *rows[-5:]]
+    note = (
+        f"the data has mean {result['true_mean']:g} and variance {result['true_var']:g}; "
+        "the running variance uses the unbiased batch variance"
+    )
+    return [
+        {
+            "title": "BatchNorm1d running statistics after each pass",
+            "columns": ["pass", "running mean", "running var"],
+            "rows": rows,
+            "notes": [note],
+        }
+    ]
 
 
 # -- the result ---------------------------------------------------------------------------------
@@ -110,24 +117,7 @@ class RunningStatsResult(Result):
     true_var: float
 
     def tables(self) -> list[Table]:
-        rows = [
-            (str(i + 1), str(rounded(self.running_means[i])), str(rounded(self.running_vars[i])))
-            for i in range(len(self.running_means))
-        ]
-        if len(rows) > 12:
-            rows = [*rows[:5], ("...", "", ""), *rows[-5:]]
-        note = (
-            f"the data has mean {self.true_mean:g} and variance {self.true_var:g}; "
-            "the running variance uses the unbiased batch variance"
-        )
-        return [
-            Table(
-                "BatchNorm1d running statistics after each pass",
-                ("pass", "running mean", "running var"),
-                rows,
-                (note,),
-            )
-        ]
+        return Table.from_dicts(tables(self.data()))
 
     def figures(self) -> list[fig.Figure]:
         passes = fig.steps(len(self.running_means) + 1)  # 0: the new layer
@@ -200,7 +190,8 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=RunningStatsResult,
     entry=running_stats,
-    show=show,
-    code=(running_stats, rounded, show),
+    show=None,
+    tables=tables,
+    code=(running_stats, rounded, tables),
     cost=Cost(5.0),
 )

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from normlab.experiments import stack
-from normlab.experiments.base import Cost, Experiment, param
+from normlab.experiments.params import param
+from normlab.experiments.registry import Cost, Experiment
 
 
 @dataclass(frozen=True)

@@ -62,15 +62,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from normlab import figures as fig
-from normlab.experiments.base import (
-    Cost,
-    Experiment,
-    Result,
-    Table,
-    device_param,
-    param,
-    seed_param,
-)
+from normlab.experiments.params import device_param, param, seed_param
+from normlab.experiments.registry import Cost, Experiment
+from normlab.experiments.results import Result
+from normlab.figures import Table
 from normlab.theory import RESIDUAL_CODE, residual_stream
 
 BRANCH_GAIN = 1.0 / 6.0

@@ -21,16 +21,10 @@ import torch
 from normlab import doctor, zoo
 from normlab import figures as fig
 from normlab.doctor.view import diagnosis_figure, diagnosis_tables
-from normlab.experiments.base import (
-    Cost,
-    Experiment,
-    ParameterError,
-    Result,
-    Table,
-    device_param,
-    param,
-    seed_param,
-)
+from normlab.experiments.params import ParameterError, device_param, param, seed_param
+from normlab.experiments.registry import Cost, Experiment
+from normlab.experiments.results import Result
+from normlab.figures import Table
 
 INITS = ("default", *doctor.FIX_METHODS)
 

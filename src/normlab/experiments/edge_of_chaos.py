@@ -49,15 +49,10 @@ from torch import nn
 
 from normlab import figures as fig
 from normlab.data import two_moons
-from normlab.experiments.base import (
-    Cost,
-    Experiment,
-    Result,
-    Table,
-    device_param,
-    param,
-    seed_param,
-)
+from normlab.experiments.params import device_param, param, seed_param
+from normlab.experiments.registry import Cost, Experiment
+from normlab.experiments.results import Result
+from normlab.figures import Table
 from normlab.theory import activation_pair, gelu_grad
 from normlab.train import train
 

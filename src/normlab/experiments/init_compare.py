@@ -18,16 +18,10 @@ import torch
 from torch import nn
 
 from normlab import figures as fig
-from normlab.experiments.base import (
-    Cost,
-    Experiment,
-    Histogram,
-    Result,
-    Table,
-    device_param,
-    param,
-    seed_param,
-)
+from normlab.experiments.params import device_param, param, seed_param
+from normlab.experiments.registry import Cost, Experiment
+from normlab.experiments.results import Histogram, Result
+from normlab.figures import Table
 from normlab.models import he_normal, histogram, xavier_uniform
 from normlab.theory import relu_variance
 

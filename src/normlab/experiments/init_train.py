@@ -21,17 +21,11 @@ import torch.nn.functional as F
 
 from normlab import figures as fig
 from normlab.data import two_moons
-from normlab.experiments.base import (
-    Cost,
-    Experiment,
-    Result,
-    Table,
-    device_param,
-    fmt,
-    param,
-    seed_param,
-)
-from normlab.models import MLP, apply_init, block, he_normal, xavier_uniform
+from normlab.experiments.params import device_param, param, seed_param
+from normlab.experiments.registry import Cost, Experiment
+from normlab.experiments.results import Result
+from normlab.figures import Table
+from normlab.models import MLP, apply_init, block, fmt, he_normal, xavier_uniform
 from normlab.train import train
 
 METHODS = ("zeros", "small", "large", "xavier", "he")

@@ -13,16 +13,11 @@ import torch
 from torch import nn
 
 from normlab import figures as fig
-from normlab.experiments.base import (
-    Cost,
-    Experiment,
-    Result,
-    Table,
-    device_param,
-    fmt,
-    param,
-    seed_param,
-)
+from normlab.experiments.params import device_param, param, seed_param
+from normlab.experiments.registry import Cost, Experiment
+from normlab.experiments.results import Result
+from normlab.figures import Table
+from normlab.models import fmt
 
 
 @dataclass(frozen=True)
@@ -59,15 +54,23 @@ def linear_scale(
     }
 
 
-def show(result: dict[str, Any]) -> None:
-    """Print the two passes, as the lesson's table shows them."""
+def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The two passes' stds, and how much the output grew."""
     scale = result["scale"]
-    print(f"Normal input std: {result['input_std']:.4f} -> output std {result['output_std']:.4f}")
-    print(
-        f"{scale:g} x input std: {result['scaled_input_std']:.4f}"
-        f" -> output std {result['scaled_output_std']:.4f}"
-    )
-    print(f"output std grew {result['scaled_output_std'] / result['output_std']:.2f}x")
+    rows = [
+        ["normal input", fmt(result["input_std"]), fmt(result["output_std"])],
+        [f"{scale:g} x input", fmt(result["scaled_input_std"]), fmt(result["scaled_output_std"])],
+    ]
+    growth = result["scaled_output_std"] / result["output_std"]
+    note = f"output std grew {growth:.2f}x for a {scale:g}x input"
+    return [
+        {
+            "title": "One Linear layer",
+            "columns": ["pass", "input std", "output std"],
+            "rows": rows,
+            "notes": [note],
+        }
+    ]
 
 
 # -- the result ---------------------------------------------------------------------------------
@@ -86,12 +89,7 @@ class LinearScaleResult(Result):
         return self.scaled_output_std / self.output_std
 
     def tables(self) -> list[Table]:
-        rows = [
-            ("normal input", fmt(self.input_std), fmt(self.output_std)),
-            (f"{self.scale:g} x input", fmt(self.scaled_input_std), fmt(self.scaled_output_std)),
-        ]
-        note = f"output std grew {self.output_ratio:.2f}x for a {self.scale:g}x input"
-        return [Table("One Linear layer", ("pass", "input std", "output std"), rows, (note,))]
+        return Table.from_dicts(tables(self.data()))
 
     def figures(self) -> list[fig.Figure]:
         passes = ["normal input", f"{self.scale:g} × input"]
@@ -121,7 +119,8 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=LinearScaleResult,
     entry=linear_scale,
-    show=show,
-    code=(linear_scale, show),
+    show=None,
+    tables=tables,
+    code=(linear_scale, fmt, tables),
     cost=Cost(2.0),
 )

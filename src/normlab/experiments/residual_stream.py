@@ -34,15 +34,10 @@ import torch
 from torch import nn
 
 from normlab import figures as fig
-from normlab.experiments.base import (
-    Cost,
-    Experiment,
-    Result,
-    Table,
-    device_param,
-    param,
-    seed_param,
-)
+from normlab.experiments.params import device_param, param, seed_param
+from normlab.experiments.registry import Cost, Experiment
+from normlab.experiments.results import Result
+from normlab.figures import Table
 from normlab.models import (
     DyT,
     FeedForward,

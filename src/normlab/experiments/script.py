@@ -3,9 +3,9 @@
 An experiment's computation is a handful of plain functions and classes (its ``code``). normlab
 runs them itself, and this module renders the *same objects'* source, with the imports they use
 and last lines that call the experiment's ``entry`` with the chosen parameters and print the
-result with its ``show`` (an entry that streams is a generator: the script runs it through, its
-last yield being the whole run). No second copy of any computation exists: the script is the
-code that produced the numbers, so it prints what normlab reports.
+result with its ``show`` or its tables (an entry that streams is a generator: the script runs it
+through, its last yield being the whole run). No second copy of any computation exists: the
+script is the code that produced the numbers, so it prints what normlab reports.
 
 >>> from normlab.experiments import get_experiment
 >>> text = render(get_experiment("linear-scale"), {"seed": 0})
@@ -18,7 +18,6 @@ from __future__ import annotations
 import ast
 import builtins
 import contextlib
-import dataclasses
 import inspect
 import io
 import sys
@@ -27,7 +26,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from normlab import __version__
-from normlab.experiments.base import ENGINE, Experiment, Result, params_dict
+from normlab.experiments.params import params_dict
+from normlab.experiments.registry import ENGINE, Experiment
+from normlab.experiments.results import Result
+from normlab.models import print_tables
 
 WIDTH = 88
 """Longest line of the call before its arguments go one per line."""
@@ -113,8 +115,9 @@ def _unbound_hints(body: str) -> set[str]:
 
 
 def call(experiment: Experiment, params: Mapping[str, Any]) -> str:
-    """The lines that run the experiment: ``result = entry(...)`` then ``show(result)``; for an
-    entry that streams (a generator), ``for result in entry(...): pass`` then ``show(result)``."""
+    """The lines that run the experiment: ``result = entry(...)`` (for an entry that streams, a
+    generator: ``for result in entry(...): pass``), then ``show(result)`` or, for an experiment
+    that gives its tables, ``print_tables(tables(result))``."""
     args = [f"{k}={_literal(v)}" for k, v in params.items()]
     head = f"{'for result in' if experiment.streams else 'result ='} {experiment.entry.__name__}("
     tail = ":\n    pass  # the result so far, each time the run grows; the last is the whole run"
@@ -123,6 +126,9 @@ def call(experiment: Experiment, params: Mapping[str, Any]) -> str:
         one_line = head + "\n" + "".join(f"    {a},\n" for a in args) + ")"
     if experiment.streams:
         one_line += tail
+    if experiment.tables is not None:
+        return f"{one_line}\nprint_tables({experiment.tables.__name__}(result))"
+    assert experiment.show is not None  # one of the two: see Experiment
     return f"{one_line}\n{experiment.show.__name__}(result)"
 
 
@@ -148,9 +154,17 @@ def header(experiment: Experiment) -> str:
 def parts(experiment: Experiment, params: object) -> tuple[list[str], list[str], str]:
     """``(import lines, one source per code object, the call)`` for a ``Params`` instance."""
     values = params_dict(params)
-    sources = [source_of(obj) for obj in experiment.code]
+    code = code_of(experiment)
+    sources = [source_of(obj) for obj in code]
     run = call(experiment, values)
-    return imports(experiment.code, "\n\n".join([*sources, run])), sources, run
+    return imports(code, "\n\n".join([*sources, run])), sources, run
+
+
+def code_of(experiment: Experiment) -> tuple[Any, ...]:
+    """What a script defines: the experiment's code, then the printer of its tables."""
+    if experiment.tables is None:
+        return experiment.code
+    return (*experiment.code, print_tables)
 
 
 def render(experiment: Experiment, params: Mapping[str, Any] | object) -> str:
@@ -165,19 +179,12 @@ def render(experiment: Experiment, params: Mapping[str, Any] | object) -> str:
 
 def output(experiment: Experiment, result: Result) -> str:
     """What the script prints for ``result``: its ``show`` applied to the result's data."""
-    data = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
+    data = result.data()
     buffer = io.StringIO()
     with ENGINE, contextlib.redirect_stdout(buffer):  # sys.stdout is the process's: take turns
-        experiment.show(_plain(data))
+        if experiment.tables is not None:
+            print_tables(experiment.tables(data))
+        else:
+            assert experiment.show is not None  # one of the two: see Experiment
+            experiment.show(data)
     return buffer.getvalue()
-
-
-def _plain(value: Any) -> Any:
-    """A result's fields as the dicts and lists ``entry`` returned (dataclasses to dicts)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value

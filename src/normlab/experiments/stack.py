@@ -16,8 +16,10 @@ import torch
 from torch import nn
 
 from normlab import figures as fig
-from normlab.experiments.base import Result, Table, device_param, fmt, param, seed_param
-from normlab.models import block
+from normlab.experiments.params import device_param, param, seed_param
+from normlab.experiments.results import Result
+from normlab.figures import Table
+from normlab.models import block, fmt
 
 ACTIVATIONS = ("relu", "tanh", "sigmoid", "linear")
 NORMS = ("none", "batch", "layer", "rms")

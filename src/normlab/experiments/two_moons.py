@@ -19,16 +19,11 @@ from typing import Any
 
 from normlab import figures as fig
 from normlab.data import two_moons
-from normlab.experiments.base import (
-    Cost,
-    Experiment,
-    Result,
-    Table,
-    device_param,
-    fmt,
-    param,
-    seed_param,
-)
+from normlab.experiments.params import device_param, param, seed_param
+from normlab.experiments.registry import Cost, Experiment
+from normlab.experiments.results import Result
+from normlab.figures import Table
+from normlab.models import fmt
 
 
 @dataclass(frozen=True)
@@ -53,12 +48,19 @@ def draw_moons(n_samples: int, noise: float, seed: int, device: str) -> dict[str
     }
 
 
-def show(result: dict[str, Any]) -> None:
-    """Print the class sizes and the per-feature mean and std."""
-    sizes = [len(points[0]) for points in result["classes"]]
-    print(f"points: {sum(sizes)} (class 0: {sizes[0]}, class 1: {sizes[1]})")
-    for j, (m, s) in enumerate(zip(result["means"], result["stds"], strict=True), start=1):
-        print(f"x{j}: mean {round(m, 3) + 0.0:.3f}, std {s:.3f}")  # + 0.0: no "-0.000"
+def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each feature's mean and (unbiased) std after standardizing, and the class sizes."""
+    stats = zip(result["means"], result["stds"], strict=True)
+    rows = [[f"x{j}", fmt(mean, 3), fmt(std, 3)] for j, (mean, std) in enumerate(stats, start=1)]
+    sizes = ", ".join(f"class {c}: {len(points[0])}" for c, points in enumerate(result["classes"]))
+    return [
+        {
+            "title": "Standardized features",
+            "columns": ["feature", "mean", "std"],
+            "rows": rows,
+            "notes": [sizes],
+        }
+    ]
 
 
 # -- the result ---------------------------------------------------------------------------------
@@ -71,12 +73,7 @@ class TwoMoonsResult(Result):
     stds: list[float]  # (2,): unbiased
 
     def tables(self) -> list[Table]:
-        rows = [
-            (f"x{j + 1}", fmt(m, 3), fmt(s, 3))
-            for j, (m, s) in enumerate(zip(self.means, self.stds, strict=True))
-        ]
-        sizes = ", ".join(f"class {c}: {len(p[0])}" for c, p in enumerate(self.classes))
-        return [Table("Standardized features", ("feature", "mean", "std"), rows, (sizes,))]
+        return Table.from_dicts(tables(self.data()))
 
     def figures(self) -> list[fig.Figure]:
         series = [
@@ -103,7 +100,8 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=TwoMoonsResult,
     entry=draw_moons,
-    show=show,
-    code=(two_moons, draw_moons, show),
+    show=None,
+    tables=tables,
+    code=(two_moons, draw_moons, fmt, tables),
     cost=Cost(2.0),
 )

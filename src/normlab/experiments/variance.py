@@ -9,21 +9,17 @@ A zero-mean, unit-variance batch passes through ``depth`` square layers whose we
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from normlab import figures as fig
-from normlab.experiments.base import (
-    Cost,
-    Experiment,
-    Result,
-    Table,
-    device_param,
-    param,
-    seed_param,
-)
+from normlab.experiments.params import device_param, param, seed_param
+from normlab.experiments.registry import Cost, Experiment
+from normlab.experiments.results import Result
+from normlab.figures import Table
 from normlab.theory import linear_variance, relu_variance
 
 LOG_FLOOR = 1e-30
@@ -90,12 +86,29 @@ def variance(
     return {"layers": list(range(1, depth + 1)), "curves": curves, "activation": activation}
 
 
-def show(result: dict[str, Any]) -> None:
-    """Print the variance after every layer: measured / predicted, one column per gain."""
-    print("layer k  " + "  ".join(f"g={c['gain']:g} measured / theory" for c in result["curves"]))
-    for i, k in enumerate(result["layers"]):
-        cells = [f"{c['measured'][i]:.4g} / {c['theory'][i]:.4g}" for c in result["curves"]]
-        print(f"{k:7d}  " + "  ".join(cells))
+def fmt_g(x: float | None, digits: int = 4) -> str:
+    """``x`` to ``digits`` significant digits; ``-`` where it is missing or not finite (a
+    variance past float32's largest value)."""
+    return "-" if x is None or not math.isfinite(x) else f"{x:.{digits}g}"
+
+
+def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Measured / predicted variance at layers 1, 2, 5, 10, 20, ... and the last, per gain."""
+    depth, curves = len(result["layers"]), result["curves"]
+    shown = [k for k in result["layers"] if k in (1, 2, 5, 10, 20, 30, 40, 50, 75, 100, depth)]
+    rows = [
+        [str(k), *(f"{fmt_g(c['measured'][k - 1])} / {fmt_g(c['theory'][k - 1])}" for c in curves)]
+        for k in shown
+    ]
+    rule = "g^(2k)" if result["activation"] == "linear" else "the ReLU recursion"
+    return [
+        {
+            "title": f"Activation variance vs {rule}",
+            "columns": ["layer k", *(f"g={c['gain']:g} measured / theory" for c in curves)],
+            "rows": rows,
+            "notes": [],
+        }
+    ]
 
 
 # -- the result ---------------------------------------------------------------------------------
@@ -115,15 +128,7 @@ class VarianceResult(Result):
     activation: str
 
     def tables(self) -> list[Table]:
-        depth = len(self.layers)
-        shown = sorted({1, 2, 5, 10, 20, 30, 40, 50, 75, 100, depth} & set(range(1, depth + 1)))
-        cols = ("layer k", *(f"g={c.gain:g} measured / theory" for c in self.curves))
-        rows = [
-            (str(k), *(f"{c.measured[k - 1]:.4g} / {c.theory[k - 1]:.4g}" for c in self.curves))
-            for k in shown
-        ]
-        rule = "g^(2k)" if self.activation == "linear" else "the ReLU recursion"
-        return [Table(f"Activation variance vs {rule}", cols, rows)]
+        return Table.from_dicts(tables(self.data()))
 
     def figures(self) -> list[fig.Figure]:
         layers = [float(k) for k in self.layers]
@@ -166,7 +171,8 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=VarianceResult,
     entry=variance,
-    show=show,
-    code=(linear_variance, relu_variance, layer_variances, variance, show),
+    show=None,
+    tables=tables,
+    code=(linear_variance, relu_variance, layer_variances, variance, fmt_g, tables),
     cost=Cost(6.0),
 )

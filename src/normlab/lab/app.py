@@ -38,7 +38,7 @@ from normlab.experiments import (
     list_experiments,
     script,
 )
-from normlab.experiments.base import params_dict
+from normlab.experiments.params import params_dict
 from normlab.lab import errors, schemas
 from normlab.lab.lessons.markup import highlight
 from normlab.lab.progress import ProgressStore, default_db_path
@@ -175,9 +175,18 @@ def create_app(
         _add_experiment_routes(app, e)
     app.add_api_route("/api/experiments/{name}", run, methods=["POST"], include_in_schema=False)
 
-    from normlab.lab import learn, pages, playground, trainpage, watchpage, widgetstream
+    from normlab.lab import (
+        experiment_pages,
+        learn,
+        pages,
+        playground,
+        trainpage,
+        watchpage,
+        widgetstream,
+    )
 
     pages.install(app)
+    experiment_pages.install(app)  # renders with the pages' Site
     playground.install(app)
     learn.install(app)
     watchpage.install(app)

@@ -41,7 +41,7 @@ from markupsafe import Markup
 
 from normlab import __version__, doctor
 from normlab.experiments import ParameterError, get_experiment, script
-from normlab.experiments.base import params_dict
+from normlab.experiments.params import params_dict
 from normlab.lab import lessons
 from normlab.lab.errors import bad_input
 from normlab.lab.lessons.markup import MathExtension, code, num, sci, tex

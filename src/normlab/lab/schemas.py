@@ -24,8 +24,7 @@ from fastapi import FastAPI
 from pydantic import TypeAdapter
 
 from normlab.experiments import Experiment, Parameter
-from normlab.experiments.base import Table
-from normlab.figures import Figure
+from normlab.figures import Figure, Table
 
 JSON = dict[str, Any]
 _REF = "#/components/schemas/{model}"

@@ -10,7 +10,7 @@ from typing import Any
 from normlab import __version__
 from normlab import figures as fig
 from normlab.experiments import script as _script
-from normlab.experiments.base import Table
+from normlab.figures import Table
 from normlab.probe import finite_or_none
 from normlab.trainview.code import CODE
 from normlab.trainview.session import Session

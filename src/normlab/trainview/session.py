@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from normlab.experiments.base import ENGINE
+from normlab.experiments.registry import ENGINE
 from normlab.probe import finite_or_none
 from normlab.trainview.code import build, evaluate, train_step
 from normlab.trainview.setup import Setup, make_setup

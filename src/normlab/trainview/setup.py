@@ -1,6 +1,6 @@
 """The training view's settings, declared once: every face's flags, schema and widgets.
 
-:class:`Setup` declares its fields with :func:`~normlab.experiments.base.param`, as an
+:class:`Setup` declares its fields with :func:`~normlab.experiments.params.param`, as an
 experiment declares its ``Params``; :func:`make_setup` validates by those declarations (the
 registry's own validator), so a bad value is refused in the same words everywhere.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from normlab.experiments.base import (
+from normlab.experiments.params import (
     Parameter,
     ParameterError,
     make_params,
@@ -84,7 +84,7 @@ def make_setup(values: Mapping[str, object]) -> Setup:
     >>> make_setup({"depth": 0})
     Traceback (most recent call last):
     ...
-    normlab.experiments.base.ParameterError: parameter 'depth': 0 is not allowed, use an integer in [1, 12]
+    normlab.experiments.params.ParameterError: parameter 'depth': 0 is not allowed, use an integer in [1, 12]
     """  # noqa: E501
     setup: Setup = make_params(Setup, values, "train")
     if setup.norm == "batch" and setup.batch_size == 1:

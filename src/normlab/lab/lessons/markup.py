@@ -26,8 +26,8 @@ from jinja2.ext import Extension
 from latex2mathml.converter import convert
 from markupsafe import Markup, escape
 
-from normlab.experiments.base import fmt
 from normlab.lab.progress import LISTING_ID
+from normlab.models import fmt
 
 
 def num(x: float | int | Sequence[float] | None, digits: int = 4) -> str:

@@ -1,0 +1,135 @@
+"""A registered experiment: its declared parameters, its plain-PyTorch code, its result, its cost.
+
+The registry itself (the list of experiments, ``run_experiment``) is :mod:`normlab.experiments`;
+this module defines what one entry of it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from normlab.experiments.params import Parameter, make_params, parameters_of
+from normlab.experiments.results import Result
+
+Progress = Callable[[int, int], None]
+"""Called as ``progress(done, total)`` while a training run advances."""
+Live = Callable[[Callable[[], "Result"]], None]
+"""Called as ``live(partial)`` at every yield of a streaming experiment's entry (its result so
+far; the last yield is the whole run); ``partial()`` builds that Result."""
+
+ENGINE = threading.RLock()
+"""Held while an experiment's code runs. The code seeds torch's global generator and prints to
+``sys.stdout``, as a learner's notebook does, so two runs at once would draw from each other's
+stream (and print into each other's output): they take turns."""
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The most one run of an experiment may cost, at every setting's maximum: CPU seconds (one
+    torch thread) and resident memory above the lab's own, on a loaded 2-core machine, with
+    margin. ``tests/lab/test_maxima.py`` walks every experiment at :meth:`Experiment.maxima`
+    and holds it to this (``benchmarks/maxima.py`` measures the same); the help of each of its
+    sized parameters states it (:attr:`Parameter.sized`)."""
+
+    cpu_s: float
+    mib: int = 1024
+
+    def __str__(self) -> str:
+        memory = f"{self.mib / 1024:g} GiB" if self.mib >= 1024 else f"{self.mib} MiB"
+        return (
+            f"at every setting's maximum a run takes at most about {self.cpu_s:g} s of CPU"
+            f" and {memory}"
+        )
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A registered experiment: its declared parameters, its plain-PyTorch code, its result.
+
+    ``code`` is the experiment's computation, the functions and classes a learner reads, in the
+    order a script defines them; they use only torch, numpy, scikit-learn and the standard
+    library. ``entry`` (one of them) takes every declared parameter as a keyword and returns a
+    dict of plain numbers and lists; ``show`` (one of them) prints that dict. normlab calls
+    ``entry`` itself and builds ``result_type`` from its dict, and :mod:`~normlab.experiments.
+    script` renders the same objects' source as a script, so what normlab reports is what the
+    code prints. ``total_steps(params)`` counts the optimizer steps a training run takes (for a
+    progress bar). ``cost`` bounds its costliest allowed run, :meth:`maxima`, whose choices
+    ``heaviest`` names where the last one is not the costliest.
+    """
+
+    name: str
+    title: str
+    summary: str
+    params_type: type
+    result_type: type[Result]
+    entry: Callable[..., Any]  # returns the result dict, or yields it as it grows (streams)
+    show: Callable[[dict[str, Any]], None] | None
+    code: tuple[Any, ...]
+    cost: Cost
+    heaviest: Mapping[str, Any] = field(default_factory=dict)
+    total_steps: Callable[[Any], int] | None = None
+    tables: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.show is None) == (self.tables is None):
+            raise ValueError(f"experiment {self.name!r}: give its tables or its show, one of them")
+        for needed in (self.entry, self.show or self.tables):
+            if needed not in self.code:
+                raise ValueError(f"experiment {self.name!r}: {needed.__name__} is not in its code")
+        declared = parameters_of(self.params_type)
+        unknown = set(self.heaviest) - {p.name for p in declared}
+        if unknown:
+            raise ValueError(f"experiment {self.name!r}: heaviest names no parameter {unknown}")
+        unbounded = [p.name for p in declared if p.kind in ("int", "float") and p.max is None]
+        if unbounded:  # its cost could not be bounded, nor maxima() built
+            raise ValueError(f"experiment {self.name!r}: {unbounded} declare no maximum")
+
+    @property
+    def trains(self) -> bool:
+        """Whether a run trains (it steps an optimizer and reports progress)."""
+        return self.total_steps is not None
+
+    @property
+    def streams(self) -> bool:
+        """Whether ``entry`` shows its result as it grows: it yields the result so far, and
+        last the whole run (a generator function), rather than returning it."""
+        return inspect.isgeneratorfunction(self.entry)
+
+    @property
+    def parameters(self) -> tuple[Parameter, ...]:
+        """The declared parameters; a sized one's help states the experiment's :attr:`cost`."""
+        return _with_cost(parameters_of(self.params_type), self.cost)
+
+    def maxima(self) -> dict[str, Any]:
+        """The costliest allowed request: every number at its maximum (a list as long as
+        allowed), every bool true, every choice its last, except what :attr:`heaviest` names
+        (the choices that cost most, found with ``benchmarks/maxima.py``)."""
+        out: dict[str, Any] = {}
+        for p in parameters_of(self.params_type):
+            if p.kind in ("int", "float"):
+                top = cast(float, p.max)  # every number declares one: see __post_init__
+                out[p.name] = int(top) if p.kind == "int" else top
+            elif p.kind == "float_list":
+                out[p.name] = [p.max] * (p.max_len or 1)
+            elif p.kind == "bool":
+                out[p.name] = True
+            else:
+                out[p.name] = (p.choices or ())[-1]
+        return {**out, **self.heaviest}
+
+    def make_params(self, values: Mapping[str, object]) -> Any:
+        """Validate ``values`` (names and each value) and build the ``Params`` instance."""
+        return make_params(self.params_type, values, self.name)
+
+
+@functools.cache
+def _with_cost(parameters: tuple[Parameter, ...], cost: Cost) -> tuple[Parameter, ...]:
+    return tuple(
+        dataclasses.replace(p, help=f"{p.help} ({cost})") if p.sized else p for p in parameters
+    )

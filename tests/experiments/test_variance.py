@@ -1,0 +1,18 @@
+"""``variance``: its tables read the same from a run and from the run's JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from normlab.experiments.variance import VarianceCurve, VarianceResult
+
+
+def test_an_overflowed_variance_reads_dash_from_the_run_and_from_its_json() -> None:
+    # float32 tops out near 3.4e38: a variance past it is inf in the run and null in its JSON
+    curve = VarianceCurve(gain=1.5, measured=[2.0, math.inf], theory=[2.25, 5.0625])
+    ran = VarianceResult(layers=[1, 2], curves=[curve], activation="linear")
+    back = VarianceResult.from_raw(json.loads(json.dumps(ran.to_dict(), allow_nan=False)))
+    assert back.curves[0].measured[1] is None
+    assert ran.tables()[0].rows == [("1", "2 / 2.25"), ("2", "- / 5.062")]
+    assert back.tables() == ran.tables()
