@@ -4,6 +4,7 @@ nothing about what the test sees."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -26,3 +27,46 @@ def at_each_step(do: Callable[[int], None]) -> Iterator[None]:
         yield
     finally:
         handle.remove()
+
+
+WAIT_S = 120.0
+"""The most a gate waits: a bug fails the test, it never hangs it."""
+
+
+class Gate:
+    """Optimizer steps that wait: while the gate is closed, each step taken in the process waits
+    after it is done (in its own thread) until the gate opens. Pass it to :func:`at_each_step`.
+
+    A test closes it, waits until ``n`` steps wait (every run it started is then between two
+    steps), checks what must hold meanwhile, and opens it again.
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._closed = False
+        self.waiting = 0  # steps waiting now
+
+    def __call__(self, step: int) -> None:
+        with self._changed:
+            if not self._closed:
+                return
+            self.waiting += 1
+            self._changed.notify_all()
+            self._changed.wait_for(lambda: not self._closed, timeout=WAIT_S)
+            self.waiting -= 1
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+
+    def open(self) -> None:
+        with self._changed:
+            self._closed = False
+            self._changed.notify_all()
+
+    def wait_for(self, n: int) -> None:
+        """Return once ``n`` steps wait at the (closed) gate."""
+        with self._changed:
+            assert self._changed.wait_for(lambda: self.waiting >= n, timeout=WAIT_S), (
+                f"{self.waiting} of {n} steps reached the gate"
+            )
