@@ -70,3 +70,45 @@ class Gate:
             assert self._changed.wait_for(lambda: self.waiting >= n, timeout=WAIT_S), (
                 f"{self.waiting} of {n} steps reached the gate"
             )
+
+
+HELD = "held at step 2"
+"""What :func:`_main`'s process prints on stdout when its 2nd optimizer step waits."""
+
+
+def _main() -> int:
+    """``python tests/lab/steps.py ARGS``: ``normlab ARGS``, whose 2nd optimizer step (a lab's
+    run or warm-up "while it trains") prints :data:`HELD` on stdout and waits until a line comes
+    on stdin or the lab's runner is cancelled (its Ctrl+C). A test that starts a lab process
+    acts at that point, not after a sleep it hopes is long enough."""
+    import sys
+
+    from normlab.__main__ import main
+    from normlab.lab.runner import Runner
+
+    go_on = threading.Event()
+    cancel = Runner.cancel
+
+    def cancel_and_go_on(self: Runner) -> None:
+        cancel(self)
+        go_on.set()
+
+    Runner.cancel = cancel_and_go_on  # type: ignore[method-assign]
+
+    def read_a_line() -> None:
+        if sys.stdin is not None and sys.stdin.readline():  # at its end (no line): hold on
+            go_on.set()
+
+    threading.Thread(target=read_a_line, daemon=True).start()
+
+    def hold(step: int) -> None:
+        if step == 2:
+            print(HELD, flush=True)
+            go_on.wait(WAIT_S)
+
+    with at_each_step(hold):
+        return main()
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())
