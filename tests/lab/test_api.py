@@ -724,6 +724,6 @@ def _sandbox_processes(pid: int) -> set[int]:
                 cmdline = f.read()
         except OSError:
             continue
-        if b"bwrap" in cmdline or b"_sandbox_child" in cmdline or b"sandbox" in cmdline:
+        if b"bwrap" in cmdline or b"sandbox" in cmdline:
             found.add(child)
     return found
