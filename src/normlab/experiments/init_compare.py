@@ -11,7 +11,6 @@ prediction beside each, and histograms of the activations at one deep layer.
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +22,7 @@ from normlab.experiments.params import device_param, param, seed_param
 from normlab.experiments.registry import Cost, Experiment
 from normlab.experiments.results import Histogram, Result
 from normlab.figures import Table
-from normlab.models import fmt, he_normal, histogram, xavier_uniform
+from normlab.models import fmt, fmt_as, he_normal, histogram, xavier_uniform
 from normlab.theory import relu_variance
 
 LOG_FLOOR = 1e-30
@@ -124,11 +123,6 @@ def init_compare(
     }
 
 
-def fmt_g(x: float | None) -> str:
-    """``x`` to 3 significant digits (variances span decades); ``-`` if missing or not finite."""
-    return f"{x:.3g}" if x is not None and math.isfinite(x) else "-"
-
-
 def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
     """The formulas beside what torch draws, then each scheme's variance at some of the layers."""
     check = [
@@ -142,7 +136,7 @@ def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
     curves = result["curves"]
     depth = len(curves[0]["variances"])
     shown = sorted({1, 2, 5, 10, 15, 20, 30, 40, 50, 60, depth} & set(range(1, depth + 1)))
-    rows = [[str(k), *(fmt_g(c["variances"][k - 1]) for c in curves)] for k in shown]
+    rows = [[str(k), *(fmt_as(c["variances"][k - 1], ".3g") for c in curves)] for k in shown]
     return [
         {
             "title": "Formula vs torch.nn.init",
@@ -268,7 +262,7 @@ EXPERIMENT = Experiment(
         relu_stack,
         init_compare,
         fmt,
-        fmt_g,
+        fmt_as,
         tables,
     ),
     cost=Cost(8.0),
