@@ -5,7 +5,7 @@ Two rules from DESIGN.md ("Arrows point one way"):
 - **No private reach.** No module imports a private (``_``-prefixed) name from a module outside
   its own package folder, nor reads one as an attribute of such a module
   (``torch.nn.modules.conv._ConvNd``, ``init._calculate_fan_in_and_fan_out``). A private
-  *module* of another folder (``normlab.lab._sandbox_child``) counts as a private name too.
+  *module* of another folder (``normlab.doctor._private``) counts as a private name too.
   The same folder is one package: its modules share their private helpers, as torch's
   ``nn/modules/`` do. Dunders (``__version__``) are public.
 - **No circles.** The graph whose nodes are the modules of ``src/normlab`` and whose edges are

@@ -285,7 +285,7 @@ def test_a_streaming_script_runs_its_generator_through_then_shows_the_last(name:
 def test_the_script_binds_the_parameters_it_was_asked_for() -> None:
     text = script.render(get_experiment("drift"), {"depth": 13, "activation": "tanh"})
     assert "depth=13" in text and 'activation="tanh"' in text
-    assert text.rstrip().endswith("show(result)")
+    assert text.rstrip().endswith("print_tables(tables(result))")
 
 
 def test_render_validates_its_parameters() -> None:

@@ -464,6 +464,19 @@ def fmt(x: float | None, digits: int = 4) -> str:
     return text[1:] if text.startswith("-") and float(text) == 0 else text
 
 
+def fmt_as(x: float | None, spec: str) -> str:
+    """``x`` in a format ``spec`` (``".4g"``, ``".2e"``); ``-`` where :func:`fmt` writes it.
+
+    Examples::
+
+        >>> fmt_as(1234567.0, ".4g"), fmt_as(0.000123, ".2e"), fmt_as(None, ".4g")
+        ('1.235e+06', '1.23e-04', '-')
+    """
+    if x is None or x != x or x in (float("inf"), float("-inf")):
+        return "-"
+    return format(x, spec)
+
+
 def print_tables(tables: list[dict[str, Any]]) -> None:
     """Print tables of formatted cells: each one's title, its columns aligned, its notes.
 

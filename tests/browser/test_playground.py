@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from labpage import SCREENSHOTS
+from test_exercise_editor import Lab, learner
 
 pytestmark = pytest.mark.browser
 
@@ -165,6 +167,42 @@ def test_edits_are_kept_and_reset_restores(page: Any, server: str) -> None:
     page.reload()
     page.wait_for_function(READY)
     assert listing(page, 0).locator("textarea").input_value() == original
+
+
+@pytest.fixture
+def own_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """A lab of this test's own, which it restarts on the same progress database."""
+    yield from learner(tmp_path_factory, "P")
+
+
+def _put_listing(request: Any) -> bool:
+    return request.method == "PUT" and "/api/listings/" in request.url
+
+
+def test_code_typed_in_a_listing_is_there_after_a_lab_restart(page: Any, own_lab: Lab) -> None:
+    """A save in flight while the learner types on: the page says "saved" only once the last
+    edit is kept, so a lab restarted then still has it (the first save's answer used to say so,
+    and the restart lost what came after)."""
+    page.goto(f"{own_lab.base}/lessons/batch-norm")
+    page.wait_for_function(READY)
+    box = listing(page, 0).locator("textarea")
+    box.click()
+    page.keyboard.press("Control+End")
+    with page.expect_request(_put_listing):  # the first half is on its way to the lab
+        page.keyboard.type("\n# my note: the batch's own mean")
+    page.keyboard.type(" and its biased variance")  # typed on while that save is under way
+    mine = box.input_value()
+    page.wait_for_function(
+        "() => document.querySelectorAll('.nl-code')[0].querySelector('.nl-saved-note')"
+        ".textContent === 'your edits are saved'"
+    )
+    assert _saved(own_lab.base)["batch-norm-columns"] == mine
+
+    own_lab.stop()
+    own_lab.start()  # a new process on the same --db
+    page.goto(f"{own_lab.base}/lessons/batch-norm")
+    page.wait_for_function(READY)
+    assert listing(page, 0).locator("textarea").input_value() == mine
 
 
 FLOOD = "for i in range(200000):\n    print(i)\n"

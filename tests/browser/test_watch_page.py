@@ -30,6 +30,10 @@ pytestmark = pytest.mark.browser
 
 TRACES = """() => [...document.querySelectorAll('.nl-watch-plot .nl-figure-plot')].map((gd) =>
   (gd.data || []).map((t) => ({ name: t.name, x: t.x })))"""
+FITS = """() => [...document.querySelectorAll('.nl-watch-plot .nl-figure-plot')].every((gd) =>
+  gd._fullLayout && Math.abs(gd._fullLayout.width - gd.clientWidth) < 1)"""
+"""Every plot drawn at its box's width: the redraw after a resize is done (render.js's own,
+200 ms after it, or plotly's)."""
 ROWS = """() => [...document.querySelectorAll('.nl-watch-table tbody tr')]
   .map((r) => [...r.children].map((c) => c.textContent))"""
 
@@ -93,7 +97,7 @@ def server(log: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]
     finally:
         proc.terminate()
         try:
-            proc.wait(timeout=10)
+            proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
             raise
@@ -109,7 +113,7 @@ def _records(page: Any, n: int) -> None:
 def test_watch_draws_the_log_and_redraws_it_as_it_grows(
     page: Any, server: str, log: Path, lines: list[str]
 ) -> None:
-    page.set_default_timeout(20_000)  # the page needs no training: nothing here takes long
+    page.set_default_timeout(60_000)  # the page needs no training: a hang guard
     log.write_text("".join(lines[:4]))
     page.goto(f"{server}/watch")
     _records(page, 4)
@@ -140,11 +144,11 @@ def test_watch_draws_the_log_and_redraws_it_as_it_grows(
     )
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "watch.png"), full_page=True)
-    with urllib.request.urlopen(f"{server}/api/watch", timeout=10) as r:
+    with urllib.request.urlopen(f"{server}/api/watch", timeout=60) as r:
         state = json.loads(r.read())
     assert state["records"] == 10 and state["skipped"] == 1
     scale = state["figures"][0]["panels"][0]["series"]
     assert [s["name"] for s in scale] == ["model[0]", "model[2]", "model[4]"]  # as drawn
     page.set_viewport_size({"width": 390, "height": 800})  # a phone: nothing scrolls sideways
-    page.wait_for_timeout(400)  # render.js redraws 200 ms after a resize
+    page.wait_for_function(FITS)
     assert page.evaluate("() => document.scrollingElement.scrollWidth") <= 390

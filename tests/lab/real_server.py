@@ -94,7 +94,7 @@ def serving(app: FastAPI) -> Iterator[int]:
     finally:
         lab_app._end_streams(app)
         server.should_exit = True
-        thread.join(timeout=15)
+        thread.join(timeout=60)
         assert not thread.is_alive(), "the server did not stop"
 
 
@@ -102,7 +102,7 @@ class EventStream:
     """An open ``GET`` of an event stream: its response, and its events read one by one."""
 
     def __init__(
-        self, port: int, path: str, headers: dict[str, str] | None = None, timeout: float = 10
+        self, port: int, path: str, headers: dict[str, str] | None = None, timeout: float = 60
     ) -> None:
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
         self.conn.request("GET", path, headers=headers or {})

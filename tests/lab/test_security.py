@@ -224,14 +224,14 @@ def test_real_server_off_loopback_needs_token(tmp_path: os.PathLike[str]) -> Non
         base = f"http://127.0.0.1:{port}"
         assert wait_until_serving(proc, base) == 403, "the lab answered without its token"
         with pytest.raises(urllib.error.HTTPError) as refused:
-            urllib.request.urlopen(f"{base}/api/experiments", timeout=10)
+            urllib.request.urlopen(f"{base}/api/experiments", timeout=60)
         with refused.value as answer:
             assert answer.code == 403
             assert json.loads(answer.read())["detail"]["parameter"] == "token"
-        with urllib.request.urlopen(f"{base}/api/experiments?token={token}", timeout=10) as r:
+        with urllib.request.urlopen(f"{base}/api/experiments?token={token}", timeout=60) as r:
             assert r.status == 200
     finally:
         proc.terminate()
-        proc.wait(timeout=20)
+        proc.wait(timeout=120)  # the warm-up stops at its next step: a hang guard
         if proc.stdout is not None:
             proc.stdout.close()

@@ -39,6 +39,7 @@ from normlab.lab.app import create_app
 from normlab.lab.lessons.markup import num
 
 from .real_server import EventStream, serving
+from .steps import Gate, at_each_step
 
 LAB = "http://127.0.0.1"
 SMALL = "dataset=blobs&points=40&depth=1&width=4"
@@ -55,7 +56,8 @@ def _runs(app: FastAPI) -> int:
     return len(app.state.train_runs)
 
 
-def _wait(condition: Any, what: str, timeout: float = 5) -> None:
+def _wait(condition: Any, what: str, timeout: float = 120) -> None:
+    """Poll ``condition`` (a hang guard of ``timeout`` s: a bug fails, a slow machine waits)."""
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, what
@@ -217,7 +219,7 @@ def _control(port: int, run: dict[str, Any], body: dict[str, Any], **headers: st
         method="POST",
     )
     try:
-        with urllib.request.urlopen(req, timeout=10) as r:
+        with urllib.request.urlopen(req, timeout=60) as r:
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as err:
         return err.code, json.loads(err.read())
@@ -302,20 +304,28 @@ def test_a_link_s_step_count_is_replayed() -> None:
     assert frame["step"] == 30 and frame["boundary"] == session.frame()["boundary"]
 
 
-def _answers_quickly(port: int, path: str = "/") -> float:
+def _answers(port: int, path: str = "/") -> float:
+    """GET ``path``: it must answer 200; the seconds it took."""
     started = time.monotonic()
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=60) as r:
         assert r.status == 200
         r.read()
     return time.monotonic() - started
 
 
+def _playing_runs(port: int) -> list[EventStream]:
+    """:data:`trainruns.MAX_RUNS` runs playing, each past its first frame."""
+    streams = [_open(port, SMALL + "&play=true&fps=60") for _ in range(trainruns.MAX_RUNS)]
+    for s in streams:
+        assert s.response.status == 200 and s.until("frame")["a"]["step"] >= 0
+    return streams
+
+
 def test_runs_are_bounded_and_pages_answer_meanwhile() -> None:
-    with _lab() as (app, port):
-        streams = [_open(port, SMALL + "&play=true&fps=60") for _ in range(trainruns.MAX_RUNS)]
+    gate = Gate()
+    with _lab() as (app, port), at_each_step(gate):
+        streams = _playing_runs(port)
         try:
-            for s in streams:
-                assert s.response.status == 200 and s.until("frame")["a"]["step"] >= 0
             one_more = _open(port)
             assert one_more.response.status == 503
             assert one_more.response.getheader("retry-after") == "5"
@@ -325,16 +335,33 @@ def test_runs_are_bounded_and_pages_answer_meanwhile() -> None:
             one_more.close()
             for s in streams:  # every run trains on, frame after frame
                 assert s.until("frame")["a"]["step"] > 0
-            assert max(_answers_quickly(port) for _ in range(5)) < 1.0  # the loop is free
-            assert _answers_quickly(port, "/api/train") < 1.0
+            gate.close()  # every run held inside a step: the pages answer all the same
+            gate.wait_for(trainruns.MAX_RUNS)
+            for _ in range(5):
+                _answers(port)
+            _answers(port, "/api/train")
+            gate.open()
             streams.pop().close()  # a page goes away: its run ends, its slot is free
             _wait(lambda: _runs(app) < trainruns.MAX_RUNS, "the closed stream kept its slot")
             streams.append(_open(port))
             assert streams[-1].response.status == 200 and streams[-1].until("run")
         finally:
+            gate.open()
             for s in streams:
                 s.close()
         _wait(lambda: _runs(app) == 0, "a run outlived its stream")
+
+
+@pytest.mark.serial  # a bound on time: make test runs it alone, after the parallel part
+def test_pages_answer_within_a_second_while_runs_play() -> None:
+    with _lab() as (_, port):
+        streams = _playing_runs(port)
+        try:
+            assert max(_answers(port) for _ in range(5)) < 1.0  # the loop is free
+            assert _answers(port, "/api/train") < 1.0
+        finally:
+            for s in streams:
+                s.close()
 
 
 def test_a_client_that_goes_frees_its_run_even_while_paused() -> None:
@@ -344,7 +371,7 @@ def test_a_client_that_goes_frees_its_run_even_while_paused() -> None:
         stream.until("status")
         assert _runs(app) == 1
         stream.close()
-        _wait(lambda: _runs(app) == 0, "the run outlived its client", timeout=5)
+        _wait(lambda: _runs(app) == 0, "the run outlived its client")
         status, body = _control(port, run, {"action": "play"})
         assert status == 404 and body["detail"]["parameter"] == "run_id"
 
@@ -366,6 +393,28 @@ def test_a_new_run_in_place_of_the_old_one_ends_it() -> None:
 
 
 def test_the_lab_stopping_ends_every_run() -> None:
+    steps: list[int] = []
+    with _lab() as (app, port):
+
+        def stop_at_the_third(step: int) -> None:
+            steps.append(step)
+            if step == 3:  # the lab starts stopping while the run trains (inside its 3rd step)
+                lab_app._end_streams(app)
+
+        stream = _open(port, SMALL + "&play=true")
+        with at_each_step(stop_at_the_third), pytest.raises(AssertionError, match="ended"):
+            while True:
+                stream.next()
+        assert steps == [1, 2, 3]  # it ended after its step in progress, with no other
+        stream.close()
+        refused = _open(port)
+        assert refused.response.status == 503
+        assert "stopping" in json.loads(refused.response.read())["detail"]["message"]
+        refused.close()
+
+
+@pytest.mark.serial  # a bound on time: make test runs it alone, after the parallel part
+def test_the_lab_stopping_ends_a_run_within_seconds() -> None:
     with _lab() as (app, port):
         stream = _open(port, SMALL + "&play=true")
         stream.until("frame")
@@ -376,10 +425,6 @@ def test_the_lab_stopping_ends_every_run() -> None:
                 stream.next()
         assert time.monotonic() - started < 3
         stream.close()
-        refused = _open(port)
-        assert refused.response.status == 503
-        assert "stopping" in json.loads(refused.response.read())["detail"]["message"]
-        refused.close()
 
 
 def test_control_refusals() -> None:

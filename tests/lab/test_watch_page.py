@@ -14,6 +14,7 @@ import contextlib
 import html
 import json
 import re
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -252,10 +253,32 @@ class Stream(EventStream):
         super().__init__(port, f"/api/watch/stream{query}", headers=headers)
 
 
+class Looks:
+    """The stream's looks at the log, counted: ``with looks.held():`` no look happens (one
+    waits), so the test changes the log or stops the lab between two looks, never inside one."""
+
+    def __init__(self, app: FastAPI) -> None:
+        watch = app.state.watch
+        self._state = watch.state
+        self._lock = threading.Lock()
+        self.versions: list[int] = []  # each look's state version, in order
+        watch.state = self._look
+
+    def _look(self) -> dict[str, Any]:
+        with self._lock:
+            state: dict[str, Any] = self._state()
+            self.versions.append(state["version"])
+            return state
+
+    def held(self) -> threading.Lock:
+        return self._lock
+
+
 def test_the_stream_sends_a_new_event_when_the_log_grows(lines: list[str], tmp_path: Path) -> None:
     log = tmp_path / "run.jsonl"
     log.write_text("".join(lines[:3]))
     app = _app(log)
+    looks = Looks(app)
     with serving(app) as port:
         stream = Stream(port)
         try:
@@ -263,13 +286,15 @@ def test_the_stream_sends_a_new_event_when_the_log_grows(lines: list[str], tmp_p
             assert stream.response.getheader("content-type").startswith("text/event-stream")
             name, first = stream.next()
             assert name == "state" and first["records"] == 3
-            started = time.monotonic()
-            with log.open("a") as f:
-                f.write("".join(lines[3:7]))
+            with looks.held():  # between two looks
+                with log.open("a") as f:
+                    f.write("".join(lines[3:7]))
+                before = len(looks.versions)
             name, grown = stream.next()
-            took = time.monotonic() - started
             assert name == "state" and grown["records"] == 7 and grown["last_step"] == 30
-            assert grown["version"] > first["version"] and took < 3
+            assert grown["version"] > first["version"]
+            # sent at the first look after the log grew (the looks are POLL_S apart)
+            assert looks.versions[before] == grown["version"]
         finally:
             stream.close()
 
@@ -278,14 +303,39 @@ def test_the_stream_ends_when_the_lab_stops(lines: list[str], tmp_path: Path) ->
     log = tmp_path / "run.jsonl"
     log.write_text(lines[0])
     app = _app(log)
+    looks = Looks(app)
     with serving(app) as port:
         stream = Stream(port)
         stream.next()
-        lab_app._end_streams(app)
-        started = time.monotonic()
+        with looks.held():  # between two looks
+            lab_app._end_streams(app)
+            before = len(looks.versions)
         assert stream.response.read() == b""  # the rest of the stream: its end
-        assert time.monotonic() - started < 3
+        assert len(looks.versions) <= before + 1  # at its next look (one may have waited)
         stream.close()
+
+
+@pytest.mark.serial  # a bound on time: make test runs it alone, after the parallel part
+def test_the_stream_follows_the_log_within_seconds(lines: list[str], tmp_path: Path) -> None:
+    """The same two as above, timed: a new event within 3 s of the log growing, the end
+    within 3 s of the lab stopping (a look every POLL_S)."""
+    log = tmp_path / "run.jsonl"
+    log.write_text(lines[0])
+    app = _app(log)
+    with serving(app) as port:
+        stream = Stream(port)
+        try:
+            stream.next()
+            started = time.monotonic()
+            with log.open("a") as f:
+                f.write("".join(lines[1:3]))
+            assert stream.next()[1]["records"] == 3 and time.monotonic() - started < 3
+            lab_app._end_streams(app)
+            started = time.monotonic()
+            assert stream.response.read() == b""
+            assert time.monotonic() - started < 3
+        finally:
+            stream.close()
 
 
 def _streams_open(app: FastAPI) -> int:
@@ -310,7 +360,7 @@ def test_streams_are_bounded_and_a_closed_one_frees_its_slot(
             assert detail["parameter"] is None and "already follow this log" in detail["message"]
             one_more.close()
             streams.pop().close()  # a page goes away: its stream ends, its slot is free
-            deadline = time.monotonic() + 5
+            deadline = time.monotonic() + 120  # a hang guard: a bug fails, never a slow machine
             while _streams_open(app) >= watchpage.MAX_STREAMS:
                 assert time.monotonic() < deadline, "the closed stream kept its slot"
                 time.sleep(0.05)

@@ -25,12 +25,12 @@ from normlab.doctor.running import module_path
 from normlab.figures import Table
 
 
-def _cell(x: float, digits: int = 3) -> str:
-    return f"{x:.{digits}g}" if math.isfinite(x) else "-"
+def _cell(x: float | None, digits: int = 3) -> str:
+    return f"{x:.{digits}g}" if x is not None and math.isfinite(x) else "-"  # None: from JSON
 
 
-def _frac(x: float) -> str:
-    return f"{x:.0%}" if math.isfinite(x) else "-"
+def _frac(x: float | None) -> str:
+    return f"{x:.0%}" if x is not None and math.isfinite(x) else "-"
 
 
 def diagnosis_tables(d: Diagnosis, title: str, advice: list[Advice] | None = None) -> list[Table]:

@@ -55,23 +55,12 @@ from normlab.experiments.params import device_param, param, seed_param
 from normlab.experiments.registry import Cost, Experiment
 from normlab.experiments.results import Result
 from normlab.figures import Table
+from normlab.models import fmt, fmt_as
 from normlab.theory import BN_GROWTH_CODE, activation_pair, bn_gradient_growth, gauss_expect
 
 LOG_FLOOR = 1e-30
 """A gradient that underflowed to 0 is drawn at this floor of the log axis."""
 STACKS = ("bn", "bn-orthogonal", "bn-skip", "plain")
-NAMES = {
-    "bn": "BatchNorm, no skips",
-    "bn-orthogonal": "BatchNorm, no skips, orthogonal W",
-    "bn-skip": "BatchNorm with skips",
-    "plain": "no BatchNorm, no skips",
-}
-RULES = {
-    "bn": "E[φ'²] / Var[φ]",
-    "bn-orthogonal": "E[φ'²] / Var[φ]",
-    "bn-skip": "1 + E[φ'²] / (1 + l Var[φ])",
-    "plain": "E[φ'²] / E[φ²]",
-}
 
 
 @dataclass(frozen=True)
@@ -201,22 +190,97 @@ def bn_gradient_explosion(
     }
 
 
-def show(result: dict[str, Any]) -> None:
-    """Print each stack's growth per block, then |dL/dx_l|^2 / |dL/dx_L|^2 at every block."""
+def stack_name(stack: str) -> str:
+    """A stack's name in the tables and the figures."""
+    return {
+        "bn": "BatchNorm, no skips",
+        "bn-orthogonal": "BatchNorm, no skips, orthogonal W",
+        "bn-skip": "BatchNorm with skips",
+        "plain": "no BatchNorm, no skips",
+    }[stack]
+
+
+def growth_notes(result: dict[str, Any]) -> list[str]:
+    """What each row of the growth table means, in words (the numbers are the rows')."""
+    activation, b = result["activation"], result["batch"]
+    bn = (
+        f"{fmt(result['stacks'][0]['theory_growth'])} > 1: Var[φ] < E[φ'²] for every nonlinear "
+        "φ (the Gaussian Poincaré inequality), so BatchNorm explodes the gradient "
+        "(Yang et al. 2019)"
+        if activation != "linear"
+        else "For a linear φ, Var[φ] = E[φ'²]: 1, nothing to explode"
+    )
+    plain = {
+        "relu": "He's scale: every pre-activation keeps variance 1 and the gradient its size.",
+        "tanh": "tanh's mean is 0, so E[φ²] = Var[φ] and this plain stack grows as fast (it "
+        "is chaotic); a smaller σ_w² (the edge of chaos) brings it to 1, while BatchNorm "
+        "resets every pre-activation to variance 1 whatever the weights.",
+        "linear": "the gradient keeps its size.",
+    }[activation]
+    finite = (
+        f"exactly (B − 2)/(B − 3) − 1 = {100 * ((b - 2) / (b - 3) - 1):.2f}%"
+        if activation == "linear"
+        else f"about 1/B = {100 / b:.2f}%"
+    )
+    return [
+        "A random gradient enters above the top block L and is backpropagated to the "
+        "input; each block multiplies its squared norm by about the factor shown, fitted "
+        "over the middle blocks (away from both ends).",
+        "BatchNorm, no skips: BatchNorm divides the gradient by the batch std of its input, "
+        "which φ left at √Var[φ], while φ' passes E[φ'²] of it; the weights' scale cancels "
+        f"(orthogonal weights change nothing). {bn}.",
+        "With skips the stream's variance grows by Var[φ] a block, so a branch adds only "
+        "E[φ'²] / (1 + l Var[φ]): the gradient grows by a power of the depth, not "
+        "exponentially.",
+        f"No BatchNorm: weights N(0, σ_w²/n), σ_w² = 1/E[φ²] = {fmt(result['plain_sigma_w2'])}, "
+        + plain,
+        f"The theory is for a large batch and width. A batch of B = {b} adds {finite} per "
+        "block; a width n moves it by at most about 2% · B/n + 3/n.",
+    ]
+
+
+def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each stack's growth per block against the theory's, then |dL/dx_l|^2 at a few blocks."""
     first, last = result["fit"]
-    print(
-        f"{result['activation']}, batch {result['batch']}: growth of |dL/dx|^2 per block, ", end=""
-    )
-    print(f"going down (fit over blocks {first} to {last}): measured / theory")
-    print(
-        f"  (no BatchNorm: weight variance sigma_w2 / n, sigma_w2 = {result['plain_sigma_w2']:.4f})"
-    )
-    for s in result["stacks"]:
-        print(f"  {s['stack']}: {s['growth']:.4f} / {s['theory_growth']:.4f}")
-    print("block  " + "  ".join(f"{s['stack']} measured / theory" for s in result["stacks"]))
-    for i in range(len(result["stacks"][0]["gradients"])):
-        cells = [f"{s['gradients'][i]:.4g} / {s['theory'][i]:.4g}" for s in result["stacks"]]
-        print(f"{i + 1:5d}  " + "  ".join(cells))
+    stacks = result["stacks"]
+    rules = {
+        "bn": "E[φ'²] / Var[φ]",
+        "bn-orthogonal": "E[φ'²] / Var[φ]",
+        "bn-skip": "1 + E[φ'²] / (1 + l Var[φ])",
+        "plain": "E[φ'²] / E[φ²]",
+    }
+    growth = [
+        [stack_name(s["stack"]), fmt(s["growth"]), fmt(s["theory_growth"]), rules[s["stack"]]]
+        for s in stacks
+    ]
+    depth = len(stacks[0]["gradients"])
+    shown = sorted({1, 2, 4, 8, 16, 24, 32, 48, 64, depth} & set(range(1, depth + 1)))
+    per_block = [
+        [str(k)]
+        + [
+            f"{fmt_as(s['gradients'][k - 1], '.4g')} / {fmt_as(s['theory'][k - 1], '.4g')}"
+            for s in stacks
+        ]
+        for k in shown
+    ]
+    return [
+        {
+            "title": f"Growth of |∂L/∂x|² per block, going down ({result['activation']}; fit "
+            f"over blocks {first} to {last})",
+            "columns": ["stack", "measured", "theory", "rule"],
+            "rows": growth,
+            "notes": growth_notes(result),
+        },
+        {
+            "title": "|∂L/∂x_l|² relative to the top block's (block L = 1)",
+            "columns": [
+                "block l",
+                *(f"{stack_name(s['stack'])}: measured / theory" for s in stacks),
+            ],
+            "rows": per_block,
+            "notes": [],
+        },
+    ]
 
 
 # -- the result ---------------------------------------------------------------------------------
@@ -240,66 +304,7 @@ class BNGradientResult(Result):
     stacks: list[StackGradients]
 
     def tables(self) -> list[Table]:
-        first, last = self.fit
-        growth = [
-            (NAMES[s.stack], f"{s.growth:.4f}", f"{s.theory_growth:.4f}", RULES[s.stack])
-            for s in self.stacks
-        ]
-        depth = len(self.stacks[0].gradients)
-        shown = sorted({1, 2, 4, 8, 16, 24, 32, 48, 64, depth} & set(range(1, depth + 1)))
-        cols = ("block l", *(f"{NAMES[s.stack]}: measured / theory" for s in self.stacks))
-        rows = [
-            (str(k), *(f"{s.gradients[k - 1]:.4g} / {s.theory[k - 1]:.4g}" for s in self.stacks))
-            for k in shown
-        ]
-        return [
-            Table(
-                f"Growth of |∂L/∂x|² per block, going down ({self.activation}; fit over blocks "
-                f"{first} to {last})",
-                ("stack", "measured", "theory", "rule"),
-                growth,
-                self._notes(),
-            ),
-            Table("|∂L/∂x_l|² relative to the top block's (block L = 1)", cols, rows),
-        ]
-
-    def _notes(self) -> tuple[str, ...]:
-        """What each row means, in words (the numbers are the rows')."""
-        lam = self.stacks[0].theory_growth
-        bn = (
-            f"{lam:.4f} > 1: Var[φ] < E[φ'²] for every nonlinear φ (the Gaussian Poincaré "
-            "inequality), so BatchNorm explodes the gradient (Yang et al. 2019)"
-            if self.activation != "linear"
-            else "For a linear φ, Var[φ] = E[φ'²]: 1, nothing to explode"
-        )
-        plain = {
-            "relu": "He's scale: every pre-activation keeps variance 1 and the gradient its size.",
-            "tanh": "tanh's mean is 0, so E[φ²] = Var[φ] and this plain stack grows as fast (it "
-            "is chaotic); a smaller σ_w² (the edge of chaos) brings it to 1, while BatchNorm "
-            "resets every pre-activation to variance 1 whatever the weights.",
-            "linear": "the gradient keeps its size.",
-        }[self.activation]
-        b = self.batch
-        finite = (
-            f"exactly (B − 2)/(B − 3) − 1 = {100 * ((b - 2) / (b - 3) - 1):.2f}%"
-            if self.activation == "linear"
-            else f"about 1/B = {100 / b:.2f}%"
-        )
-        return (
-            "A random gradient enters above the top block L and is backpropagated to the "
-            "input; each block multiplies its squared norm by about the factor shown, fitted "
-            "over the middle blocks (away from both ends).",
-            "BatchNorm, no skips: BatchNorm divides the gradient by the batch std of its input, "
-            "which φ left at √Var[φ], while φ' passes E[φ'²] of it; the weights' scale cancels "
-            f"(orthogonal weights change nothing). {bn}.",
-            "With skips the stream's variance grows by Var[φ] a block, so a branch adds only "
-            "E[φ'²] / (1 + l Var[φ]): the gradient grows by a power of the depth, not "
-            "exponentially.",
-            f"No BatchNorm: weights N(0, σ_w²/n), σ_w² = 1/E[φ²] = {self.plain_sigma_w2:.4f}, "
-            + plain,
-            f"The theory is for a large batch and width. A batch of B = {b} adds {finite} per "
-            "block; a width n moves it by at most about 2% · B/n + 3/n.",
-        )
+        return Table.from_dicts(tables(self.data()))
 
     def figures(self) -> list[fig.Figure]:
         first, last = self.fit
@@ -310,14 +315,14 @@ class BNGradientResult(Result):
             blocks = fig.steps(len(s.gradients), start=1)
             norms += [
                 fig.Series(
-                    NAMES[s.stack],
+                    stack_name(s.stack),
                     blocks,
                     fig.floored(s.gradients, LOG_FLOOR),
                     "line+markers",
                     color,
                 ),
                 fig.Series(
-                    f"{NAMES[s.stack]} theory",
+                    f"{stack_name(s.stack)} theory",
                     blocks,
                     s.theory,
                     color=color,
@@ -327,7 +332,7 @@ class BNGradientResult(Result):
             ]
             factors += [
                 fig.Series(
-                    NAMES[s.stack],
+                    stack_name(s.stack),
                     blocks[:-1],
                     _ratios(s.gradients),
                     "markers",
@@ -335,7 +340,7 @@ class BNGradientResult(Result):
                     legend=False,
                 ),
                 fig.Series(
-                    f"{NAMES[s.stack]} theory",
+                    f"{stack_name(s.stack)} theory",
                     blocks[:-1],
                     _ratios(s.theory),
                     color=color,
@@ -388,7 +393,8 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=BNGradientResult,
     entry=bn_gradient_explosion,
-    show=show,
+    show=None,
+    tables=tables,
     code=(
         *BN_GROWTH_CODE,
         make_activation,
@@ -399,7 +405,11 @@ EXPERIMENT = Experiment(
         layer_gradients,
         growth_fit,
         bn_gradient_explosion,
-        show,
+        stack_name,
+        fmt,
+        fmt_as,
+        growth_notes,
+        tables,
     ),
     cost=Cost(8.0),
 )

@@ -164,16 +164,33 @@ def bn_regularization(
     return {"runs": runs}
 
 
-def show(result: dict[str, Any]) -> None:
-    """Print the last epoch's loss and accuracy on both splits, the gap, and the batch noise."""
+def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The last epoch's loss and accuracy on both splits, the gap, and the batch noise."""
+    rows = []
     for run in result["runs"]:
-        gap = run["test"][-1] - run["train"][-1]
-        print(
-            f"{'with' if run['batch_norm'] else 'without'} BN: "
-            f"train loss {run['train'][-1]:.4f} (accuracy {run['train_acc'][-1]:.3f}), "
-            f"test loss {run['test'][-1]:.4f} (accuracy {run['test_acc'][-1]:.3f}), "
-            f"gap {gap:.4f}, batch noise {run['noise']:.4f}"
+        train, test = run["train"][-1], run["test"][-1]
+        gap = None if train is None or test is None else test - train  # None: a diverged run
+        rows.append(
+            [
+                "with BN" if run["batch_norm"] else "without BN",
+                fmt(train),
+                fmt(test),
+                fmt(gap),
+                fmt(run["train_acc"][-1], 3),
+                fmt(run["test_acc"][-1], 3),
+                fmt(run["noise"]),
+            ]
         )
+    columns = ["", "train loss", "test loss", "gap", "train acc", "test acc", "batch noise"]
+    note = "eval mode after the last epoch; batch noise: std of one test point's logit"
+    return [
+        {
+            "title": "Train and test after training",
+            "columns": columns,
+            "rows": rows,
+            "notes": [note],
+        }
+    ]
 
 
 # -- the result ---------------------------------------------------------------------------------
@@ -203,21 +220,7 @@ class BnRegularizationResult(Result):
     runs: list[SplitRun]  # without BN, then with BN
 
     def tables(self) -> list[Table]:
-        rows = [
-            (
-                "with BN" if r.batch_norm else "without BN",
-                fmt(r.train[-1]),
-                fmt(r.test[-1]),
-                fmt(r.gap),
-                fmt(r.train_acc[-1], 3),
-                fmt(r.test_acc[-1], 3),
-                fmt(r.noise),
-            )
-            for r in self.runs
-        ]
-        columns = ("", "train loss", "test loss", "gap", "train acc", "test acc", "batch noise")
-        note = "eval mode after the last epoch; batch noise: std of one test point's logit"
-        return [Table("Train and test after training", columns, rows, (note,))]
+        return Table.from_dicts(tables(self.data()))
 
     def figures(self) -> list[fig.Figure]:
         series = []
@@ -262,8 +265,19 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=BnRegularizationResult,
     entry=bn_regularization,
-    show=show,
-    code=(split_moons, block, MLP, evaluate, train_minibatch, batch_noise, bn_regularization, show),
+    show=None,
+    tables=tables,
+    code=(
+        split_moons,
+        block,
+        MLP,
+        evaluate,
+        train_minibatch,
+        batch_noise,
+        bn_regularization,
+        fmt,
+        tables,
+    ),
     cost=Cost(12.0),
     heaviest={"batch_size": BATCH_MIN},  # the most steps per epoch
     total_steps=lambda p: 2 * p.epochs * (p.n_train // p.batch_size),

@@ -66,12 +66,11 @@ from normlab.experiments.params import device_param, param, seed_param
 from normlab.experiments.registry import Cost, Experiment
 from normlab.experiments.results import Result
 from normlab.figures import Table
+from normlab.models import fmt
 from normlab.theory import RESIDUAL_CODE, residual_stream
 
 BRANCH_GAIN = 1.0 / 6.0
 """The branch gain :func:`stream_theory` takes (its docstring derives it), for the lesson."""
-OPTIMIZERS = {"adam": "Adam", "sgd": "SGD"}
-"""The optimizers' names as the papers write them."""
 LOG_FLOOR = 1e-12
 """A size of exactly 0 (a zero-initialized output) is drawn at this floor of the log axis."""
 
@@ -341,35 +340,58 @@ def coord_check(
     }
 
 
-def size_text(value: float) -> str:
-    """A size or a spread with 3 significant digits; a diverged run says so."""
-    return f"{value:.3g}" if math.isfinite(value) else "diverged"
+def training_text(optimizer: str, lr: float, steps: int) -> str:
+    """What every net went through before its sizes were measured, in words."""
+    name = {"adam": "Adam", "sgd": "SGD"}[optimizer]  # as the papers write them
+    return f"{steps} {name} steps (lr {lr:g})"
 
 
-def spread_text(value: float) -> str:
-    """A spread as :func:`size_text` writes it; sizes of 0 (nan) have none."""
+def size_text(value: float | None) -> str:
+    """A size with 3 significant digits; a diverged run (inf or nan; None in JSON) says so."""
+    return "diverged" if value is None or not math.isfinite(value) else f"{value:.3g}"
+
+
+def spread_text(value: float | None, sizes: list[str] | None = None) -> str:
+    """A spread as :func:`size_text` writes it; 'n/a' where a size is 0 (nan). JSON holds None
+    for both inf and nan: the layer's size cells ``sizes`` tell which."""
+    if value is None:
+        return "diverged" if "diverged" in (sizes or []) else "n/a"
     return "n/a" if math.isnan(value) else size_text(value)
 
 
-def show(result: dict[str, Any]) -> None:
-    """Print every layer's RMS after the steps at every width (depth), and its spread."""
-    steps, optimizer, lr = result["steps"], result["optimizer"], result["lr"]
-    for key, axis in (("width_sweep", "width"), ("depth_sweep", "depth")):
-        for s in result[key]:
-            sizes = [r[axis] for r in s["runs"]]
-            print(f"{s['parametrization']}: RMS after {steps} {optimizer} steps (lr {lr:g})")
-            print(f"{axis:<13}" + "".join(f"{n:>9}" for n in sizes) + "   spread (at init)")
-            for k, name in enumerate(s["layers"]):
-                cells = "".join(f"{size_text(r['final'][k]):>9}" for r in s["runs"])
-                tail = f"{spread_text(s['spreads'][k]):>9} ({spread_text(s['init_spreads'][k])})"
-                print(f"{name:<13}{cells}{tail}")
-            losses = " ".join(f"{r['losses'][0]:.3f}->{r['losses'][-1]:.3f}" for r in s["runs"])
-            print(f"{'loss':<13}{losses}")
-            if key == "depth_sweep":  # the stream at init, measured against the recursion
-                cells = "".join(f"{size_text(r['init'][-2]):>9}" for r in s["runs"])
-                print(f"{'last hidden at init':<13}{cells}")
-                cells = "".join(f"{size_text(r['theory']):>9}" for r in s["runs"])
-                print(f"{'theory':<13}{cells}")
+def sweep_table(s: dict[str, Any], axis: str, training: str) -> dict[str, Any]:
+    """One sweep's table: every layer's RMS after the steps in every run, and its spread."""
+    runs = s["runs"]
+    rows = []
+    for k, name in enumerate(s["layers"]):
+        final = [size_text(r["final"][k]) for r in runs]
+        init = [size_text(r["init"][k]) for r in runs]
+        spreads = [spread_text(s["spreads"][k], final), spread_text(s["init_spreads"][k], init)]
+        rows.append([name, *final, *spreads])
+    if axis == "depth":  # the stream at init, measured against the residual-stream recursion
+        rows.append(["last hidden at init", *(size_text(r["init"][-2]) for r in runs), "", ""])
+        rows.append(
+            ["last hidden at init, theory", *(size_text(r["theory"]) for r in runs), "", ""]
+        )
+    losses = [f"{fmt(r['losses'][0], 3)} → {fmt(r['losses'][-1], 3)}" for r in runs]
+    rows.append(["loss", *losses, "", ""])
+    fixed = f"depth {runs[0]['depth']}" if axis == "width" else f"width {runs[0]['width']}"
+    return {
+        "title": f"{s['parametrization']}, {fixed}: RMS after {training} by {axis}",
+        "columns": [f"layer \\ {axis}", *(str(r[axis]) for r in runs), "spread", "spread at init"],
+        "rows": rows,
+        "notes": [f"spread: the largest size over the smallest across the {axis}s (1: flat)"],
+    }
+
+
+def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """A table per sweep: SP and muP by width, then muP and depth-muP by depth."""
+    training = training_text(result["optimizer"], result["lr"], result["steps"])
+    return [
+        sweep_table(s, axis, training)
+        for key, axis in (("width_sweep", "width"), ("depth_sweep", "depth"))
+        for s in result[key]
+    ]
 
 
 # -- the result ---------------------------------------------------------------------------------
@@ -409,34 +431,10 @@ class CoordCheckResult(Result):
     @property
     def training(self) -> str:
         """What every net went through before its sizes were measured, in words."""
-        return f"{self.steps} {OPTIMIZERS[self.optimizer]} steps (lr {self.lr:g})"
+        return training_text(self.optimizer, self.lr, self.steps)
 
     def tables(self) -> list[Table]:
-        return [
-            self._table(s, axis)
-            for sweeps, axis in ((self.width_sweep, "width"), (self.depth_sweep, "depth"))
-            for s in sweeps
-        ]
-
-    def _table(self, s: Sweep, axis: str) -> Table:
-        values = [getattr(r, axis) for r in s.runs]
-        rows = [
-            (
-                name,
-                *(size_text(v) for v in s.sizes(k)),
-                spread_text(s.spreads[k]),
-                spread_text(s.init_spreads[k]),
-            )
-            for k, name in enumerate(s.layers)
-        ]
-        rows.append(("loss", *(f"{r.losses[0]:.3f} → {r.losses[-1]:.3f}" for r in s.runs), "", ""))
-        fixed = f"depth {s.runs[0].depth}" if axis == "width" else f"width {s.runs[0].width}"
-        return Table(
-            f"{s.parametrization}, {fixed}: RMS after {self.training} by {axis}",
-            (f"layer \\ {axis}", *(str(v) for v in values), "spread", "spread at init"),
-            rows,
-            (f"spread: the largest size over the smallest across the {axis}s (1: flat)",),
-        )
+        return Table.from_dicts(tables(self.data()))
 
     def figures(self) -> list[fig.Figure]:
         return [self._width_figure(), self._depth_figure()]
@@ -553,7 +551,8 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=CoordCheckResult,
     entry=coord_check,
-    show=show,
+    show=None,
+    tables=tables,
     code=(
         *RESIDUAL_CODE,
         blobs,
@@ -568,9 +567,12 @@ EXPERIMENT = Experiment(
         stream_theory,
         sweep,
         coord_check,
+        fmt,
+        training_text,
         size_text,
         spread_text,
-        show,
+        sweep_table,
+        tables,
     ),
     cost=Cost(12.0),  # 7.1 s and 0.3 GiB measured at maxima() with Adam, one thread
     heaviest={"optimizer": "adam"},  # Adam keeps two moments per weight: SGD costs less

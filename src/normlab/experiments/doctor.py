@@ -20,7 +20,7 @@ import torch
 
 from normlab import doctor, zoo
 from normlab import figures as fig
-from normlab.doctor.view import diagnosis_figure, diagnosis_tables
+from normlab.doctor.view import diagnosis_figure
 from normlab.experiments.params import ParameterError, device_param, param, seed_param
 from normlab.experiments.registry import Cost, Experiment
 from normlab.experiments.results import Result
@@ -78,7 +78,7 @@ class DoctorResult(Result):
         return doctor.Diagnosis(**{f.name: getattr(self, f.name) for f in _DIAGNOSIS_FIELDS})
 
     def tables(self) -> list[Table]:
-        return diagnosis_tables(self.diagnosis, f"Diagnosis of {self.model} ({self.init} init)")
+        return Table.from_dicts(tables(self.data()))
 
     def figures(self) -> list[fig.Figure]:
         drawn = diagnosis_figure(self.diagnosis)
@@ -104,21 +104,23 @@ def doctor_zoo(
     return {"model": model, "init": init, "fix": report and dataclasses.asdict(report), **found}
 
 
-def show(result: dict[str, Any]) -> None:
-    """Print the input, every layer's statistics and labels, the verdict and what to change."""
-    print(f"input {tuple(result['input_shape'])}, std {result['input_std']:.3g}")
-    for note in result["notes"]:
-        print("note:", note)
-    for layer in result["layers"]:
-        print(
-            f"{layer['name']:>10} {layer['kind']:<12} act mean {layer['act_mean']:.3g}"
-            f"  act std {layer['act_std']:.3g}  dead {layer['dead_frac']:.0%}"
-            f"  saturated {layer['saturated_frac']:.0%}  grad std {layer['grad_std']:.3g}"
-            f"  grad ratio {layer['grad_ratio']:.3g}  {', '.join(layer['labels'])}"
-        )
-    print("verdict:", result["verdict"])
-    for suggestion in result["suggestions"]:
-        print("-", suggestion)
+def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The doctor's per-layer table, then its verdict and suggestions, as normlab shows them."""
+    from normlab.doctor import Diagnosis, LayerDiagnosis, diagnosis_tables
+
+    layers = [LayerDiagnosis(**layer) for layer in result["layers"]]
+    found = Diagnosis(
+        layers,
+        result["verdict"],
+        result["problems"],
+        result["suggestions"],
+        result["input_shape"],
+        result["input_std"],
+        result["steps"],
+        result["notes"],
+    )
+    title = f"Diagnosis of {result['model']} ({result['init']} init)"
+    return [table.to_dict() for table in diagnosis_tables(found, title)]
 
 
 EXPERIMENT = Experiment(
@@ -128,8 +130,9 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=DoctorResult,
     entry=doctor_zoo,
-    show=show,
-    code=(doctor_zoo, show),
+    show=None,
+    tables=tables,
+    code=(doctor_zoo, tables),
     cost=Cost(10.0),
     heaviest={"model": "pre-ln", "norm": "none"},  # a 12-layer transformer
 )

@@ -19,6 +19,7 @@ network optimization problems", drew such slices first).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,18 +99,39 @@ def error_surface(
     }
 
 
-def show(result: dict[str, Any]) -> None:
-    """Print where each start ends, how far apart the ends are, and the barrier between them."""
-    for name, loss, acc in zip("AB", result["final_losses"], result["accuracies"], strict=True):
-        print(f"start {name}: trained loss {loss:.4f}, accuracy {acc:.3f}")
-    print(
-        f"distance between the starts {result['start_distance']:.2f}, "
-        f"between the ends {result['end_distance']:.2f}"
-    )
-    print(f"the two nets disagree on {result['disagreement']:.1%} of the points")
-    on_segment = [v for a, v in zip(result["alphas"], result["slice"], strict=True) if 0 <= a <= 1]
-    barrier = max(on_segment) - max(result["final_losses"])
-    print(f"highest loss between the ends {max(on_segment):.4f}, barrier {barrier:.4f}")
+def ridge(
+    alphas: list[float], losses: list[float], ends: list[float]
+) -> tuple[float | None, float | None]:
+    """The highest loss between the two ends (0 <= alpha <= 1), and the barrier: how far that
+    rises above the larger end (0 or less for a convex loss). ``None`` if a loss is not finite."""
+    between = [v for a, v in zip(alphas, losses, strict=True) if 0 <= a <= 1]
+    if not all(v is not None and math.isfinite(v) for v in [*between, *ends]):
+        return None, None  # a diverged run: no barrier to speak of
+    peak = max(between)
+    return peak, peak - max(ends)
+
+
+def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Where each start ends, how far apart the ends are, and the barrier between them."""
+    rows = [
+        [f"start {name}", fmt(loss), fmt(acc, 3)]
+        for name, loss, acc in zip("AB", result["final_losses"], result["accuracies"], strict=True)
+    ]
+    peak, barrier = ridge(result["alphas"], result["slice"], result["final_losses"])
+    notes = [
+        f"distance between the starts {fmt(result['start_distance'], 2)}, "
+        f"between the ends {fmt(result['end_distance'], 2)}",
+        f"the two nets disagree on {result['disagreement']:.1%} of the points",
+        f"highest loss between the ends {fmt(peak)}, barrier {fmt(barrier)}",
+    ]
+    return [
+        {
+            "title": "Two starts, trained",
+            "columns": ["", "trained loss", "accuracy"],
+            "rows": rows,
+            "notes": notes,
+        }
+    ]
 
 
 # -- the result ---------------------------------------------------------------------------------
@@ -137,17 +159,7 @@ class ErrorSurfaceResult(Result):
         return self.peak_between - max(self.final_losses)
 
     def tables(self) -> list[Table]:
-        rows = [
-            (f"start {name}", fmt(loss), fmt(acc, 3))
-            for name, loss, acc in zip("AB", self.final_losses, self.accuracies, strict=True)
-        ]
-        notes = (
-            f"distance between the starts {self.start_distance:.2f}, "
-            f"between the ends {self.end_distance:.2f}",
-            f"the two nets disagree on {self.disagreement:.1%} of the points",
-            f"highest loss between the ends {fmt(self.peak_between)}, barrier {fmt(self.barrier)}",
-        )
-        return [Table("Two starts, trained", ("", "trained loss", "accuracy"), rows, notes)]
+        return Table.from_dicts(tables(self.data()))
 
     def figures(self) -> list[fig.Figure]:
         colors = (fig.RED, fig.BLUE)
@@ -188,8 +200,9 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=ErrorSurfaceResult,
     entry=error_surface,
-    show=show,
-    code=(two_moons, block, MLP, train, slice_losses, error_surface, show),
+    show=None,
+    tables=tables,
+    code=(two_moons, block, MLP, train, slice_losses, error_surface, fmt, ridge, tables),
     cost=Cost(10.0),
     total_steps=lambda p: 2 * p.steps,
 )

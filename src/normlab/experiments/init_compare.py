@@ -22,7 +22,7 @@ from normlab.experiments.params import device_param, param, seed_param
 from normlab.experiments.registry import Cost, Experiment
 from normlab.experiments.results import Histogram, Result
 from normlab.figures import Table
-from normlab.models import he_normal, histogram, xavier_uniform
+from normlab.models import fmt, fmt_as, he_normal, histogram, xavier_uniform
 from normlab.theory import relu_variance
 
 LOG_FLOOR = 1e-30
@@ -123,16 +123,34 @@ def init_compare(
     }
 
 
-def show(result: dict[str, Any]) -> None:
-    """Print the formula check, then each scheme's variance at every layer."""
-    print(f"Xavier uniform bound a: formula {result['xavier_bound_formula']:.5f}, ", end="")
-    print(f"torch max |w| {result['xavier_max_abs']:.5f}")
-    print(f"He normal std: formula {result['he_std_formula']:.5f}, ", end="")
-    print(f"torch std {result['he_std_measured']:.5f}")
+def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The formulas beside what torch draws, then each scheme's variance at some of the layers."""
+    check = [
+        [
+            "Xavier uniform bound a",
+            fmt(result["xavier_bound_formula"], 5),
+            f"{fmt(result['xavier_max_abs'], 5)} (max |w|)",
+        ],
+        ["He normal std", fmt(result["he_std_formula"], 5), fmt(result["he_std_measured"], 5)],
+    ]
     curves = result["curves"]
-    print("layer  " + " | ".join(c["scheme"] for c in curves))
-    for k in range(len(curves[0]["variances"])):
-        print(f"layer {k + 1}: " + " | ".join(f"{c['variances'][k]:.3g}" for c in curves))
+    depth = len(curves[0]["variances"])
+    shown = sorted({1, 2, 5, 10, 15, 20, 30, 40, 50, 60, depth} & set(range(1, depth + 1)))
+    rows = [[str(k), *(fmt_as(c["variances"][k - 1], ".3g") for c in curves)] for k in shown]
+    return [
+        {
+            "title": "Formula vs torch.nn.init",
+            "columns": ["", "formula", "torch draws"],
+            "rows": check,
+            "notes": [],
+        },
+        {
+            "title": "Deep ReLU stack: activation variance per layer",
+            "columns": ["layer", *(c["scheme"] for c in curves)],
+            "rows": rows,
+            "notes": [f"{len(shown)} of the {depth} layers; the figure draws every one"],
+        },
+    ]
 
 
 # -- the result ---------------------------------------------------------------------------------
@@ -156,25 +174,7 @@ class InitCompareResult(Result):
     curves: list[SchemeCurve]
 
     def tables(self) -> list[Table]:
-        check = [
-            (
-                "Xavier uniform bound a",
-                f"{self.xavier_bound_formula:.5f}",
-                f"{self.xavier_max_abs:.5f} (max |w|)",
-            ),
-            ("He normal std", f"{self.he_std_formula:.5f}", f"{self.he_std_measured:.5f}"),
-        ]
-        depth = len(self.curves[0].variances)
-        shown = sorted({1, 2, 5, 10, 15, 20, 30, 40, 50, 60, depth} & set(range(1, depth + 1)))
-        rows = [(str(k), *(f"{c.variances[k - 1]:.3g}" for c in self.curves)) for k in shown]
-        return [
-            Table("Formula vs torch.nn.init", ("", "formula", "torch draws"), check),
-            Table(
-                "Deep ReLU stack: activation variance per layer",
-                ("layer", *(c.scheme for c in self.curves)),
-                rows,
-            ),
-        ]
+        return Table.from_dicts(tables(self.data()))
 
     def figures(self) -> list[fig.Figure]:
         return [self._variance_figure(), self._histogram_figure()]
@@ -250,7 +250,8 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=InitCompareResult,
     entry=init_compare,
-    show=show,
+    show=None,
+    tables=tables,
     code=(
         relu_variance,
         xavier_uniform,
@@ -260,7 +261,9 @@ EXPERIMENT = Experiment(
         histogram,
         relu_stack,
         init_compare,
-        show,
+        fmt,
+        fmt_as,
+        tables,
     ),
     cost=Cost(8.0),
 )

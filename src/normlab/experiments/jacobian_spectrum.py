@@ -46,7 +46,7 @@ from normlab.experiments.params import device_param, param, seed_param
 from normlab.experiments.registry import Cost, Experiment
 from normlab.experiments.results import Result
 from normlab.figures import Table
-from normlab.models import fmt
+from normlab.models import fmt, fmt_as
 from normlab.theory import JACOBIAN_CODE, activation_pair, gauss_expect, jacobian_spectrum
 
 ZERO = 1e-12
@@ -174,23 +174,44 @@ def dynamical_isometry(
     }
 
 
-def show(result: dict[str, Any]) -> None:
-    """Print the critical point, then every depth's mean and variance of s^2 against theory."""
-    print(f"{result['activation']} at q* = {result['q_star']:.4g}: ", end="")
-    print(f"sigma_w2 = {result['sigma_w2']:.6f}, sigma_b2 = {result['sigma_b2']:.4g}")
+def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Mean and spread of s^2 at a few depths, against the theory, for both kinds of weights."""
     runs = result["runs"]
-    head = "{}: mean, var, var/mean^2 (theory), max"
-    print("depth  " + "  ".join(head.format(r["weights"]) for r in runs))
-    for i in range(len(runs[0]["mean"])):
-        cells = [
-            f"{r['mean'][i]:.4f}, {r['variance'][i]:.4g}, {r['relative'][i]:.4g} "
-            f"({r['theory']['variance'][i]:.4g}), {r['largest'][i]:.4g}"
-            for r in runs
-        ]
-        print(f"{i + 1:5d}  " + "  ".join(cells))
+    depth = len(runs[0]["mean"])
+    shown = sorted({1, 2, 4, 8, 16, 32, 64, depth} & set(range(1, depth + 1)))
+    columns = ["depth"]
+    for r in runs:
+        w = r["weights"]
+        columns += [f"{w} mean", f"{w} var", f"{w} var/mean² (theory)"]
+    rows = []
+    for d in shown:
+        row = [str(d)]
+        for r in runs:
+            relative = f"{fmt_as(r['relative'][d - 1], '.4g')} "
+            relative += f"({fmt_as(r['theory']['variance'][d - 1], '.4g')})"
+            row += [fmt(r["mean"][d - 1]), fmt_as(r["variance"][d - 1], ".4g"), relative]
+        rows.append(row)
+    notes = [
+        f"{result['activation']} at q* = {result['q_star']:.4g}: sigma_w2 = "
+        f"{fmt(result['sigma_w2'], 6)}, sigma_b2 = {fmt_as(result['sigma_b2'], '.4g')} "
+        "(the critical line chi_1 = 1)",
+        "theory (Pennington et al. 2017): mean 1, var = mean² L (mu2/mu1² - 1 - s1), "
+        f"for L/n small (here up to {depth / result['width']:.3g})",
+    ]
     for r in runs:
         beyond = [h["beyond"] for h in r["histograms"]]
-        print(f"{r['weights']}: s^2 above 3 at depths {result['hist_depths']}: {beyond}")
+        notes.append(
+            f"{r['weights']}: largest s² {fmt_as(r['largest'][-1], '.4g')} at depth {depth}; "
+            f"s² above 3 at depths {result['hist_depths']}: {beyond}"
+        )
+    return [
+        {
+            "title": "Squared singular values s² of the Jacobian",
+            "columns": columns,
+            "rows": rows,
+            "notes": notes,
+        }
+    ]
 
 
 # -- the result ---------------------------------------------------------------------------------
@@ -239,26 +260,7 @@ class JacobianSpectrumResult(Result):
         return next(r for r in self.runs if r.weights == weights)
 
     def tables(self) -> list[Table]:
-        shown = sorted({1, 2, 4, 8, 16, 32, 64, self.depth} & set(range(1, self.depth + 1)))
-        cols = ["depth"]
-        for r in self.runs:
-            cols += [f"{r.weights} mean", f"{r.weights} var", f"{r.weights} var/mean² (theory)"]
-        rows = []
-        for d in shown:
-            row = [str(d)]
-            for r in self.runs:
-                relative = f"{r.relative[d - 1]:.4g} ({r.theory.variance[d - 1]:.4g})"
-                row += [fmt(r.mean[d - 1]), f"{r.variance[d - 1]:.4g}", relative]
-            rows.append(tuple(row))
-        notes = (
-            f"{self.activation} at q* = {self.q_star:.4g}: sigma_w2 = {self.sigma_w2:.6f}, "
-            f"sigma_b2 = {self.sigma_b2:.4g} (the critical line chi_1 = 1)",
-            "theory (Pennington et al. 2017): mean 1, var = mean² L (mu2/mu1² - 1 - s1), "
-            f"for L/n small (here up to {self.depth / self.width:.3g})",
-        )
-        return [
-            Table("Squared singular values s² of the Jacobian", tuple(cols), rows, notes),
-        ]
+        return Table.from_dicts(tables(self.data()))
 
     def figures(self) -> list[fig.Figure]:
         return [self._histogram_figure(), self._moments_figure()]
@@ -346,7 +348,8 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=JacobianSpectrumResult,
     entry=dynamical_isometry,
-    show=show,
+    show=None,
+    tables=tables,
     code=(
         *JACOBIAN_CODE,  # normlab.theory's prediction, pasted into the script with its helpers
         critical_point,
@@ -354,7 +357,9 @@ EXPERIMENT = Experiment(
         jacobian_spectra,
         histogram,
         dynamical_isometry,
-        show,
+        fmt,
+        fmt_as,
+        tables,
     ),
     cost=Cost(12.0),
 )

@@ -44,18 +44,11 @@ from normlab.models import (
     ResidualBranch,
     SelfAttention,
     TransformerBlock,
+    fmt_as,
     lecun_linear,
 )
 from normlab.theory import RESIDUAL_CODE, residual_stream
 
-NAMES = {
-    "post": "post-LN",
-    "pre": "pre-LN",
-    "peri": "peri-LN",
-    "dyt": "DyT",
-    "none": "no norm, 1/√branches",
-    "rezero": "ReZero",
-}
 RANK_ONE_FLOOR = 1e-8
 """Rank-one residuals are drawn at least at this floor of the log axis: below it a float32 token
 matrix is rank one to its precision (and identical tokens give exactly 0)."""
@@ -182,34 +175,78 @@ def compare_placements(
     }
 
 
-def show(result: dict[str, Any]) -> None:
-    """Print every block of every stack: second moment (and its prediction), gradient, cosine,
-    rank-one residual."""
-    for stack in result["stacks"]:
-        print(f"{stack['placement']} (branch scale {stack['branch_scale']:.4g})")
-        print("block  E|x|^2/d  theory  grad norm  cosine  rank-1 residual")
-        for i, m in enumerate(stack["second_moment"]):
-            theory = "-" if stack["theory"] is None else f"{stack['theory'][i]:.4g}"
-            print(
-                f"{i:5d}  {m:.4g}  {theory}  {stack['grad_norm'][i]:.4g}  "
-                f"{stack['cosine'][i]:.4f}  {stack['rank_residual'][i]:.2e}"
-            )
-    print("attention without skips")
-    print("layer  cosine  rank-1 residual")
-    no_skip = result["no_skip"]
-    for i, c in enumerate(no_skip["cosine"]):
-        print(f"{i:5d}  {c:.4f}  {no_skip['rank_residual'][i]:.2e}")
+def placement_name(placement: str) -> str:
+    """A placement's name in the tables and the figure."""
+    return {
+        "post": "post-LN",
+        "pre": "pre-LN",
+        "peri": "peri-LN",
+        "dyt": "DyT",
+        "none": "no norm, 1/√branches",
+        "rezero": "ReZero",
+    }[placement]
+
+
+def block_rows(
+    stacks: list[dict[str, Any]], key: str, spec: str, shown: list[int], extra: list[float] | None
+) -> list[list[str]]:
+    """A row per shown block l: every stack's ``key`` at l in the format ``spec`` (the second
+    moment beside its prediction, '-' where there is none), then ``extra`` at l."""
+    rows = []
+    for i in shown:
+        row = [str(i)]
+        for s in stacks:
+            cell = fmt_as(s[key][i], spec)
+            if key == "second_moment":
+                cell += " / " + fmt_as(None if s["theory"] is None else s["theory"][i], spec)
+            row.append(cell)
+        if extra is not None:
+            row.append(fmt_as(extra[i], spec))
+        rows.append(row)
+    return rows
+
+
+def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every stack's second moment (against the theory), gradient norm, token cosine and
+    distance from rank one at a few blocks; the last two beside attention without skips."""
+    stacks, no_skip = result["stacks"], result["no_skip"]
+    depth = len(no_skip["cosine"]) - 1
+    shown = sorted({0, 1, 2, 3, 4, 8, 16, 32, 48, 64, depth} & set(range(depth + 1)))
+    names = [placement_name(s["placement"]) for s in stacks]
+    scales = "; ".join(f"{n} {s['branch_scale']:.4g}" for n, s in zip(names, stacks, strict=True))
+    return [
+        {
+            "title": "Second moment E|x_l|²/d after block l: measured / theory",
+            "columns": ["block", *names],
+            "rows": block_rows(stacks, "second_moment", ".4g", shown, None),
+            "notes": [
+                "theory: normlab.theory.residual_stream, dashed in the figure; '-' where an "
+                "attention branch's gain depends on the tokens",
+                f"branch scale per stack: {scales}",
+            ],
+        },
+        {
+            "title": "Gradient norm at block l's input, relative to the output's",
+            "columns": ["block", *names],
+            "rows": block_rows(stacks, "grad_norm", ".4g", shown, None),
+            "notes": [],
+        },
+        {
+            "title": "Mean cosine between tokens",
+            "columns": ["block", *names, "attention, no skips"],
+            "rows": block_rows(stacks, "cosine", ".4f", shown, no_skip["cosine"]),
+            "notes": [],
+        },
+        {
+            "title": "Distance from rank one |X - X₁| / |X| (worst sequence)",
+            "columns": ["block", *names, "attention, no skips"],
+            "rows": block_rows(stacks, "rank_residual", ".2e", shown, no_skip["rank_residual"]),
+            "notes": [],
+        },
+    ]
 
 
 # -- the result ---------------------------------------------------------------------------------
-
-
-def _cell(value: float, theory: list[float] | None, i: int, fmt: str, cell: str) -> str:
-    """A table cell: the second moment beside its prediction ('-' where none), others alone."""
-    if cell != "second_moment":
-        return format(value, fmt)
-    predicted = "-" if theory is None else format(theory[i], fmt)
-    return f"{format(value, fmt)} / {predicted}"
 
 
 @dataclass
@@ -247,53 +284,14 @@ class ResidualStreamResult(Result):
         return self.stack(placement).theory
 
     def tables(self) -> list[Table]:
-        depth = self.depth
-        shown = sorted({0, 1, 2, 3, 4, 8, 16, 32, 48, 64, depth} & set(range(depth + 1)))
-        names = tuple(NAMES[s.placement] for s in self.stacks)
-        no_skip = "attention, no skips"
-
-        def rows(cell: str, fmt: str, extra: list[float] | None = None) -> list[tuple[str, ...]]:
-            out = []
-            for i in shown:
-                cells = [_cell(getattr(s, cell)[i], s.theory, i, fmt, cell) for s in self.stacks]
-                if extra is not None:
-                    cells.append(format(extra[i], fmt))
-                out.append((str(i), *cells))
-            return out
-
-        return [
-            Table(
-                "Second moment E|x_l|²/d after block l: measured / theory",
-                ("block", *names),
-                rows("second_moment", ".4g"),
-                notes=(
-                    "theory: normlab.theory.residual_stream, dashed in the figure; '-' where "
-                    "an attention branch's gain depends on the tokens",
-                ),
-            ),
-            Table(
-                "Gradient norm at block l's input, relative to the output's",
-                ("block", *names),
-                rows("grad_norm", ".4g"),
-            ),
-            Table(
-                "Mean cosine between tokens",
-                ("block", *names, no_skip),
-                rows("cosine", ".4f", self.no_skip.cosine),
-            ),
-            Table(
-                "Distance from rank one |X - X₁| / |X| (worst sequence)",
-                ("block", *names, no_skip),
-                rows("rank_residual", ".2e", self.no_skip.rank_residual),
-            ),
-        ]
+        return Table.from_dicts(tables(self.data()))
 
     def figures(self) -> list[fig.Figure]:
         blocks = fig.steps(self.depth + 1)
         moment, grads, cosine, rank = [], [], [], []
         for i, s in enumerate(self.stacks):
             theory = s.theory
-            color, name = fig.PALETTE[i], NAMES[s.placement]
+            color, name = fig.PALETTE[i], placement_name(s.placement)
             moment.append(fig.Series(name, blocks, s.second_moment, "markers", color))
             if theory is not None:
                 moment.append(
@@ -357,7 +355,8 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=ResidualStreamResult,
     entry=compare_placements,
-    show=show,
+    show=None,
+    tables=tables,
     code=(
         *RESIDUAL_CODE,
         predicted,
@@ -372,7 +371,10 @@ EXPERIMENT = Experiment(
         probe_stack,
         attention_without_skips,
         compare_placements,
-        show,
+        placement_name,
+        fmt_as,
+        block_rows,
+        tables,
     ),
     cost=Cost(15.0),
 )

@@ -66,11 +66,25 @@ def drift(
     }
 
 
-def show(result: dict[str, Any]) -> None:
-    """Print the input's statistics, then every layer's, as the lesson's table."""
-    print(f"Input: mean {result['input_mean']:.4f}, std {result['input_std']:.4f}")
+def stack_name(norm: str, activation: str) -> str:
+    """One block of the stack in words: ``Linear → batch norm → relu``."""
+    return "Linear → " + ("" if norm == "none" else f"{norm} norm → ") + activation
+
+
+def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The input's mean and std, then every layer's, and the range the stds span."""
+    rows = [["input", fmt(result["input_mean"]), fmt(result["input_std"])]]
     for i, (mean, std) in enumerate(zip(result["means"], result["stds"], strict=True)):
-        print(f"Layer {i + 1}: mean {mean:.4f}, std {std:.4f}")
+        rows.append([f"layer {i + 1}", fmt(mean), fmt(std)])
+    stds = result["stds"]  # always finite: no activation or norm here can overflow
+    return [
+        {
+            "title": stack_name(result["norm"], result["activation"]),
+            "columns": ["", "mean", "std"],
+            "rows": rows,
+            "notes": [f"std range over layers: {fmt(min(stds))} to {fmt(max(stds))}"],
+        }
+    ]
 
 
 # -- the result ---------------------------------------------------------------------------------
@@ -85,19 +99,8 @@ class StackResult(Result):
     norm: str
     activation: str
 
-    @property
-    def stack(self) -> str:
-        norm = "" if self.norm == "none" else f"{self.norm} norm → "
-        return f"Linear → {norm}{self.activation}"
-
     def tables(self) -> list[Table]:
-        rows = [("input", fmt(self.input_mean), fmt(self.input_std))]
-        rows += [
-            (f"layer {i + 1}", fmt(m), fmt(s))
-            for i, (m, s) in enumerate(zip(self.means, self.stds, strict=True))
-        ]
-        notes = (f"std range over layers: {fmt(min(self.stds))} to {fmt(max(self.stds))}",)
-        return [Table(self.stack, ("", "mean", "std"), rows, notes)]
+        return Table.from_dicts(tables(self.data()))
 
     def figures(self) -> list[fig.Figure]:
         layers = fig.steps(len(self.stds) + 1)
@@ -122,8 +125,9 @@ class StackResult(Result):
             series,
             lines=[fig.Line(0.0, color=fig.GRAY, dash="solid")],
         )
-        return [fig.Figure(f"{len(self.stds)} × ({self.stack}): {what}", [panel])]
+        stack = stack_name(self.norm, self.activation)
+        return [fig.Figure(f"{len(self.stds)} × ({stack}): {what}", [panel])]
 
 
-CODE = (block, drift, show)
+CODE = (block, drift, fmt, stack_name, tables)
 """What ``normlab run drift --code`` (or ``bn-stack``) prints: the block, the run, the table."""

@@ -9,7 +9,6 @@ A zero-mean, unit-variance batch passes through ``depth`` square layers whose we
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +19,7 @@ from normlab.experiments.params import device_param, param, seed_param
 from normlab.experiments.registry import Cost, Experiment
 from normlab.experiments.results import Result
 from normlab.figures import Table
+from normlab.models import fmt_as
 from normlab.theory import linear_variance, relu_variance
 
 LOG_FLOOR = 1e-30
@@ -86,20 +86,14 @@ def variance(
     return {"layers": list(range(1, depth + 1)), "curves": curves, "activation": activation}
 
 
-def fmt_g(x: float | None, digits: int = 4) -> str:
-    """``x`` to ``digits`` significant digits; ``-`` where it is missing or not finite (a
-    variance past float32's largest value)."""
-    return "-" if x is None or not math.isfinite(x) else f"{x:.{digits}g}"
-
-
 def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
     """Measured / predicted variance at layers 1, 2, 5, 10, 20, ... and the last, per gain."""
     depth, curves = len(result["layers"]), result["curves"]
     shown = [k for k in result["layers"] if k in (1, 2, 5, 10, 20, 30, 40, 50, 75, 100, depth)]
-    rows = [
-        [str(k), *(f"{fmt_g(c['measured'][k - 1])} / {fmt_g(c['theory'][k - 1])}" for c in curves)]
-        for k in shown
-    ]
+    rows = []
+    for k in shown:
+        pairs = [(c["measured"][k - 1], c["theory"][k - 1]) for c in curves]
+        rows.append([str(k), *(f"{fmt_as(m, '.4g')} / {fmt_as(t, '.4g')}" for m, t in pairs)])
     rule = "g^(2k)" if result["activation"] == "linear" else "the ReLU recursion"
     return [
         {
@@ -173,6 +167,6 @@ EXPERIMENT = Experiment(
     entry=variance,
     show=None,
     tables=tables,
-    code=(linear_variance, relu_variance, layer_variances, variance, fmt_g, tables),
+    code=(linear_variance, relu_variance, layer_variances, variance, fmt_as, tables),
     cost=Cost(6.0),
 )

@@ -2,8 +2,8 @@
 
 One module per lesson holds its exercises (:mod:`.drift`, :mod:`.batch_norm`,
 :mod:`.initialization`, :mod:`.bn_from_scratch`, :mod:`.bn_training`, :mod:`.doctor`);
-:mod:`.base` defines the kinds and their checking, :mod:`.child` the sandbox side of a code
-check.
+:mod:`.base` defines the kinds and their checking; the sandbox side of a code check (the probe
+that runs beside the learner's code) is :mod:`normlab.lab.sandbox.exercise_child`.
 
 >>> [e.id for e in by_lesson("batch-norm")][:2]
 ['bn-eval-statistics', 'bn-running-mean-update']

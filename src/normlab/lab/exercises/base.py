@@ -11,8 +11,8 @@ An exercise is data: an id, the lesson it closes, a prompt, and what a right ans
   unbiased one belongs, ...) get their own feedback.
 - :class:`CodeExercise`: write code. The learner's code runs in the sandbox with a *probe*
   that calls it on inputs drawn fresh for this submission and reports what came back; the
-  server then judges that report itself (see :mod:`normlab.lab.exercises.child`), one named
-  check after another, and says which check failed and by how much.
+  server then judges that report itself (see :mod:`normlab.lab.sandbox.exercise_child`), one
+  named check after another, and says which check failed and by how much.
 """
 
 from __future__ import annotations
@@ -32,8 +32,10 @@ from typing import Any, ClassVar, Protocol
 from markupsafe import escape
 
 from normlab.lab.errors import checked_code
-from normlab.lab.exercises import child
-from normlab.lab.exercises.child import (
+from normlab.lab.exercises.numbers import EXAMPLES, parse_number
+from normlab.lab.lessons.markup import tex
+from normlab.lab.sandbox import exercise_child
+from normlab.lab.sandbox.exercise_child import (
     CHILD_MAIN,
     JOB_FILE,
     MARKER,
@@ -41,8 +43,6 @@ from normlab.lab.exercises.child import (
     PROBES,
     SUBMISSION_FILE,
 )
-from normlab.lab.exercises.numbers import EXAMPLES, parse_number
-from normlab.lab.lessons.markup import tex
 
 MAX_CODE_CHARS = 20_000
 """The longest code a learner may submit to a code exercise (characters)."""
@@ -50,8 +50,8 @@ MAX_CODE_CHARS = 20_000
 
 @functools.cache
 def _child_source() -> str:
-    """The text of :mod:`normlab.lab.exercises.child`, shipped into every code check."""
-    return Path(child.__file__).read_text(encoding="utf-8")
+    """The text of :mod:`normlab.lab.sandbox.exercise_child`, shipped into every code check."""
+    return Path(exercise_child.__file__).read_text(encoding="utf-8")
 
 
 class BadSubmission(ValueError):
@@ -359,8 +359,8 @@ class CodeExercise(Exercise):
 
     Args:
         starter: the code the editor starts with (it runs, and fails a check).
-        probe: the name of a probe in :data:`normlab.lab.exercises.child.PROBES`. Called in
-            the sandbox as ``probe(namespace, args)`` after the learner's code ran, it returns
+        probe: the name of a probe in :data:`normlab.lab.sandbox.exercise_child.PROBES`. Called
+            in the sandbox as ``probe(namespace, args)`` after the learner's code ran, it returns
             a JSON-ready dict of what the learner's code produced.
         make_args: draws the probe's inputs for one submission (fresh each time, so outputs
             cannot be written down in advance).

@@ -35,7 +35,7 @@ from normlab.lab.exercises.base import (
     Verdict,
     run_checks,
 )
-from normlab.lab.exercises.child import case_tensors
+from normlab.lab.sandbox.exercise_child import case_tensors
 
 LESSON = "bn-from-scratch"
 

@@ -10,8 +10,8 @@ fresh for every attempt. The learner writes
   steady, :math:`\sqrt{1 / (\kappa\, n)}`, from :math:`\mathrm{Var}(z') = n\,\mathrm{Var}(w)\,
   \kappa\,\mathrm{Var}(z)`.
 
-The sandbox probe (:func:`normlab.lab.exercises.child.probe_he_derivation`) only calls them and
-reports the numbers. The server judges them (:func:`judge_he_derivation`): every measured
+The sandbox probe (:func:`normlab.lab.sandbox.exercise_child.probe_he_derivation`) only calls
+them and reports the numbers. The server judges them (:func:`judge_he_derivation`): every measured
 fraction is within :data:`KEPT_RTOL` of the exact one, the std scales like :math:`1/\sqrt{n}`
 and :math:`1/\sqrt{\kappa}`, holds the variance of a 40-layer stack of each activation within a
 band (:func:`stack_variances`), and gives :math:`\kappa\,n\,\sigma^2 = 1`.
@@ -37,7 +37,7 @@ from normlab.lab.exercises.base import (
     Verdict,
     run_checks,
 )
-from normlab.lab.exercises.child import Activation
+from normlab.lab.sandbox.exercise_child import Activation
 
 LESSON = "initialization"
 

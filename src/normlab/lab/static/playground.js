@@ -20,11 +20,12 @@
 
   const { el } = window.NLDom;
 
-  async function postJson(method, url, body) {
+  async function postJson(method, url, body, options = {}) {
     const res = await fetch(url, {
       method,
       headers: { "Content-Type": "application/json" },
       body: JSON.stringify(body),
+      ...options,
     });
     let data = null;
     try { data = await res.json(); } catch (_) { data = null; }
@@ -76,19 +77,34 @@
     const host = el("div", { class: "nl-src nl-src-edit" });
     pre.replaceWith(host);
     let saveTimer = null;
-    let lastSaved = null;
+    let sent = null; // the code last sent to be saved (or restored from the lab)
     const note = el("span", { class: "nl-saved-note", role: "status" });
-    const save = () => {
+    // Saves go one after another (the lab writes each in a thread of its own, so two at once
+    // could land in either order): the last edit is the one kept. The note says "saved" only
+    // while the editor holds what the lab has acknowledged; an edit clears it.
+    let saving = Promise.resolve();
+    const save = (options) => {
+      clearTimeout(saveTimer);
+      saveTimer = null;
       const code = editor.value;
-      if (code === lastSaved) return;
-      postJson("PUT", `/api/listings/${encodeURIComponent(id)}`, { code })
-        .then(() => { lastSaved = code; note.textContent = code === original ? "" : "your edits are saved"; })
-        .catch((err) => { note.textContent = `not saved: ${err.message}`; });
+      if (code === sent) return saving;
+      sent = code;
+      const put = () => postJson("PUT", `/api/listings/${encodeURIComponent(id)}`, { code }, options);
+      // leaving the page: send at once (keepalive), not after the saves still under way
+      saving = (options && options.keepalive ? put() : saving.then(put))
+        .then(() => {
+          if (editor.value === code) note.textContent = code === original ? "" : "your edits are saved";
+        })
+        .catch((err) => { sent = null; note.textContent = `not saved: ${err.message}`; });
+      return saving;
     };
     const scheduleSave = () => {
+      note.textContent = "";
       clearTimeout(saveTimer);
       saveTimer = setTimeout(save, SAVE_DELAY_MS);
     };
+    // leaving the page within the save delay: send the last edit anyway (keepalive outlives it)
+    window.addEventListener("pagehide", () => { if (saveTimer !== null) save({ keepalive: true }); });
     const editor = window.NLEditor.create(host, original, {
       label: `Python code of listing ${id}, editable`,
       onChange: scheduleSave,
@@ -110,7 +126,6 @@
       listing.dataset.running = "true";
       result.hidden = false;
       result.replaceChildren(el("p", { class: "nl-run-head", text: "Running…" }));
-      clearTimeout(saveTimer);
       save();
       try {
         const r = await postJson("POST", "/api/run", { code: editor.value });
@@ -130,7 +145,6 @@
       result.hidden = true;
       result.replaceChildren();
       delete result.dataset.status;
-      clearTimeout(saveTimer);
       save();
     });
     return {
@@ -138,7 +152,7 @@
       restore(code) {
         if (typeof code !== "string" || code === original) return;
         editor.value = code;
-        lastSaved = code;
+        sent = code;
         note.textContent = "your saved edits (Reset brings back the lesson's code)";
       },
     };

@@ -1,8 +1,9 @@
 """The sandbox's fork server: the half of :mod:`normlab.lab.sandbox` that lives inside the sandbox.
 
-The lab never imports this file: :class:`~normlab.lab.sandbox.Sandbox` starts it as a script
-(``python -I -B _sandbox_child.py FD``) inside bubblewrap, or inside ``unshare`` namespaces where
-it builds the file system view itself. Until it warms up it uses only the standard library.
+The lab imports this file only for :data:`READY` and its path:
+:class:`~normlab.lab.sandbox.Sandbox` starts it as a script (``python -I -B child.py FD``)
+inside bubblewrap, or inside ``unshare`` namespaces where it builds the file system view itself.
+Until it warms up it uses only the standard library.
 
 Four kinds of process take part in a run::
 

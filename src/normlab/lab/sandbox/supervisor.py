@@ -1,7 +1,7 @@
-"""Run a learner's Python code for real: contained, limited, and fast to start.
+"""The lab's half of the sandbox: run a learner's Python code for real, contained, limited, fast.
 
 The playground's Run button and the exercise checker send code here. :class:`Sandbox` keeps a
-warm *fork server* (:mod:`normlab.lab._sandbox_child`) that has imported torch, numpy,
+warm *fork server* (:mod:`normlab.lab.sandbox.child`) that has imported torch, numpy,
 matplotlib and normlab once, and forks one contained process tree per run, so a run answers in
 tens of milliseconds instead of the seconds ``import torch`` takes.
 
@@ -35,13 +35,13 @@ Design, from the outside in:
   ``RLIMIT_NOFILE``, ``RLIMIT_NPROC``, tmpfs size, and output cut in the middle (its head and
   tail kept) with a visible note. The learner has no descriptors but stdin (``/dev/null``),
   stdout, stderr and its report channel.
-- **A cgroup per run** (:mod:`normlab.lab.cgroups`), where the cgroup v1 ``memory`` and
+- **A cgroup per run** (:mod:`normlab.lab.sandbox.cgroups`), where the cgroup v1 ``memory`` and
   ``pids`` hierarchies are writable: ``memory_bytes`` and ``processes`` then bound all the run's
   processes together, its tmpfs pages included, and a run out of memory is stopped whole with a
   note. Elsewhere a :class:`SandboxWarning` says so once, and memory is bounded per process
   only (``RLIMIT_AS``: a run's total is at most ``processes * memory_bytes``).
-- **A seccomp filter** (:mod:`normlab.lab.seccomp`) on every learner process refuses new user
-  namespaces, ``io_uring``, the kernel keyring (so no key outlives a run), ``bpf``,
+- **A seccomp filter** (:mod:`normlab.lab.sandbox.seccomp`) on every learner process refuses
+  new user namespaces, ``io_uring``, the kernel keyring (so no key outlives a run), ``bpf``,
   ``perf_event_open``, ``ptrace`` and the mount calls.
 - **The OOM score.** Every run process has ``oom_score_adj`` 1000, so if the machine runs short
   the kernel's OOM killer takes a run, never the lab first; the run's ``/proc`` is read-only,
@@ -89,8 +89,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from normlab.lab import _sandbox_child as child
-from normlab.lab import cgroups, seccomp
+from normlab.lab.sandbox import cgroups, child, seccomp
 
 __all__ = ["DEFAULT_LIMITS", "Limits", "RunResult", "Sandbox", "SandboxError", "SandboxWarning"]
 
@@ -712,7 +711,8 @@ def view() -> tuple[list[str], list[list[str]], list[str]]:
     for path in sorted({os.path.normpath(c) for c in candidates if os.path.exists(c)}, key=len):
         if not _under(path, binds):
             binds.append(path)
-    hidden = [Path(__file__).resolve().parent, data_folder()]
+    lab = Path(__file__).resolve().parents[1]  # normlab/lab/: the server's code, this included
+    hidden = [lab, data_folder()]
     masks = sorted({str(h) for h in hidden if _under(str(h), binds) and h.is_dir()}, key=len)
     return binds, symlinks, masks
 

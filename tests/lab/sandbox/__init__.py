@@ -1,0 +1,1 @@
+"""Tests of the lab's sandbox (:mod:`normlab.lab.sandbox`), mirroring its package."""
