@@ -11,11 +11,12 @@ from dataclasses import dataclass
 
 from normlab.experiments import stack
 from normlab.experiments.base import Cost, Experiment, param
+from normlab.models import NORMS
 
 
 @dataclass(frozen=True)
 class Params(stack.Params):
-    norm: str = param("batch", "normalization after each Linear layer", choices=stack.NORMS)
+    norm: str = param("batch", "normalization after each Linear layer", choices=NORMS)
 
 
 EXPERIMENT = Experiment(

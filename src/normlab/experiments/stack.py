@@ -17,10 +17,9 @@ from torch import nn
 
 from normlab import figures as fig
 from normlab.experiments.base import Result, Table, device_param, fmt, param, seed_param
-from normlab.models import block
+from normlab.models import NORMS, block
 
 ACTIVATIONS = ("relu", "tanh", "sigmoid", "linear")
-NORMS = ("none", "batch", "layer", "rms")
 
 
 @dataclass(frozen=True)

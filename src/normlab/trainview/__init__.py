@@ -25,13 +25,13 @@ renders their source as a script that needs no normlab and prints the losses the
 records, step for step. LSUV is Mishkin & Matas (2015), "All you need is a good init".
 """
 
+from normlab.models import NORMS
 from normlab.trainview.code import (
     CODE,
     batches,
     build,
     evaluate,
     init_weights,
-    lsuv,
     make_data,
     make_model,
     make_optimizer,
@@ -54,7 +54,6 @@ from normlab.trainview.setup import (
     DATASETS,
     GROUPS,
     INITS,
-    NORMS,
     OPTIMIZERS,
     PARAMETERS,
     STEPS,
@@ -86,7 +85,6 @@ __all__ = [
     "hist_edges",
     "init_weights",
     "log_histogram",
-    "lsuv",
     "make_data",
     "make_model",
     "make_optimizer",

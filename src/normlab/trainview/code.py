@@ -7,7 +7,6 @@ renders their source, in :data:`CODE`'s order, as a script that needs no normlab
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,6 +15,9 @@ import torch
 import torch.nn.functional as F
 from sklearn.datasets import make_blobs, make_circles, make_moons
 from torch import nn
+
+from normlab.init import LSUV_CODE, lsuv_
+from normlab.models import block
 
 
 def xor(n: int, noise: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -63,65 +65,13 @@ def make_data(
     return x_t[keep], y_t[keep], x_t[held], y_t[held]
 
 
-def norm_layer(norm: str, width: int) -> nn.Module:
-    """The normalization layer of a hidden block."""
-    if norm == "batch":
-        return nn.BatchNorm1d(width)
-    if norm == "layer":
-        return nn.LayerNorm(width)
-    return nn.RMSNorm(width)
-
-
-def activation_layer(activation: str) -> nn.Module:
-    """The nonlinearity of a hidden block (``linear``: none, an Identity)."""
-    if activation == "relu":
-        return nn.ReLU()
-    if activation == "tanh":
-        return nn.Tanh()
-    if activation == "sigmoid":
-        return nn.Sigmoid()
-    if activation == "gelu":
-        return nn.GELU()
-    return nn.Identity()
-
-
 def make_model(depth: int, width: int, activation: str, norm: str, bias: bool) -> nn.Sequential:
-    """``depth`` blocks Linear -> [norm] -> activation, then a Linear to one logit."""
-    layers: list[nn.Module] = []
-    d = 2
-    for _ in range(depth):
-        layers.append(nn.Linear(d, width, bias=bias))
-        if norm != "none":
-            layers.append(norm_layer(norm, width))  # before the activation
-        layers.append(activation_layer(activation))
-        d = width
-    layers.append(nn.Linear(d, 1, bias=bias))
-    return nn.Sequential(*layers)
-
-
-def lsuv(model: nn.Sequential, x: torch.Tensor, tol: float = 0.1, max_iter: int = 10) -> None:
-    """LSUV: orthogonal weights and zero biases, then, from the input on, each Linear's weight
-    divided by the std of its output on ``x`` until that variance is within ``tol`` of 1
-    (at most ``max_iter`` times). BatchNorm's running statistics are put back afterwards."""
-    buffers = [b.clone() for b in model.buffers()]
-    with torch.no_grad():
-        for layer in model:
-            if isinstance(layer, nn.Linear):
-                nn.init.orthogonal_(layer.weight)
-                if layer.bias is not None:
-                    layer.bias.zero_()
-        for i, layer in enumerate(model):
-            if not isinstance(layer, nn.Linear):
-                continue
-            for _ in range(max_iter):
-                var = model[: i + 1](x).var(unbiased=False).item()  # over all of (N, out)
-                if not (math.isfinite(var) and var > 0):
-                    raise ValueError(f"layer {i} puts out variance {var}: LSUV cannot rescale it")
-                if abs(var - 1.0) < tol:
-                    break
-                layer.weight.div_(math.sqrt(var))
-        for b, saved in zip(model.buffers(), buffers, strict=True):
-            b.copy_(saved)
+    """``depth`` blocks Linear -> [norm] -> activation, then a Linear to one logit, in one flat
+    ``Sequential`` (every layer has its own name: ``0``, ``1``, ... as the view labels them)."""
+    dims = [2] + [width] * depth
+    blocks = [block(dims[k], width, norm, activation, bias) for k in range(depth)]
+    layers = [layer for b in blocks for layer in b]  # the blocks' layers, unpacked in order
+    return nn.Sequential(*layers, nn.Linear(dims[-1], 1, bias=bias))
 
 
 def init_weights(model: nn.Sequential, init: str, x: torch.Tensor) -> None:
@@ -129,7 +79,7 @@ def init_weights(model: nn.Sequential, init: str, x: torch.Tensor) -> None:
     own initialization); ``lsuv`` measures on the inputs ``x``. ``zeros`` makes every unit 0,
     ``constant`` (0.1, as the symmetry lesson) makes a layer's units equal."""
     if init == "lsuv":
-        lsuv(model, x)
+        lsuv_(model, x)  # orthogonal, then each Linear rescaled to unit output variance on x
         return
     if init == "default":
         return
@@ -244,10 +194,9 @@ CODE: tuple[Callable[..., Any], ...] = (
     xor,
     spiral,
     make_data,
-    norm_layer,
-    activation_layer,
+    block,
     make_model,
-    lsuv,
+    *LSUV_CODE,
     init_weights,
     make_optimizer,
     batches,

@@ -18,11 +18,11 @@ from normlab.experiments.base import (
     parameters_of,
     seed_param,
 )
+from normlab.models import NORMS
 
 DATASETS = ("moons", "circles", "xor", "spiral", "blobs")
 ACTIVATIONS = ("relu", "tanh", "sigmoid", "gelu", "linear")
 INITS = ("zeros", "constant", "small", "large", "xavier", "he", "orthogonal", "lsuv", "default")
-NORMS = ("none", "batch", "layer", "rms")
 OPTIMIZERS = ("sgd", "momentum", "adam")
 
 
