@@ -6,8 +6,9 @@ lists it in its ``code``, with every block it calls (a pasted function finds no 
 so each one spells out what it needs). Experiments import this module and the ground floor, never
 each other: editing a block here changes every experiment that lists it, and only those.
 
-- the MLP stacks: :func:`block` (Linear -> [norm] -> activation), :class:`MLP` (the notebook's
-  DeepMLP: blocks, then a Linear to the logits) and :class:`TinyMLP` (one hidden layer);
+- the MLP stacks: :func:`block` (Linear -> [norm] -> activation; :data:`NORMS` names its
+  norms), :class:`MLP` (the notebook's DeepMLP: blocks, then a Linear to the logits) and
+  :class:`TinyMLP` (one hidden layer);
 - initialization by name: :func:`xavier_uniform`, :func:`he_normal`, :func:`apply_init`;
 - :func:`histogram` of a tensor's finite values;
 - transformer-style residual blocks (the residual-stream experiment);

@@ -37,6 +37,7 @@ from normlab.experiments import (
     residual_stream,
     script,
     symmetry,
+    training,
     two_moons,
     variance,
 )
@@ -77,6 +78,7 @@ _REGISTRY: dict[str, Experiment] = {
         residual_stream,
         coord_check,
         doctor,
+        training,
     )
 }
 
