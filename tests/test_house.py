@@ -62,7 +62,8 @@ def test_one_training_loop() -> None:
     names = {p.relative_to(PACKAGE).as_posix() for p in steppers}
     # symmetry's loop records every unit's weights as it goes, as the seed's train_track does;
     # the doctor's trial trains a user's model (any output) on a proxy task, not the moons;
-    # the training view steps one optimizer step at a time (Play, Pause, Step), any optimizer;
+    # training (the training view's run: Play, Pause, Step take its train_step) steps any
+    # optimizer on five datasets;
     # bn-regularization draws minibatches (their noise is what it measures), train.train has one;
     # coord-check steps Adam or SGD with muP's per-layer rates (param groups), train.train's SGD
     # has one rate
@@ -71,7 +72,7 @@ def test_one_training_loop() -> None:
         "train.py",
         "experiments/symmetry.py",
         "doctor/training.py",
-        "trainview/code.py",
+        "experiments/training.py",
         "experiments/bn_regularization.py",
         "experiments/coord_check.py",
         "doctor/widths.py",

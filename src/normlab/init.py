@@ -683,8 +683,10 @@ def lsuv_(
     """
     _check_lsuv_args(tol, max_iter)
     layers: list[tuple[str, _LSUVLayer]] = [
-        (name, m) for name, m in model.named_modules() if isinstance(m, WEIGHT_LAYERS)
-    ]
+        (name, m)
+        for name, m in model.named_modules()
+        if isinstance(m, nn.Linear | nn.Conv1d | nn.Conv2d | nn.Conv3d)  # no module constant:
+    ]  # a script that pastes this function (LSUV_CODE) finds only what it spells out
     if not layers:
         raise ValueError(
             "model has no Linear or Conv1d/2d/3d layer for lsuv_ to initialize, "
@@ -722,3 +724,16 @@ def lsuv_(
                 if name in buffers:
                     b.copy_(buffers[name])
     return LSUVResult(layers=names, iterations=iterations, variances=variances, tol=tol)
+
+
+LSUV_CODE: tuple[Any, ...] = (
+    orthogonal_,
+    LSUVResult,
+    _StopForward,
+    _check_lsuv_args,
+    _forward_order,
+    _output_variance,
+    lsuv_,
+)
+"""What a script pastes to run :func:`lsuv_` without normlab, in the order it defines them
+(an experiment that calls ``lsuv_`` lists these in its ``code``)."""

@@ -6,8 +6,9 @@ lists it in its ``code``, with every block it calls (a pasted function finds no 
 so each one spells out what it needs). Experiments import this module and the ground floor, never
 each other: editing a block here changes every experiment that lists it, and only those.
 
-- the MLP stacks: :func:`block` (Linear -> [norm] -> activation), :class:`MLP` (the notebook's
-  DeepMLP: blocks, then a Linear to the logits) and :class:`TinyMLP` (one hidden layer);
+- the MLP stacks: :func:`block` (Linear -> [norm] -> activation; :data:`NORMS` names its
+  norms), :class:`MLP` (the notebook's DeepMLP: blocks, then a Linear to the logits) and
+  :class:`TinyMLP` (one hidden layer);
 - initialization by name: :func:`xavier_uniform`, :func:`he_normal`, :func:`apply_init`;
 - :func:`histogram` of a tensor's finite values;
 - transformer-style residual blocks (the residual-stream experiment);
@@ -269,7 +270,14 @@ class TransformerBlock(nn.Module):
 # after torch.manual_seed(seed) starts from the same weights with and without a norm.
 
 
-def block(d_in: int, d_out: int, norm: str = "none", activation: str = "relu") -> nn.Sequential:
+NORMS = ("none", "batch", "layer", "rms")
+"""The normalizations a block can hold, by name (see :func:`block`): the choices every stack
+experiment and the training view declare."""
+
+
+def block(
+    d_in: int, d_out: int, norm: str = "none", activation: str = "relu", bias: bool = True
+) -> nn.Sequential:
     """One block ``Linear(d_in, d_out) -> [normalization] -> activation``.
 
     Args:
@@ -277,8 +285,9 @@ def block(d_in: int, d_out: int, norm: str = "none", activation: str = "relu") -
         d_out: features out (and of the normalization).
         norm: ``"none"``, ``"batch"`` (BatchNorm1d), ``"layer"`` (LayerNorm) or ``"rms"``
             (RMSNorm). Default: ``"none"``
-        activation: ``"relu"``, ``"tanh"``, ``"sigmoid"`` or ``"linear"`` (none).
+        activation: ``"relu"``, ``"tanh"``, ``"sigmoid"``, ``"gelu"`` or ``"linear"`` (none).
             Default: ``"relu"``
+        bias: whether the Linear has a bias. Default: ``True``
 
     Examples::
 
@@ -287,7 +296,7 @@ def block(d_in: int, d_out: int, norm: str = "none", activation: str = "relu") -
         >>> [type(m).__name__ for m in block(4, 4, "layer", "tanh")]
         ['Linear', 'LayerNorm', 'Tanh']
     """
-    layers: list[nn.Module] = [nn.Linear(d_in, d_out)]
+    layers: list[nn.Module] = [nn.Linear(d_in, d_out, bias=bias)]
     if norm == "batch":
         layers.append(nn.BatchNorm1d(d_out))
     elif norm == "layer":
@@ -295,9 +304,15 @@ def block(d_in: int, d_out: int, norm: str = "none", activation: str = "relu") -
     elif norm == "rms":
         layers.append(nn.RMSNorm(d_out))
     elif norm != "none":
-        valid = ["none", "batch", "layer", "rms"]
+        valid = ["none", "batch", "layer", "rms"]  # spelled out: a pasted block sees no NORMS
         raise ValueError(f"norm {norm!r} not supported, use one of {valid}")
-    act = {"relu": nn.ReLU(), "tanh": nn.Tanh(), "sigmoid": nn.Sigmoid(), "linear": nn.Identity()}
+    act = {
+        "relu": nn.ReLU(),
+        "tanh": nn.Tanh(),
+        "sigmoid": nn.Sigmoid(),
+        "gelu": nn.GELU(),
+        "linear": nn.Identity(),
+    }
     layers.append(act[activation])
     return nn.Sequential(*layers)
 

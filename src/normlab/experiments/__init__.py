@@ -38,6 +38,7 @@ from normlab.experiments import (
     residual_stream,
     script,
     symmetry,
+    training,
     two_moons,
     variance,
 )
@@ -70,6 +71,7 @@ _REGISTRY: dict[str, Experiment] = {
         residual_stream,
         coord_check,
         doctor,
+        training,
     )
 }
 

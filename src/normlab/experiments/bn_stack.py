@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from normlab.experiments import stack
 from normlab.experiments.params import param
 from normlab.experiments.registry import Cost, Experiment
+from normlab.models import NORMS
 
 
 @dataclass(frozen=True)
 class Params(stack.Params):
-    norm: str = param("batch", "normalization after each Linear layer", choices=stack.NORMS)
+    norm: str = param("batch", "normalization after each Linear layer", choices=NORMS)
 
 
 EXPERIMENT = Experiment(

@@ -19,10 +19,9 @@ from normlab import figures as fig
 from normlab.experiments.params import device_param, param, seed_param
 from normlab.experiments.results import Result
 from normlab.figures import Table
-from normlab.models import block, fmt
+from normlab.models import NORMS, block, fmt
 
 ACTIVATIONS = ("relu", "tanh", "sigmoid", "linear")
-NORMS = ("none", "batch", "layer", "rms")
 
 
 @dataclass(frozen=True)

@@ -17,27 +17,29 @@ Before the first step, the frame's statistics come from one look at the initiali
 same pass on the whole training set, its side effects undone: BatchNorm's running statistics
 are put back, the gradients dropped).
 
-The setup's parameters are declared once in :class:`Setup`, as the experiments declare theirs,
-so the command line (``normlab train``), the lab's HTTP validation and its widgets are generated
-from :data:`PARAMETERS`. The computation is a handful of plain functions (``make_data`` ...
-``train_step``, ``evaluate``) that use only torch, numpy and scikit-learn; :func:`script`
-renders their source as a script that needs no normlab and prints the losses the session
-records, step for step. LSUV is Mishkin & Matas (2015), "All you need is a good init".
+The view is the registry's ``training`` experiment run one step at a time: its settings are
+that experiment's :class:`Setup` (the command line ``normlab train``, the lab's HTTP validation
+and its widgets are generated from :data:`PARAMETERS`), and the computation is its plain
+functions (``make_data`` ... ``train_step``, ``evaluate``: torch, numpy and scikit-learn), so
+:func:`script`, the registry's renderer, prints the losses the session records, step for step.
 """
 
-from normlab.trainview.code import (
-    CODE,
+from normlab.experiments.training import (
+    ACTIVATIONS,
+    DATASETS,
+    INITS,
+    OPTIMIZERS,
+    Setup,
     batches,
     build,
     evaluate,
     init_weights,
-    lsuv,
     make_data,
     make_model,
     make_optimizer,
-    train,
     train_step,
 )
+from normlab.models import NORMS
 from normlab.trainview.runs import Run, run, script
 from normlab.trainview.session import (
     GRID,
@@ -49,22 +51,10 @@ from normlab.trainview.session import (
     hist_edges,
     log_histogram,
 )
-from normlab.trainview.setup import (
-    ACTIVATIONS,
-    DATASETS,
-    GROUPS,
-    INITS,
-    NORMS,
-    OPTIMIZERS,
-    PARAMETERS,
-    STEPS,
-    Setup,
-    make_setup,
-)
+from normlab.trainview.setup import GROUPS, PARAMETERS, STEPS, make_setup
 
 __all__ = [
     "ACTIVATIONS",
-    "CODE",
     "DATASETS",
     "GRID",
     "GROUPS",
@@ -86,13 +76,11 @@ __all__ = [
     "hist_edges",
     "init_weights",
     "log_histogram",
-    "lsuv",
     "make_data",
     "make_model",
     "make_optimizer",
     "make_setup",
     "run",
     "script",
-    "train",
     "train_step",
 ]

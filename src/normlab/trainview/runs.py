@@ -7,42 +7,28 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from normlab import __version__
 from normlab import figures as fig
 from normlab.experiments import script as _script
+from normlab.experiments.training import EXPERIMENT, Params, Setup, loss_and_boundary
 from normlab.figures import Table
 from normlab.probe import finite_or_none
-from normlab.trainview.code import CODE
 from normlab.trainview.session import Session
-from normlab.trainview.setup import STEPS, Setup, make_setup
+from normlab.trainview.setup import STEPS, make_setup
 
 
 def script(setup: Setup, steps: int) -> str:
     """The plain PyTorch script that builds ``setup``'s data and net and trains ``steps``
     steps, printing each step's losses as the session records them; it needs no normlab.
+    It is the registry's script of the ``training`` experiment (:func:`normlab.experiments.
+    script.render`), for any number of steps :data:`STEPS` allows.
 
     >>> text = script(Setup(), 3)
-    >>> "import normlab" in text, "train(\\n    steps=3," in text
+    >>> "import normlab" in text, "steps=3," in text
     (False, True)
     """
     steps = STEPS.validate(steps)
     values = dataclasses.asdict(make_setup(dataclasses.asdict(setup)))
-    args = [f"steps={steps}"] + [f"{k}={_literal(v)}" for k, v in values.items()]
-    call = "train(\n" + "".join(f"    {a},\n" for a in args) + ")"
-    sources = [_script.source_of(obj) for obj in CODE]
-    lines = _script.imports(CODE, "\n\n".join([*sources, call]))
-    doc = (
-        f'"""Train a small classifier on {setup.dataset}, the code behind normlab\'s training '
-        f"view (normlab {__version__}).\n\nIt needs only PyTorch, numpy and scikit-learn, and "
-        "prints every step's training loss (before\nthe step's update) and test loss (after "
-        'it), the numbers the view shows.\n"""'
-    )
-    return "\n\n\n".join([doc, "\n".join(lines), *sources, call]) + "\n"
-
-
-def _literal(value: object) -> str:
-    """A setting as code, strings in double quotes as the rest of the code writes them."""
-    return f'"{value}"' if isinstance(value, str) else repr(value)
+    return _script.render(EXPERIMENT, Params(**values, steps=steps, device="cpu"))
 
 
 @dataclass
@@ -104,47 +90,11 @@ class Run:
     def figures(self) -> list[fig.Figure]:
         """The loss curves, and the decision boundary at the end with the points on it."""
         steps = [float(r["step"]) for r in self.records]
-        curves = fig.Panel(
-            fig.Axis("training step"),
-            fig.Axis("BCE loss (log)", scale="log"),
-            [
-                fig.Series("train", steps, [r["train_loss"] for r in self.records], color=fig.BLUE),
-                fig.Series("test", steps, [r["test_loss"] for r in self.records], color=fig.ORANGE),
-            ],
-            title="loss",
-        )
-        b = self.final["boundary"]
-        marks = [
-            fig.Series(
-                f"{part} points",
-                self.points[part]["x"],
-                self.points[part]["y"],
-                kind="markers",
-                color="#000000",
-                colors=[fig.RED if v else fig.BLUE for v in self.points[part]["label"]],
-                hollow=part == "test",
-                marker_size=4.0,
-            )
-            for part in ("train", "test")
-        ]
-        plane = fig.Panel(
-            fig.Axis("x0 (standardized)", limits=tuple(self.points["extent"]["x"])),
-            fig.Axis("x1 (standardized)", limits=tuple(self.points["extent"]["y"])),
-            [
-                fig.Series(
-                    "P(class 1)",
-                    b["x"],
-                    b["y"],
-                    kind="heatmap",
-                    z=b["z"],
-                    colorscale="RdBu_r",
-                    opacity=0.6,
-                ),
-                *marks,
-            ],
-            title=f"decision boundary at step {self.final['step']}",
-        )
-        return [fig.Figure(f"{self.title}, {len(self.records)} steps", [curves, plane])]
+        losses = ([r["train_loss"] for r in self.records], [r["test_loss"] for r in self.records])
+        title = f"{self.title}, {len(self.records)} steps"
+        plane = {"boundary": self.final["boundary"], "extent": self.points["extent"]}
+        figure = loss_and_boundary(title, steps, losses, plane, self.points, self.final["step"])
+        return [figure]
 
     @property
     def title(self) -> str:

@@ -14,9 +14,17 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from normlab.experiments.registry import ENGINE
+from normlab.experiments.training import (
+    Setup,
+    boundary,
+    build,
+    evaluate,
+    plane,
+    points_of,
+    train_step,
+)
 from normlab.probe import finite_or_none
-from normlab.trainview.code import build, evaluate, train_step
-from normlab.trainview.setup import Setup, make_setup
+from normlab.trainview.setup import make_setup
 from normlab.watching import watch
 
 GRID = 50
@@ -132,7 +140,7 @@ class Session:
         self.step_count = 0
         self._train: deque[float] = deque(maxlen=KEEP)
         self._test: deque[float] = deque(maxlen=KEEP)
-        self.extent, self._grid = _plane(torch.cat([self.x_train, self.x_test]))
+        self.extent, self._grid = plane(torch.cat([self.x_train, self.x_test]), GRID, PAD)
         self._blocks = [m for m in self.model if _is_activation(m)]  # each block's output
         self._last = self._look()
 
@@ -194,16 +202,11 @@ class Session:
     def data(self) -> dict[str, Any]:
         """The points (standardized inputs ``x``, ``y`` and their ``label`` 0 or 1) of each
         part, and the ``extent`` of the plane the boundary covers."""
-        parts = {"train": (self.x_train, self.y_train), "test": (self.x_test, self.y_test)}
         out: dict[str, Any] = {
-            name: {
-                "x": x[:, 0].tolist(),
-                "y": x[:, 1].tolist(),
-                "label": [int(v) for v in y[:, 0].tolist()],
-            }
-            for name, (x, y) in parts.items()
+            "train": points_of(self.x_train, self.y_train),
+            "test": points_of(self.x_test, self.y_test),
+            "extent": self.extent,
         }
-        out["extent"] = self.extent
         return out
 
     def frame(self) -> dict[str, Any]:
@@ -246,11 +249,7 @@ class Session:
     def _boundary(self) -> dict[str, Any]:
         """The probability of class 1 on the grid, in eval mode, rounded to 4 decimals."""
         xs, ys, grid = self._grid
-        self.model.eval()
-        with torch.no_grad():
-            p = torch.sigmoid(self.model(grid)).reshape(GRID, GRID)  # (G*G, 1) -> (G, G)
-        self.model.train()
-        return {"x": xs, "y": ys, "z": p.double().round(decimals=4).tolist()}
+        return {"x": xs, "y": ys, "z": boundary(self.model, grid, GRID)}
 
     def _layers(self) -> list[dict[str, Any]]:
         """The last pass's doctor layers, each with the hidden block it belongs to."""
@@ -267,20 +266,3 @@ class Session:
 
 def _is_activation(m: nn.Module) -> bool:
     return isinstance(m, nn.ReLU | nn.Tanh | nn.Sigmoid | nn.GELU | nn.Identity)
-
-
-def _plane(
-    x: torch.Tensor,
-) -> tuple[dict[str, list[float]], tuple[list[float], list[float], torch.Tensor]]:
-    """The plane around the points ``x`` (``(N, 2)``): its extent, :data:`PAD` beyond them, and
-    the grid over it: the ``x`` and ``y`` coordinates and the ``(GRID * GRID, 2)`` points, row
-    by row (``y`` fixed along a row)."""
-    lo, hi = x.min(0).values, x.max(0).values  # (2,), (2,)
-    pad = PAD * (hi - lo)
-    lo, hi = lo - pad, hi + pad
-    xs = torch.linspace(float(lo[0]), float(hi[0]), GRID)  # (G,)
-    ys = torch.linspace(float(lo[1]), float(hi[1]), GRID)  # (G,)
-    gy, gx = torch.meshgrid(ys, xs, indexing="ij")  # (G, G) each: row i has y = ys[i]
-    grid = torch.stack([gx.reshape(-1), gy.reshape(-1)], dim=1)  # (G*G, 2)
-    extent = {"x": [float(lo[0]), float(hi[0])], "y": [float(lo[1]), float(hi[1])]}
-    return extent, (xs.tolist(), ys.tolist(), grid)

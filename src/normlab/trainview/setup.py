@@ -1,64 +1,16 @@
-"""The training view's settings, declared once: every face's flags, schema and widgets.
+"""The training view's settings: the registry's declaration (``training``'s :class:`Setup`).
 
-:class:`Setup` declares its fields with :func:`~normlab.experiments.params.param`, as an
-experiment declares its ``Params``; :func:`make_setup` validates by those declarations (the
-registry's own validator), so a bad value is refused in the same words everywhere.
+:func:`make_setup` validates by those declarations (the registry's own validator), so a bad
+value is refused in the same words everywhere.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
 
-from normlab.experiments.params import (
-    Parameter,
-    ParameterError,
-    make_params,
-    param,
-    parameters_of,
-    seed_param,
-)
-
-DATASETS = ("moons", "circles", "xor", "spiral", "blobs")
-ACTIVATIONS = ("relu", "tanh", "sigmoid", "gelu", "linear")
-INITS = ("zeros", "constant", "small", "large", "xavier", "he", "orthogonal", "lsuv", "default")
-NORMS = ("none", "batch", "layer", "rms")
-OPTIMIZERS = ("sgd", "momentum", "adam")
-
-
-@dataclass(frozen=True)
-class Setup:
-    """One training run's settings: the data, the network, the training (see :data:`PARAMETERS`)."""
-
-    dataset: str = param("moons", "the points to classify", choices=DATASETS)
-    noise: float = param(
-        0.2, "std of the Gaussian noise on every point (a blob's std is 0.3 plus it)", min=0.0,
-        max=1.0, step=0.01,
-    )  # fmt: skip
-    points: int = param(200, "number of points, train and test", min=20, max=2000, step=10)
-    test_frac: float = param(0.2, "fraction of the points held out", min=0.0, max=0.5, step=0.05)
-    seed: int = seed_param()
-    depth: int = param(3, "hidden blocks Linear -> [norm] -> activation", min=1, max=12, step=1)
-    width: int = param(16, "units per hidden block", min=1, max=256, step=1)
-    activation: str = param("relu", "the hidden blocks' nonlinearity", choices=ACTIVATIONS)
-    init: str = param(
-        "he", "how every Linear weight starts (biases 0; default: PyTorch's own)", choices=INITS
-    )
-    norm: str = param("none", "normalization before each activation", choices=NORMS)
-    bias: bool = param(True, "give every Linear a bias")
-    optimizer: str = param("sgd", "sgd, sgd with momentum 0.9, or Adam", choices=OPTIMIZERS)
-    lr: float = param(0.3, "learning rate", min=1e-4, max=10.0, step=1e-4)
-    batch_size: int = param(
-        0, "points per step (0: the whole training set, as the seeds train)", min=0, max=2000,
-        step=1,
-    )  # fmt: skip
-
-    @classmethod
-    def from_params(cls, values: Mapping[str, object]) -> Setup:
-        """The validated setup for ``values`` (missing ones take their default); see
-        :func:`make_setup`."""
-        return make_setup(values)
-
+from normlab.experiments.params import Parameter, make_params, parameters_of
+from normlab.experiments.training import Params, Setup
 
 PARAMETERS: tuple[Parameter, ...] = parameters_of(Setup)
 """The declared parameters: what every face generates its flags, schema and widgets from."""
@@ -87,17 +39,13 @@ def make_setup(values: Mapping[str, object]) -> Setup:
     normlab.experiments.params.ParameterError: parameter 'depth': 0 is not allowed, use an integer in [1, 12]
     """  # noqa: E501
     setup: Setup = make_params(Setup, values, "train")
-    if setup.norm == "batch" and setup.batch_size == 1:
-        raise ParameterError(
-            "batch_size",
-            "parameter 'batch_size': 1 is not allowed with norm 'batch' (BatchNorm needs 2+ "
-            "values per unit in a batch), use 0 or an integer in [2, 2000]",
-        )
     return setup
 
 
-STEPS = Parameter(
-    name="steps", kind="int", default=300, help="optimizer steps to train", min=1, max=100_000,
-    step=1,
-)  # fmt: skip
-"""The number of steps of a finished run (``normlab train --steps``, :func:`script`)."""
+STEPS = dataclasses.replace(
+    next(p for p in parameters_of(Params) if p.name == "steps"), default=300, max=100_000
+)
+"""The number of steps of a finished run on one's own machine (``normlab train --steps``) and
+of the text of its code (:func:`script`): the registry's declaration of ``steps``, longer; a run
+that the lab answers (the ``training`` experiment) stays within that experiment's bound and
+cost."""

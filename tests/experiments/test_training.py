@@ -1,0 +1,56 @@
+"""``training``: the training view's run in the registry, the same numbers as its session."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from normlab import trainview as tv
+from normlab.experiments import get_experiment, run_experiment, script
+
+SETUP = {"dataset": "xor", "depth": 2, "width": 8, "norm": "batch", "batch_size": 32}
+
+
+def test_the_run_is_the_session_s_step_for_step() -> None:
+    """Losses, accuracies, points and the boundary at the end, compared exactly."""
+    for values in (SETUP, {"init": "lsuv", "optimizer": "adam", "lr": 0.01, "test_frac": 0.0}):
+        result = run_experiment("training", **values, steps=7).to_dict()  # nan: None
+        session = tv.Session(tv.make_setup(values))
+        records = [session.step() for _ in range(7)]
+        assert result["train_losses"] == [r["train_loss"] for r in records]
+        assert result["test_losses"] == [r["test_loss"] for r in records]
+        frame, data = session.frame(), session.data()
+        accuracy = {"train": result["train_accuracy"], "test": result["test_accuracy"]}
+        assert accuracy == frame["accuracy"]
+        assert result["boundary"] == frame["boundary"] and result["extent"] == data["extent"]
+        assert [result["train_points"], result["test_points"]] == [data["train"], data["test"]]
+
+
+def test_the_view_s_settings_are_the_experiment_s_declaration() -> None:
+    declared = {p.name: p for p in get_experiment("training").parameters}
+    assert list(declared) == [p.name for p in tv.PARAMETERS] + ["steps", "device"]
+    for p in tv.PARAMETERS:
+        assert dataclasses.replace(declared[p.name], help=p.help) == p  # the help adds the cost
+    longer = {"help": tv.STEPS.help, "default": 300, "max": 100_000}  # normlab train: local
+    assert dataclasses.replace(declared["steps"], **longer) == tv.STEPS
+
+
+def test_the_view_s_code_is_the_registry_s_script() -> None:
+    text = tv.script(tv.make_setup(SETUP), 9)
+    params = {**SETUP, "steps": 9, "device": "cpu"}
+    assert text == script.render(get_experiment("training"), params)
+    assert "result = training(" in text and text.endswith("show(result)\n")
+    assert "steps=500," in tv.script(tv.Setup(), 500)  # a long local run's code is text only
+
+
+def test_the_tables_and_figures() -> None:
+    result = run_experiment("training", **SETUP, points=100, steps=8)
+    losses, right = result.tables()
+    assert [row[0] for row in losses.rows] == ["0", "2", "4", "6", "7"]
+    assert right.rows == [
+        ("train", f"{round(result.train_accuracy * 80)} of 80"),
+        ("test", f"{round(result.test_accuracy * 20)} of 20"),
+    ]
+    [figure] = result.figures()
+    kinds = [[s.kind for s in panel.series] for panel in figure.panels]
+    assert kinds == [["line", "line"], ["heatmap", "markers", "markers"]]
+    assert figure.panels[1].title == "decision boundary at step 8"
