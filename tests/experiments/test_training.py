@@ -38,14 +38,14 @@ def test_the_view_s_code_is_the_registry_s_script() -> None:
     text = tv.script(tv.make_setup(SETUP), 9)
     params = {**SETUP, "steps": 9, "device": "cpu"}
     assert text == script.render(get_experiment("training"), params)
-    assert "result = training(" in text and text.endswith("show(result)\n")
+    assert "result = training(" in text and text.endswith("print_tables(tables(result))\n")
     assert "steps=500," in tv.script(tv.Setup(), 500)  # a long local run's code is text only
 
 
 def test_the_tables_and_figures() -> None:
     result = run_experiment("training", **SETUP, points=100, steps=8)
     losses, right = result.tables()
-    assert [row[0] for row in losses.rows] == ["0", "2", "4", "6", "7"]
+    assert [row[0] for row in losses.rows] == [str(t) for t in range(8)]  # every step
     assert right.rows == [
         ("train", f"{round(result.train_accuracy * 80)} of 80"),
         ("test", f"{round(result.test_accuracy * 20)} of 20"),

@@ -314,11 +314,37 @@ def training(steps: int, device: str, **setup: Any) -> dict[str, Any]:
     }
 
 
-def show(result: dict[str, Any]) -> None:
-    """Print every step's losses, as the training view records them."""
+def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every step's losses, as the training view records them, and how many points the net
+    classifies right at the end."""
     losses = zip(result["train_losses"], result["test_losses"], strict=True)
-    for t, (train, test) in enumerate(losses):
-        print(f"step {t}: train loss {train:.6f}, test loss {test:.6f}")
+    rows = [[str(t), fmt(train, 6), fmt(test, 6)] for t, (train, test) in enumerate(losses)]
+    right = [
+        [part, correct(result[f"{part}_accuracy"], len(result[f"{part}_points"]["label"]))]
+        for part in ("train", "test")
+    ]
+    note = "train: the step's batch before its update; test: the held-out points after it"
+    return [
+        {
+            "title": f"BCE loss at each of {len(rows)} steps",
+            "columns": ["step", "train", "test"],
+            "rows": rows,
+            "notes": [note],
+        },
+        {
+            "title": "Accuracy at the end",
+            "columns": ["points", "classified right"],
+            "rows": right,
+            "notes": [],
+        },
+    ]
+
+
+def correct(accuracy: float | None, n: int) -> str:
+    """An accuracy as the points it gets right (``-`` for no points)."""
+    if n == 0 or accuracy is None or not math.isfinite(accuracy):
+        return "-"
+    return f"{round(accuracy * n)} of {n}"
 
 
 # -- the result ---------------------------------------------------------------------------------
@@ -370,16 +396,6 @@ def loss_and_boundary(
     return fig.Figure(title, [curves, plane])
 
 
-def _marks(n: int) -> list[int]:
-    """The steps a table shows: the first, the quarters and the last."""
-    return sorted({0, n // 4, n // 2, 3 * n // 4, n - 1})
-
-
-def _correct(accuracy: float, n: int) -> str:
-    """An accuracy as the points it gets right (``-`` for no points)."""
-    return "-" if n == 0 or not math.isfinite(accuracy) else f"{round(accuracy * n)} of {n}"
-
-
 @dataclass
 class TrainingResult(Result):
     train_losses: list[float]  # (steps,): each step's batch, before its update
@@ -392,18 +408,7 @@ class TrainingResult(Result):
     boundary: dict[str, Any]  # x (G,), y (G,), z (G, G): P(class 1) at the end
 
     def tables(self) -> list[Table]:
-        n = len(self.train_losses)
-        rows = [(str(t), fmt(self.train_losses[t]), fmt(self.test_losses[t])) for t in _marks(n)]
-        note = "train: the step's batch before its update; test: the held-out points after it"
-        losses = Table(f"BCE loss over {n} steps", ("step", "train", "test"), rows, (note,))
-        right = [
-            (part, _correct(accuracy, len(points["label"])))
-            for part, accuracy, points in (
-                ("train", self.train_accuracy, self.train_points),
-                ("test", self.test_accuracy, self.test_points),
-            )
-        ]
-        return [losses, Table("Accuracy at the end", ("points", "classified right"), right)]
+        return Table.from_dicts(tables(self.data()))
 
     def figures(self) -> list[fig.Figure]:
         n = len(self.train_losses)
@@ -422,7 +427,8 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=TrainingResult,
     entry=training,
-    show=show,
+    show=None,
+    tables=tables,
     code=(
         xor,
         spiral,
@@ -440,7 +446,9 @@ EXPERIMENT = Experiment(
         boundary,
         points_of,
         training,
-        show,
+        fmt,
+        correct,
+        tables,
     ),
     cost=Cost(14.0),  # 9.2 s and 0.2 GiB measured at maxima(), one thread (benchmarks/maxima.py)
     heaviest={"test_frac": 0.0, "activation": "gelu", "init": "lsuv", "norm": "batch"},
