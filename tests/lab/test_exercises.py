@@ -33,15 +33,16 @@ from normlab.lab.exercises import (
     NumberExercise,
     Verdict,
 )
-from normlab.lab.exercises.base import CodeJob
-from normlab.lab.exercises.bn_from_scratch import (
+from normlab.lab.lessons import LESSONS
+from normlab.lab.lessons.bn_from_scratch.exercises import (
     BACKWARD_STARTER,
     COMPARE_STARTER,
     bn_still_helps,
     judge_compare,
     reference_curves,
 )
-from normlab.lab.exercises.initialization import (
+from normlab.lab.lessons.exercise import CodeJob
+from normlab.lab.lessons.initialization.exercises import (
     HE_STARTER,
     KEPT_RTOL,
     STACK_WIDTH,
@@ -49,8 +50,7 @@ from normlab.lab.exercises.initialization import (
     judge_he_derivation,
     kept_exact,
 )
-from normlab.lab.exercises.numbers import parse_number
-from normlab.lab.lessons import LESSONS
+from normlab.lab.lessons.numbers import parse_number
 from normlab.lab.progress import ProgressStore
 from normlab.lab.sandbox import Sandbox, SandboxError
 

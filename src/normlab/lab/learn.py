@@ -47,8 +47,8 @@ from normlab.lab.exercises import (
     UnknownExercise,
     Verdict,
 )
-from normlab.lab.exercises.base import MAX_CODE_CHARS
 from normlab.lab.lessons import LESSONS
+from normlab.lab.lessons.exercise import MAX_CODE_CHARS
 from normlab.lab.progress import LISTING_ID, ProgressStore, check_listing_id
 from normlab.lab.sandbox import SandboxError
 

@@ -36,7 +36,14 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
-from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from jinja2 import (
+    ChoiceLoader,
+    Environment,
+    FileSystemLoader,
+    PrefixLoader,
+    StrictUndefined,
+    select_autoescape,
+)
 from markupsafe import Markup
 
 from normlab import __version__, doctor
@@ -51,7 +58,6 @@ from normlab.trainview import make_setup
 HERE = Path(__file__).parent
 TEMPLATES = HERE / "templates"
 STATIC = HERE / "static"
-LESSONS = Path(lessons.__file__).parent
 STARTER = """import torch
 
 torch.manual_seed(0)
@@ -88,9 +94,11 @@ def math_font() -> Path | None:
 
 
 def environment() -> Environment:
-    """The Jinja environment: page templates and lesson templates, autoescaped."""
+    """The Jinja environment, autoescaped: the page templates (``home.html``, the layout
+    ``lesson.html``, ...) and every lesson's page as ``lessons/<folder>/lesson.html``."""
+    lesson_pages = PrefixLoader({"lessons": FileSystemLoader(lessons.HERE)})
     env = Environment(
-        loader=FileSystemLoader([str(TEMPLATES), str(LESSONS)]),
+        loader=ChoiceLoader([FileSystemLoader(TEMPLATES), lesson_pages]),
         autoescape=select_autoescape(("html",)),
         undefined=StrictUndefined,
         trim_blocks=True,

@@ -1,120 +1,123 @@
-"""The lab's lessons, in reading order.
+"""The lab's lessons, in reading order: one folder each.
 
-Each lesson is a Jinja template in this folder (``<slug>.html``) that extends ``lesson.html``.
-Its numbers come from live runs through the template helper ``result(...)``; see
-:mod:`normlab.lab.pages` for the helpers every lesson template can call.
+A lesson is the folder ``lessons/<slug with _ for ->/`` (``batch_norm/`` is
+``/lessons/batch-norm``), and everything of it is there:
+
+- ``__init__.py``: its ``TITLE`` and ``SUMMARY``;
+- ``lesson.html``: the page, a Jinja template that extends the layout ``lesson.html``; its
+  numbers come from live runs through ``result(...)`` and its widgets from ``widget(name, ...)``
+  (:mod:`normlab.lab.pages` lists the helpers a template can call, and finds the template as
+  ``lessons/<folder>/lesson.html``);
+- ``exercises.py``: the exercises that close it, made of the kinds in :mod:`.exercise`
+  (:mod:`normlab.lab.exercises` gathers them).
+
+The experiments a lesson shows are read from its template's ``widget("name", ...)`` calls
+(:func:`widget_calls`), never listed by hand. :data:`ORDER` is the reading order.
 
 >>> [lesson.slug for lesson in LESSONS][:5]  # the seed lessons, then the newer ones
 ['drift', 'batch-norm', 'initialization', 'bn-from-scratch', 'bn-training']
->>> LESSONS[-1].slug
-'doctor'
->>> find("batch-norm").number, find("nope") is None
-(2, True)
+>>> find("batch-norm").number, find("batch-norm").template, find("nope") is None
+(2, 'lessons/batch_norm/lesson.html', True)
+>>> find("drift").experiments
+('linear-scale', 'drift')
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
+from pathlib import Path
+
+from jinja2 import Environment, nodes
+
+from normlab.lab.lessons.markup import MathExtension
+
+HERE = Path(__file__).parent
+
+ORDER = (
+    "drift",
+    "batch-norm",
+    "initialization",
+    "bn-from-scratch",
+    "bn-training",
+    "edge-of-chaos",
+    "dynamical-isometry",
+    "residual-normalization",
+    "width-depth",
+    "doctor",
+)
+"""Every lesson's slug, in reading order; the lesson itself is its folder."""
 
 
 @dataclass(frozen=True)
 class Lesson:
-    """One lesson page: ``/lessons/<slug>``."""
+    """One lesson page: ``/lessons/<slug>``, from the folder :attr:`folder`."""
 
     slug: str
     title: str
     summary: str
-    experiments: tuple[str, ...]  # the widgets it shows, in page order
+    experiments: tuple[str, ...]  # the widgets it shows, in page order (read from the template)
     number: int = 0
 
     @property
+    def folder(self) -> str:
+        """The lesson's folder, also its package: the slug with ``_`` for ``-``."""
+        return self.slug.replace("-", "_")
+
+    @property
     def template(self) -> str:
-        return f"{self.slug}.html"
+        return f"lessons/{self.folder}/lesson.html"
 
     @property
     def url(self) -> str:
         return f"/lessons/{self.slug}"
 
 
-_ORDER = (
-    Lesson(
-        "drift",
-        "Why activations drift",
-        "Measure the mean and spread of activations, and watch the spread shrink layer by layer "
-        "through a plain deep stack.",
-        ("linear-scale", "drift"),
-    ),
-    Lesson(
-        "batch-norm",
-        "Batch normalization",
-        "Rescale every feature over the batch, keep running estimates for later, and see the "
-        "deep stack hold its scale.",
-        ("bn-columns", "bn-running-stats", "bn-stack"),
-    ),
-    Lesson(
-        "initialization",
-        "Initialization",
-        "Why constant weights never learn, how large random weights should be, and how Xavier "
-        "and He follow from one variance argument.",
-        ("two-moons", "error-surface", "symmetry", "variance", "init-compare", "init-train"),
-    ),
-    Lesson(
-        "bn-from-scratch",
-        "BatchNorm from scratch, and training fast",
-        "Write the normalization yourself, check it against PyTorch to float precision, and "
-        "train a deep net at a learning rate that breaks it without BatchNorm.",
-        ("bn-from-scratch", "bn-lr", "bn-lr-sweep"),
-    ),
-    Lesson(
-        "bn-training",
-        "What BatchNorm changes in training",
-        "Internal covariate shift and the smoother loss surface that replaced it as the "
-        "explanation, the noise of batch statistics as a regularizer, and a network that stops "
-        "depending on its initializer.",
-        ("bn-regularization", "bn-lr"),
-    ),
-    Lesson(
-        "edge-of-chaos",
-        "The edge of chaos",
-        "The variance argument run layer after layer, for two inputs at once: a length map, a "
-        "correlation map with an ordered and a chaotic phase, and the critical line between "
-        "them, measured on real stacks, where deep tanh networks still train.",
-        ("edge-of-chaos",),
-    ),
-    Lesson(
-        "dynamical-isometry",
-        "Dynamical isometry",
-        "Beyond the variance argument: the spectrum of the Jacobian of a deep stack, why "
-        "orthogonal weights keep all of it near 1 for tanh near the origin, and why ReLU cannot.",
-        ("jacobian-spectrum",),
-    ),
-    Lesson(
-        "residual-normalization",
-        "Normalization in residual networks and transformers",
-        "Why BatchNorm needs skips, where transformers put LayerNorm (post, pre, peri), what can "
-        "replace it (scaled branches as in GPT-2, ReZero, DyT), and how attention merges tokens.",
-        ("bn-gradient-explosion", "residual-stream"),
-    ),
-    Lesson(
-        "width-depth",
-        "Width and depth",
-        "The coordinate check: why a wider net's layers move more under the same learning rate, "
-        "how muP's per-layer rates hold them, and what it leaves to the depth.",
-        ("coord-check",),
-    ),
-    Lesson(
-        "doctor",
-        "The model doctor",
-        "Point the same measurements at any model: find the layer where the scale vanishes, "
-        "explodes or dies, and the initializer or normalization that cures it.",
-        ("doctor",),
-    ),
-)
+_PARSER = Environment(extensions=[MathExtension])  # parses as the lab's templates read
 
-LESSONS: tuple[Lesson, ...] = tuple(
-    Lesson(le.slug, le.title, le.summary, le.experiments, number=i + 1)
-    for i, le in enumerate(_ORDER)
-)
+
+def widget_calls(source: str) -> tuple[str, ...]:
+    """The experiment of every ``widget(...)`` call in the template ``source``, in page order.
+
+    Read from Jinja's syntax tree, so a call inside a block, a loop or over several lines
+    counts; a name built at render time cannot be read before rendering, and is refused.
+
+    >>> page = '{{ widget("drift", show=["depth"]) }} {% if x %}{{ widget(name="bn-stack") }}'
+    >>> page += '{% endif %}'
+    >>> widget_calls(page)
+    ('drift', 'bn-stack')
+    >>> widget_calls('{% for n in names %}{{ widget(n) }}{% endfor %}')
+    Traceback (most recent call last):
+    ...
+    ValueError: line 1: widget(...) must name its experiment as a string
+    """
+    names = []
+    for call in _PARSER.parse(source).find_all(nodes.Call):
+        if not (isinstance(call.node, nodes.Name) and call.node.name == "widget"):
+            continue
+        named = [kw.value for kw in call.kwargs if kw.key == "name"]
+        first = call.args[0] if call.args else next(iter(named), None)
+        if not (isinstance(first, nodes.Const) and isinstance(first.value, str)):
+            raise ValueError(
+                f"line {call.lineno}: widget(...) must name its experiment as a string"
+            )
+        names.append(first.value)
+    return tuple(names)
+
+
+def load(slug: str, number: int = 0) -> Lesson:
+    """The lesson in the folder of ``slug``: its metadata, and the widgets its template calls."""
+    folder = slug.replace("-", "_")
+    meta = importlib.import_module(f"{__name__}.{folder}")
+    source = (HERE / folder / "lesson.html").read_text(encoding="utf-8")
+    try:
+        experiments = widget_calls(source)
+    except ValueError as exc:
+        raise ValueError(f"lessons/{folder}/lesson.html, {exc}") from None
+    return Lesson(slug, str(meta.TITLE), str(meta.SUMMARY), experiments, number)
+
+
+LESSONS: tuple[Lesson, ...] = tuple(load(slug, i + 1) for i, slug in enumerate(ORDER))
 """Every lesson, numbered from 1 in reading order."""
 
 

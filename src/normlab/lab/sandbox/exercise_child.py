@@ -12,7 +12,7 @@ torch. The program the sandbox runs, :data:`CHILD_MAIN`, calls :func:`main`, whi
 3. writes one line ``normlab-check-<nonce> <json>`` straight to the process's stdout.
 
 Nothing here decides pass or fail: the server judges the report against its own recomputation
-(see :mod:`normlab.lab.exercises.base`). A learner who prints a fake report line gains
+(see :mod:`normlab.lab.lessons.exercise`). A learner who prints a fake report line gains
 nothing: the server accepts exactly one report line per run, and judges its numbers, not any
 verdict in it. This is not a wall against a learner who sets out to rewrite the harness from
 inside its own process (the sandbox is what protects the machine); such a learner could only
@@ -260,4 +260,4 @@ PROBES: dict[str, Probe] = {
     "batchnorm_backward": probe_backward,
     "compare": probe_compare,
 }
-"""Every probe, by the name a :class:`~normlab.lab.exercises.base.CodeExercise` gives."""
+"""Every probe, by the name a :class:`~normlab.lab.lessons.exercise.CodeExercise` gives."""

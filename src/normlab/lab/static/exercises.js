@@ -84,7 +84,7 @@
     };
   }
 
-  // The text goes to the server as typed: its parser (exercises/numbers.py) reads "10,355",
+  // The text goes to the server as typed: its parser (lessons/numbers.py) reads "10,355",
   // "1e-3" or "-0.5" and says what is wrong with anything else.
   function numberInput(ex, onEnter) {
     const input = el("input", { type: "text", inputmode: "decimal", class: "nl-number-answer",

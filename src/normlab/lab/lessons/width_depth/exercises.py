@@ -7,7 +7,7 @@ import math
 
 from normlab import theory
 from normlab.experiments.coord_check import BRANCH_GAIN, build_net, param_groups
-from normlab.lab.exercises.base import Choice, ChoiceExercise, Exercise, NumberExercise, Trap
+from normlab.lab.lessons.exercise import Choice, ChoiceExercise, Exercise, NumberExercise, Trap
 
 LESSON = "width-depth"
 

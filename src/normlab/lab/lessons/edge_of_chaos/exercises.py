@@ -11,7 +11,7 @@ time; the tolerance, :data:`REL_TOL`, is what one finite stack's measurement jus
 from __future__ import annotations
 
 from normlab import theory
-from normlab.lab.exercises.base import Choice, ChoiceExercise, Exercise, NumberExercise, Trap
+from normlab.lab.lessons.exercise import Choice, ChoiceExercise, Exercise, NumberExercise, Trap
 
 LESSON = "edge-of-chaos"
 

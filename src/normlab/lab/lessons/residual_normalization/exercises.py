@@ -9,7 +9,7 @@ adds ``s**2`` times as much.
 from __future__ import annotations
 
 from normlab import theory
-from normlab.lab.exercises.base import Choice, ChoiceExercise, Exercise, NumberExercise, Trap
+from normlab.lab.lessons.exercise import Choice, ChoiceExercise, Exercise, NumberExercise, Trap
 
 LESSON = "residual-normalization"
 

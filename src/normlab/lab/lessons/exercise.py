@@ -32,8 +32,8 @@ from typing import Any, ClassVar, Protocol
 from markupsafe import escape
 
 from normlab.lab.errors import checked_code
-from normlab.lab.exercises.numbers import EXAMPLES, parse_number
 from normlab.lab.lessons.markup import tex
+from normlab.lab.lessons.numbers import EXAMPLES, parse_number
 from normlab.lab.sandbox import exercise_child
 from normlab.lab.sandbox.exercise_child import (
     CHILD_MAIN,

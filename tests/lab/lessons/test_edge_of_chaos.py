@@ -2,7 +2,7 @@
 answer key is what a stack measures.
 
 The number exercise is checked against ``normlab.theory.critical_sigma_w2`` within
-:data:`~normlab.lab.exercises.edge_of_chaos.REL_TOL`; here a measurement made the way the
+:data:`~normlab.lab.lessons.edge_of_chaos.exercises.REL_TOL`; here a measurement made the way the
 prompt asks (the lesson's row listing: one stack of width 512 and depth 30, a row of weight
 variances, where the measured chi_1 crosses 1) passes it, for several seeds.
 """
@@ -18,7 +18,7 @@ from normlab import theory
 from normlab.experiments import edge_of_chaos as eoc
 from normlab.lab import exercises
 from normlab.lab.exercises import ChoiceExercise, NumberExercise
-from normlab.lab.exercises.edge_of_chaos import LESSON, REL_TOL, SIGMA_B2
+from normlab.lab.lessons.edge_of_chaos.exercises import LESSON, REL_TOL, SIGMA_B2
 
 
 def _measured_crossing(seed: int, width: int = 512, depth: int = 30) -> float:

@@ -1,9 +1,9 @@
 """The exercises at the end of every lesson: the registry.
 
-One module per lesson holds its exercises (:mod:`.drift`, :mod:`.batch_norm`,
-:mod:`.initialization`, :mod:`.bn_from_scratch`, :mod:`.bn_training`, :mod:`.doctor`);
-:mod:`.base` defines the kinds and their checking; the sandbox side of a code check (the probe
-that runs beside the learner's code) is :mod:`normlab.lab.sandbox.exercise_child`.
+Each lesson's folder holds its exercises (``lessons/<folder>/exercises.py``, an
+``EXERCISES`` tuple), gathered here in lesson order; :mod:`normlab.lab.lessons.exercise` defines
+the kinds and their checking; the sandbox side of a code check (the probe that runs beside the
+learner's code) is :mod:`normlab.lab.sandbox.exercise_child`.
 
 >>> [e.id for e in by_lesson("batch-norm")][:2]
 ['bn-eval-statistics', 'bn-running-mean-update']
@@ -15,19 +15,10 @@ that runs beside the learner's code) is :mod:`normlab.lab.sandbox.exercise_child
 
 from __future__ import annotations
 
-from normlab.lab.exercises import (
-    batch_norm,
-    bn_from_scratch,
-    bn_training,
-    doctor,
-    drift,
-    dynamical_isometry,
-    edge_of_chaos,
-    initialization,
-    residual_normalization,
-    width_depth,
-)
-from normlab.lab.exercises.base import (
+import importlib
+
+from normlab.lab.lessons import HERE, LESSONS, Lesson
+from normlab.lab.lessons.exercise import (
     BadSubmission,
     ChoiceExercise,
     CodeExercise,
@@ -35,7 +26,6 @@ from normlab.lab.exercises.base import (
     NumberExercise,
     Verdict,
 )
-from normlab.lab.lessons import LESSONS
 
 __all__ = [
     "EXERCISES",
@@ -50,27 +40,26 @@ __all__ = [
     "get",
 ]
 
-EXERCISES: tuple[Exercise, ...] = (
-    drift.EXERCISES
-    + batch_norm.EXERCISES
-    + initialization.EXERCISES
-    + bn_from_scratch.EXERCISES
-    + bn_training.EXERCISES
-    + edge_of_chaos.EXERCISES
-    + dynamical_isometry.EXERCISES
-    + residual_normalization.EXERCISES
-    + width_depth.EXERCISES
-    + doctor.EXERCISES
-)
+
+def _of(lesson: Lesson) -> tuple[Exercise, ...]:
+    """The exercises in ``lesson``'s folder (none without an ``exercises.py``), each naming it."""
+    if not (HERE / lesson.folder / "exercises.py").is_file():
+        return ()
+    module = importlib.import_module(f"normlab.lab.lessons.{lesson.folder}.exercises")
+    found: tuple[Exercise, ...] = module.EXERCISES
+    strays = [e.id for e in found if e.lesson != lesson.slug]
+    if strays:
+        raise RuntimeError(f"exercises {strays} in lessons/{lesson.folder} name another lesson")
+    return found
+
+
+EXERCISES: tuple[Exercise, ...] = tuple(e for lesson in LESSONS for e in _of(lesson))
 """Every exercise, in lesson order, then in the order its lesson lists them."""
 
 _BY_ID = {e.id: e for e in EXERCISES}
 if len(_BY_ID) != len(EXERCISES):
     raise RuntimeError("two exercises share an id")
 _SLUGS = tuple(lesson.slug for lesson in LESSONS)
-_unknown_lessons = {e.lesson for e in EXERCISES} - set(_SLUGS)
-if _unknown_lessons:
-    raise RuntimeError(f"exercises name unknown lessons: {sorted(_unknown_lessons)}")
 
 
 class UnknownExercise(ValueError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from normlab import zoo
-from normlab.lab.exercises.base import Choice, ChoiceExercise, Exercise, NumberExercise, Trap
+from normlab.lab.lessons.exercise import Choice, ChoiceExercise, Exercise, NumberExercise, Trap
 
 LESSON = "doctor"
 

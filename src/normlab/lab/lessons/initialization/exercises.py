@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from normlab import init, theory
-from normlab.lab.exercises.base import (
+from normlab.lab.lessons.exercise import (
     Check,
     Choice,
     ChoiceExercise,

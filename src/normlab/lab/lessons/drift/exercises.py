@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from normlab.experiments import run_experiment
-from normlab.lab.exercises.base import Choice, ChoiceExercise, Exercise, NumberExercise
+from normlab.lab.lessons.exercise import Choice, ChoiceExercise, Exercise, NumberExercise
 
 LESSON = "drift"
 

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from normlab.experiments import run_experiment
-from normlab.lab.exercises.base import (
+from normlab.lab.lessons.exercise import (
     Check,
     Choice,
     ChoiceExercise,

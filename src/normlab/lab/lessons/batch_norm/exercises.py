@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from normlab import nn as nlnn
-from normlab.lab.exercises.base import Choice, ChoiceExercise, Exercise, NumberExercise, Trap
+from normlab.lab.lessons.exercise import Choice, ChoiceExercise, Exercise, NumberExercise, Trap
 
 LESSON = "batch-norm"
 

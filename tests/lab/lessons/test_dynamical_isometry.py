@@ -17,7 +17,7 @@ from normlab import theory
 from normlab.experiments.jacobian_spectrum import jacobian_spectra
 from normlab.lab import exercises
 from normlab.lab.exercises import ChoiceExercise, NumberExercise
-from normlab.lab.exercises.dynamical_isometry import (
+from normlab.lab.lessons.dynamical_isometry.exercises import (
     LESSON,
     RELU_DEPTH,
     TANH_DEPTH,

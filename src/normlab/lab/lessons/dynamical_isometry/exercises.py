@@ -11,7 +11,7 @@ from the origin, and :math:`q^*` read as a standard deviation.
 from __future__ import annotations
 
 from normlab import theory
-from normlab.lab.exercises.base import Choice, ChoiceExercise, Exercise, NumberExercise, Trap
+from normlab.lab.lessons.exercise import Choice, ChoiceExercise, Exercise, NumberExercise, Trap
 
 LESSON = "dynamical-isometry"
 

@@ -14,7 +14,7 @@ import torch
 from normlab.experiments.residual_stream import probe_stack
 from normlab.lab import exercises
 from normlab.lab.exercises import ChoiceExercise, NumberExercise
-from normlab.lab.exercises.residual_normalization import DEPTH, SCALED_DEPTH
+from normlab.lab.lessons.residual_normalization.exercises import DEPTH, SCALED_DEPTH
 from normlab.models import TransformerBlock
 
 
