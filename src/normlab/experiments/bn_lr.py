@@ -161,7 +161,6 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=BnLrResult,
     entry=bn_lr,
-    show=None,
     tables=tables,
     code=(
         two_moons,

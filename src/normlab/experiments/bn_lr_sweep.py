@@ -248,7 +248,6 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=BnLrSweepResult,
     entry=bn_lr_sweep,
-    show=None,
     tables=tables,
     code=(two_moons, block, MLP, train, summarize, bn_lr_sweep, fmt, fmt_as, sweep_cell, tables),
     cost=Cost(12.0),

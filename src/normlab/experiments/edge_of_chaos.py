@@ -754,7 +754,6 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=EdgeOfChaosResult,
     entry=edge_of_chaos,
-    show=None,
     tables=tables,
     code=(
         gelu_grad,  # what normlab.theory.activation_pair refers to

@@ -173,7 +173,6 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=InitTrainResult,
     entry=init_train,
-    show=None,
     tables=tables,
     code=(
         two_moons,

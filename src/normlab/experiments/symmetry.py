@@ -229,7 +229,6 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=SymmetryResult,
     entry=symmetry,
-    show=None,
     tables=tables,
     code=(two_moons, TinyMLP, init_net, train_track, distinct_units, summarize, symmetry, tables),
     cost=Cost(10.0),
