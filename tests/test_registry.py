@@ -364,7 +364,8 @@ def test_a_partial_result_is_a_copy_the_run_does_not_change() -> None:
 @pytest.mark.parametrize("name", ["bn-lr", "init-train"])
 def test_a_streaming_entry_yields_the_whole_run_once_even_with_no_step(name: str) -> None:
     """The code itself, below the declared minimum of steps: its loop yields nothing, and its
-    one yield is the whole run (so a script's ``show(result)`` after the loop has a result)."""
+    one yield is the whole run (so a script's ``print_tables(tables(result))`` after the loop
+    has a result)."""
     experiment = get_experiment(name)
     values = {**params_dict(experiment.make_params({})), "steps": 0}
     yields = list(experiment.entry(**values))

@@ -276,9 +276,7 @@ def test_a_streaming_script_runs_its_generator_through_then_shows_the_last(name:
     assert isinstance(loop.iter, ast.Call) and isinstance(loop.iter.func, ast.Name)
     assert (loop.target.id, loop.iter.func.id) == ("result", experiment.entry.__name__)
     assert [ast.unparse(s) for s in loop.body] == ["pass"]
-    shows = experiment.tables or experiment.show
-    assert shows is not None
-    printer = f"print_tables({shows.__name__}(result))" if experiment.tables else "show(result)"
+    printer = f"print_tables({experiment.tables.__name__}(result))"
     assert ast.unparse(last) == printer  # after the loop: the last yield, the whole run
 
 

@@ -53,9 +53,10 @@ def throwaway_mean(n: int, seed: int, device: str) -> dict[str, Any]:
     return {"n": n, "mean": x.mean().item(), "std": x.std().item()}
 
 
-def show(result: dict[str, Any]) -> None:
-    """Print the two numbers."""
-    print(f"mean of {result['n']} draws: {result['mean']:.6f}, std {result['std']:.6f}")
+def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The two numbers."""
+    row = [str(result["n"]), fmt(result["mean"], 6), fmt(result["std"], 6)]
+    return [{"title": "Draws", "columns": ["n", "mean", "std"], "rows": [row], "notes": []}]
 
 
 @dataclass
@@ -65,8 +66,7 @@ class ThrowawayResult(Result):
     std: float
 
     def tables(self) -> list[Table]:
-        rows = [(str(self.n), fmt(self.mean, 6), fmt(self.std, 6))]
-        return [Table("Draws", ("n", "mean", "std"), rows)]
+        return Table.from_dicts(tables(self.data()))
 
     def figures(self) -> list[fig.Figure]:
         bars = fig.Series("draws", ["mean", "std"], [self.mean, self.std], kind="bars")
@@ -80,8 +80,8 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=ThrowawayResult,
     entry=throwaway_mean,
-    show=show,
-    code=(throwaway_mean, show),
+    tables=tables,
+    code=(throwaway_mean, fmt, tables),
     cost=Cost(1.0, 256),
 )
 

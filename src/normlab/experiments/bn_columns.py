@@ -119,7 +119,6 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=BnColumnsResult,
     entry=bn_columns,
-    show=None,
     tables=tables,
     code=(bn_columns, fmt, tables),
     cost=Cost(2.0),

@@ -194,7 +194,6 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=BnFromScratchResult,
     entry=bn_from_scratch,
-    show=None,
     tables=tables,
     code=(
         *BATCH_NORM_CODE,

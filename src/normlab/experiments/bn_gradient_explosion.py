@@ -393,7 +393,6 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=BNGradientResult,
     entry=bn_gradient_explosion,
-    show=None,
     tables=tables,
     code=(
         *BN_GROWTH_CODE,

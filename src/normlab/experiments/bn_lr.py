@@ -27,7 +27,7 @@ from normlab.experiments.params import device_param, param, seed_param
 from normlab.experiments.registry import Cost, Experiment
 from normlab.experiments.results import Result
 from normlab.figures import Table
-from normlab.models import LOSS_CLIP, MLP, apply_init, block, he_normal, xavier_uniform
+from normlab.models import LOSS_CLIP, MLP, apply_init, block, fmt, he_normal, xavier_uniform
 from normlab.train import train
 
 INITS = ("default", "small", "large", "xavier", "he")
@@ -88,15 +88,29 @@ def bn_lr(
     yield result  # the whole run (also when no step ran)
 
 
-def show(result: dict[str, Any]) -> None:
-    """Print the first, last and highest loss of both runs."""
+def highest_step(curve: list[float]) -> int:
+    """The step of the highest loss; a loss that is not finite (the run diverged; None in a JSON
+    copy) counts as the highest."""
+    worst = [v if v is not None and math.isfinite(v) else math.inf for v in curve]
+    return worst.index(max(worst))
+
+
+def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The first, last and highest loss of both runs."""
+    rows = []
     for bn in (False, True):
         curve = result["losses"] if bn == result["batch_norm"] else result["contrast_losses"]
-        peak = max(range(len(curve)), key=lambda t: math.inf if math.isnan(curve[t]) else curve[t])
-        print(
-            f"{'with' if bn else 'without'} BN: first {curve[0]:.4f}, last {curve[-1]:.4f}, "
-            f"highest {curve[peak]:.4f} at step {peak}"
-        )
+        peak = highest_step(curve)
+        name = "with BN" if bn else "without BN"
+        rows.append([name, fmt(curve[0]), fmt(curve[-1]), f"{fmt(curve[peak])} at step {peak}"])
+    return [
+        {
+            "title": f"Training loss at learning rate {result['lr']:g}",
+            "columns": ["", "first", "last", "highest"],
+            "rows": rows,
+            "notes": [],
+        }
+    ]
 
 
 # -- the result ---------------------------------------------------------------------------------
@@ -113,25 +127,7 @@ class BnLrResult(Result):
         return self.losses if batch_norm == self.batch_norm else self.contrast_losses
 
     def tables(self) -> list[Table]:
-        rows = []
-        for bn in (False, True):
-            curve = self.losses_with(bn)
-            peak = max(range(len(curve)), key=lambda t: _finite(curve[t]))
-            rows.append(
-                (
-                    "with BN" if bn else "without BN",
-                    _loss(curve[0]),
-                    _loss(curve[-1]),
-                    f"{_loss(curve[peak])} at step {peak}",
-                )
-            )
-        return [
-            Table(
-                f"Training loss at learning rate {self.lr:g}",
-                ("", "first", "last", "highest"),
-                rows,
-            )
-        ]
+        return Table.from_dicts(tables(self.data()))
 
     def figures(self) -> list[fig.Figure]:
         series = []
@@ -158,14 +154,6 @@ class BnLrResult(Result):
         return [fig.Figure(title, [panel])]
 
 
-def _finite(x: float) -> float:
-    return x if math.isfinite(x) else math.inf
-
-
-def _loss(x: float) -> str:
-    return f"{x:.4f}" if math.isfinite(x) else str(x)
-
-
 EXPERIMENT = Experiment(
     name="bn-lr",
     title="BatchNorm and the learning rate",
@@ -173,8 +161,20 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=BnLrResult,
     entry=bn_lr,
-    show=show,
-    code=(two_moons, block, MLP, xavier_uniform, he_normal, apply_init, train, bn_lr, show),
+    tables=tables,
+    code=(
+        two_moons,
+        block,
+        MLP,
+        xavier_uniform,
+        he_normal,
+        apply_init,
+        train,
+        bn_lr,
+        fmt,
+        highest_step,
+        tables,
+    ),
     cost=Cost(10.0),
     total_steps=lambda p: 2 * p.steps,
 )

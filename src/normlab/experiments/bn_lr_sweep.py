@@ -23,7 +23,7 @@ from normlab.experiments.params import device_param, param, seed_param
 from normlab.experiments.registry import Cost, Experiment
 from normlab.experiments.results import Result
 from normlab.figures import Table
-from normlab.models import LOSS_CLIP, MLP, block
+from normlab.models import LOSS_CLIP, MLP, block, fmt, fmt_as
 from normlab.train import train
 
 SWEEP_FLOOR = 1e-6
@@ -101,20 +101,37 @@ def bn_lr_sweep(
     yield result  # the whole sweep (also when no rate ran)
 
 
-def show(result: dict[str, Any]) -> None:
-    """Print the final loss (and the peak) at every rate, then the largest stable rate."""
-    print("lr      without BN            with BN")
-    for i, lr in enumerate(result["lrs"]):
-        cells = []
-        for c in result["curves"]:
-            final, peak = c["final_losses"][i], c["peak_losses"][i]
-            cell = f"{final:.4f} ({peak:.2f})" if math.isfinite(final) else "diverged"
-            cells.append(cell + ("" if c["stable"][i] else " unstable"))
-        print(f"{lr:<7.3g} " + "  ".join(f"{cell:<20}" for cell in cells))
+def sweep_cell(curve: dict[str, Any], i: int) -> str:
+    """The final loss (and the peak) at the i-th rate; a loss that is not finite reads
+    diverged."""
+    final, peak = curve["final_losses"][i], curve["peak_losses"][i]
+    text = "diverged" if fmt(final) == "-" else f"{fmt(final)} ({fmt(peak, 2)})"
+    return text + ("" if curve["stable"][i] else "  unstable")
+
+
+def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The final loss (and the peak) at every rate, without and with BN; the largest stable rate
+    of each as a note."""
+    lrs = result["lrs"]
+    plain, bn = result["curves"]
+    rows = [
+        [fmt_as(lr, ".3g"), sweep_cell(plain, i), sweep_cell(bn, i)] for i, lr in enumerate(lrs)
+    ]
+    notes = []
     for c in result["curves"]:
-        stable = [lr for lr, ok in zip(result["lrs"], c["stable"], strict=True) if ok]
-        largest = f"{max(stable):.3g}" if stable else "none"
-        print(f"{'with' if c['batch_norm'] else 'without'} BN: largest stable rate {largest}")
+        stable = [lr for lr, ok in zip(lrs, c["stable"], strict=True) if ok]
+        largest = fmt_as(max(stable), ".3g") if stable else "none"
+        notes.append(
+            f"{'with' if c['batch_norm'] else 'without'} BN: largest stable rate {largest}"
+        )
+    return [
+        {
+            "title": "Final loss (peak after warm-up) by learning rate",
+            "columns": ["lr", "without BN", "with BN"],
+            "rows": rows,
+            "notes": notes,
+        }
+    ]
 
 
 # -- the result ---------------------------------------------------------------------------------
@@ -143,21 +160,7 @@ class BnLrSweepResult(Result):
         return "none" if i is None else f"{self.lrs[i]:.3g}"
 
     def tables(self) -> list[Table]:
-        plain, bn = self.curves
-        rows = [(f"{lr:.3g}", _cell(plain, i), _cell(bn, i)) for i, lr in enumerate(self.lrs)]
-        notes = tuple(
-            f"{'with' if c.batch_norm else 'without'} BN: largest stable rate "
-            + self.largest_stable(c)
-            for c in self.curves
-        )
-        return [
-            Table(
-                "Final loss (peak after warm-up) by learning rate",
-                ("lr", "without BN", "with BN"),
-                rows,
-                notes,
-            )
-        ]
+        return Table.from_dicts(tables(self.data()))
 
     def figures(self) -> list[fig.Figure]:
         series: list[fig.Series] = []
@@ -238,12 +241,6 @@ def _name(c: SweepCurve) -> str:
     return "with BN" if c.batch_norm else "without BN"
 
 
-def _cell(curve: SweepCurve, i: int) -> str:
-    final, peak = curve.final_losses[i], curve.peak_losses[i]
-    text = f"{final:.4f} ({peak:.2f})" if math.isfinite(final) else "diverged"
-    return text + ("" if curve.stable[i] else "  unstable")
-
-
 EXPERIMENT = Experiment(
     name="bn-lr-sweep",
     title="The learning-rate sweep, with and without BatchNorm",
@@ -251,8 +248,8 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=BnLrSweepResult,
     entry=bn_lr_sweep,
-    show=show,
-    code=(two_moons, block, MLP, train, summarize, bn_lr_sweep, show),
+    tables=tables,
+    code=(two_moons, block, MLP, train, summarize, bn_lr_sweep, fmt, fmt_as, sweep_cell, tables),
     cost=Cost(12.0),
     total_steps=lambda p: 2 * p.points * p.steps,
 )

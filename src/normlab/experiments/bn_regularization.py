@@ -265,7 +265,6 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=BnRegularizationResult,
     entry=bn_regularization,
-    show=None,
     tables=tables,
     code=(
         split_moons,

@@ -190,7 +190,6 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=RunningStatsResult,
     entry=running_stats,
-    show=None,
     tables=tables,
     code=(running_stats, rounded, tables),
     cost=Cost(5.0),

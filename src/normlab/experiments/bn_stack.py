@@ -27,7 +27,6 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=stack.StackResult,
     entry=stack.drift,
-    show=None,
     tables=stack.tables,
     code=stack.CODE,
     cost=Cost(6.0),

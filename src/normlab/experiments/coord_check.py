@@ -551,7 +551,6 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=CoordCheckResult,
     entry=coord_check,
-    show=None,
     tables=tables,
     code=(
         *RESIDUAL_CODE,

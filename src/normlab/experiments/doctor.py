@@ -130,7 +130,6 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=DoctorResult,
     entry=doctor_zoo,
-    show=None,
     tables=tables,
     code=(doctor_zoo, tables),
     cost=Cost(10.0),

@@ -18,7 +18,6 @@ EXPERIMENT = Experiment(
     params_type=stack.Params,
     result_type=stack.StackResult,
     entry=stack.drift,
-    show=None,
     tables=stack.tables,
     code=stack.CODE,
     cost=Cost(6.0),

@@ -53,6 +53,7 @@ from normlab.experiments.params import device_param, param, seed_param
 from normlab.experiments.registry import Cost, Experiment
 from normlab.experiments.results import Result
 from normlab.figures import Table
+from normlab.models import fmt, fmt_as
 from normlab.theory import activation_pair, gelu_grad
 from normlab.train import train
 
@@ -481,31 +482,76 @@ def edge_of_chaos(
     yield result
 
 
-def show(result: dict[str, Any]) -> None:
-    """Print the followed cell against the theory, the measured chi_1 of every row with where
-    it crosses 1, then every cell's final training loss with the predicted band."""
+def mean(values: list[float | None]) -> float | None:
+    """The mean; None where a value is missing (a JSON copy holds None for an overflowed one)."""
+    present = [v for v in values if v is not None]
+    return sum(present) / len(values) if len(present) == len(values) else None
+
+
+def cell_table(result: dict[str, Any]) -> dict[str, Any]:
+    """The followed cell, measured against the mean-field theory, over its settled layers."""
     cell, depth = result["cell"], result["depth"]
-    print(f"{result['activation']} stack of depth {depth}: measured / mean-field theory")
-    print(f"cell sigma_w2 = {cell['sigma_w2']:g}, sigma_b2 = {cell['sigma_b2']:g}:")
-    settled = depth // 5
-    for name, key, theory in (("q*", "q", cell["q_star"]), ("chi_1", "growth", cell["chi_1"])):
-        measured = sum(cell[key][settled:]) / (depth - settled)
-        print(f"  {name} (layers {settled + 1}-{depth}) {measured:.4f} / {theory:.4f}")
-    print(f"  c after layer {depth} {cell['c'][-1]:.4f} / {cell['c_theory'][-1]:.4f}", end="")
-    print(f" (c* {cell['c_star']:.4f}, xi_c {cell['xi_c']:.4g})")
-    print("sigma_w2: " + " ".join(f"{v:.2f}" for v in result["sigma_w2s"]))
-    for i, sb2 in enumerate(result["sigma_b2s"]):
-        row = " ".join(f"{v:.2f}" for v in result["chi_1"][i])
-        found, predicted = result["crossings"][i], result["critical"][i]
-        where = "never" if found is None else f"{found:.4f}"
-        gap = "" if found is None else f" ({100 * (found / predicted - 1):+.1f}%)"
-        print(f"sigma_b2 {sb2:.3f} chi_1: {row}; crosses 1 at {where} / {predicted:.4f}{gap}")
-    print("final training loss of every cell:")
-    for i, sb2 in enumerate(result["sigma_b2s"]):
-        row = " ".join(f"{v:.2f}" for v in result["losses"][i])
-        lo, hi = (f"{e:.3f}" if e is not None else "-" for e in result["band"][i])
-        inside, outside = (f"{v:.4f}" if v is not None else "-" for v in result["band_losses"][i])
-        print(f"sigma_b2 {sb2:.3f} loss: {row}; band {lo} to {hi}: {inside} in, {outside} out")
+    settled = depth // 5  # the layers past the first fifth: q and chi_1 have reached q*
+    layers = f"layers {settled + 1}-{depth}"
+    rows = [
+        [f"q* (mean of {layers})", fmt(mean(cell["q"][settled:])), fmt(cell["q_star"])],
+        [f"chi_1 (mean growth, {layers})", fmt(mean(cell["growth"][settled:])), fmt(cell["chi_1"])],
+        [f"c after layer {depth}", fmt(cell["c"][-1]), fmt(cell["c_theory"][-1])],
+    ]
+    return {
+        "title": f"The cell sigma_w2 = {cell['sigma_w2']:g}, sigma_b2 = {cell['sigma_b2']:g}, "
+        "layer by layer",
+        "columns": ["", "measured", "mean-field theory"],
+        "rows": rows,
+        "notes": [f"theory: c* {fmt(cell['c_star'])}, xi_c {fmt_as(cell['xi_c'], '.4g')}"],
+    }
+
+
+def edge_table(result: dict[str, Any]) -> dict[str, Any]:
+    """Where each row's measured chi_1 crosses 1, against critical_sigma_w2; every cell's chi_1
+    in the notes."""
+    rows = []
+    for sb2, found, predicted in zip(
+        result["sigma_b2s"], result["crossings"], result["critical"], strict=True
+    ):
+        gap = "" if found is None else f"{100 * (found / predicted - 1):+.1f}%"
+        shown = "never" if found is None else fmt(found)
+        rows.append([fmt(sb2, 3), shown, fmt(predicted), gap])
+    grid = [f"sigma_w2: {' '.join(fmt(v, 2) for v in result['sigma_w2s'])}"] + [
+        f"sigma_b2 {fmt(sb2, 3)} chi_1: {' '.join(fmt(v, 2) for v in row)}"
+        for sb2, row in zip(result["sigma_b2s"], result["chi_1"], strict=True)
+    ]
+    return {
+        "title": "The edge of chaos: where the measured chi_1 crosses 1",
+        "columns": ["sigma_b2", "measured sigma_w2", "critical_sigma_w2", "difference"],
+        "rows": rows,
+        "notes": grid,
+    }
+
+
+def training_table(result: dict[str, Any]) -> dict[str, Any]:
+    """Each row's band 6 xi_c > depth and the mean final loss inside and outside it; every
+    cell's final loss in the notes."""
+    depth, rows = result["depth"], []
+    for sb2, (lo, hi), (inside, outside) in zip(
+        result["sigma_b2s"], result["band"], result["band_losses"], strict=True
+    ):
+        rows.append([fmt(sb2, 3), fmt(lo, 3), fmt(hi, 3), fmt(inside), fmt(outside)])
+    losses = [
+        f"sigma_b2 {fmt(sb2, 3)} loss: {' '.join(fmt(v, 2) for v in row)}"
+        for sb2, row in zip(result["sigma_b2s"], result["losses"], strict=True)
+    ]
+    return {
+        "title": f"Training at depth {depth}: the band 6 xi_c > {depth} and the final loss",
+        "columns": ["sigma_b2", "band from", "band to", "mean loss inside", "outside"],
+        "rows": rows,
+        "notes": ["-: the band goes past the grid's end (or the row has no such cell)", *losses],
+    }
+
+
+def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The followed cell against the theory, where chi_1 crosses 1 row by row, and training."""
+    return [cell_table(result), edge_table(result), training_table(result)]
 
 
 # -- the result ---------------------------------------------------------------------------------
@@ -554,53 +600,8 @@ class EdgeOfChaosResult(Result):
     band: list[list[float | None]] = field(default_factory=list)  # (rows, 2): its two edges
 
     def tables(self) -> list[Table]:
-        return [self._cell_table(), self._edge_table(), self._training_table()]
-
-    def _cell_table(self) -> Table:
-        cell, depth = self.cell, self.depth
-        assert cell is not None  # a finished run's
-        settled = depth // 5
-        layers = f"layers {settled + 1}-{depth}"
-        rows = [
-            (f"q* (mean of {layers})", _mean(cell.q[settled:]), cell.q_star),
-            (f"chi_1 (mean growth, {layers})", _mean(cell.growth[settled:]), cell.chi_1),
-            (f"c after layer {depth}", cell.c[-1], cell.c_theory[-1]),
-        ]
-        return Table(
-            f"The cell sigma_w2 = {cell.sigma_w2:g}, sigma_b2 = {cell.sigma_b2:g}, layer by layer",
-            ("", "measured", "mean-field theory"),
-            [(name, f"{m:.4f}", f"{t:.4f}") for name, m, t in rows],
-            (f"theory: c* {cell.c_star:.4f}, xi_c {cell.xi_c:.4g}",),
-        )
-
-    def _edge_table(self) -> Table:
-        rows = []
-        for sb2, found, predicted in zip(
-            self.sigma_b2s, self.crossings, self.critical, strict=True
-        ):
-            gap = "" if found is None else f"{100 * (found / predicted - 1):+.1f}%"
-            shown = "never" if found is None else f"{found:.4f}"
-            rows.append((f"{sb2:.3f}", shown, f"{predicted:.4f}", gap))
-        return Table(
-            "The edge of chaos: where the measured chi_1 crosses 1",
-            ("sigma_b2", "measured sigma_w2", "critical_sigma_w2", "difference"),
-            rows,
-        )
-
-    def _training_table(self) -> Table:
-        rows = []
-        for sb2, (lo, hi), (inside, outside) in zip(
-            self.sigma_b2s, self.band, self.band_losses, strict=True
-        ):
-            edges = (f"{e:.3f}" if e is not None else "-" for e in (lo, hi))
-            losses = (f"{v:.4f}" if v is not None else "-" for v in (inside, outside))
-            rows.append((f"{sb2:.3f}", *edges, *losses))
-        return Table(
-            f"Training at depth {self.depth}: the band 6 xi_c > {self.depth} and the final loss",
-            ("sigma_b2", "band from", "band to", "mean loss inside", "outside"),
-            rows,
-            ("-: the band goes past the grid's end (or the row has no such cell)",),
-        )
+        assert self.cell is not None  # a finished run's
+        return Table.from_dicts(tables(self.data()))
 
     def figures(self) -> list[fig.Figure]:
         return [self._phase_figure(), self._cell_figure(), self._training_figure()]
@@ -745,10 +746,6 @@ class EdgeOfChaosResult(Result):
         )
 
 
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
-
-
 EXPERIMENT = Experiment(
     name="edge-of-chaos",
     title="The edge of chaos",
@@ -757,7 +754,7 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=EdgeOfChaosResult,
     entry=edge_of_chaos,
-    show=show,
+    tables=tables,
     code=(
         gelu_grad,  # what normlab.theory.activation_pair refers to
         activation_pair,
@@ -782,7 +779,13 @@ EXPERIMENT = Experiment(
         train_cells,
         mean_losses,
         edge_of_chaos,
-        show,
+        fmt,
+        fmt_as,
+        mean,
+        cell_table,
+        edge_table,
+        training_table,
+        tables,
     ),
     cost=Cost(14.0),  # 9.8 s measured at the maxima, one thread (benchmarks/maxima.py)
     heaviest={"activation": "tanh"},  # tanh costs more than relu or linear

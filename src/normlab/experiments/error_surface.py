@@ -200,7 +200,6 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=ErrorSurfaceResult,
     entry=error_surface,
-    show=None,
     tables=tables,
     code=(two_moons, block, MLP, train, slice_losses, error_surface, fmt, ridge, tables),
     cost=Cost(10.0),

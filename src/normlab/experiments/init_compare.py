@@ -250,7 +250,6 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=InitCompareResult,
     entry=init_compare,
-    show=None,
     tables=tables,
     code=(
         relu_variance,

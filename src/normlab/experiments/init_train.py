@@ -25,7 +25,7 @@ from normlab.experiments.params import device_param, param, seed_param
 from normlab.experiments.registry import Cost, Experiment
 from normlab.experiments.results import Result
 from normlab.figures import Table
-from normlab.models import MLP, apply_init, block, fmt, he_normal, xavier_uniform
+from normlab.models import MLP, apply_init, block, fmt, fmt_as, he_normal, xavier_uniform
 from normlab.train import train
 
 METHODS = ("zeros", "small", "large", "xavier", "he")
@@ -91,16 +91,25 @@ def init_train(
     yield result  # the whole run (also when no step ran)
 
 
-def show(result: dict[str, Any]) -> None:
-    """Print the variances at initialization, then the loss every few steps."""
-    print(f"{result['method']} init: variance at initialization")
-    for i, (f, b) in enumerate(
-        zip(result["forward_variances"], result["backward_variances"], strict=True)
-    ):
-        print(f"  hidden layer {i + 1}: activation {f:.4g}, gradient {b:.4g}")
+def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The variances at initialization, layer by layer, then the loss every few steps."""
+    variances = zip(result["forward_variances"], result["backward_variances"], strict=True)
+    layers = [
+        [str(i + 1), fmt_as(forward, ".4g"), fmt_as(backward, ".4g")]
+        for i, (forward, backward) in enumerate(variances)
+    ]
     losses = result["losses"]
-    for t in sorted({0, len(losses) // 4, len(losses) // 2, 3 * len(losses) // 4, len(losses) - 1}):
-        print(f"step {t}: loss {losses[t]:.4f}")
+    marks = sorted({0, len(losses) // 4, len(losses) // 2, 3 * len(losses) // 4, len(losses) - 1})
+    curve = [[str(t), fmt(losses[t])] for t in marks]  # steps count from 0, as in bn-lr
+    return [
+        {
+            "title": f"At initialization ({result['method']})",
+            "columns": ["hidden layer", "activation variance", "gradient variance"],
+            "rows": layers,
+            "notes": [],
+        },
+        {"title": "Training loss (BCE)", "columns": ["step", "loss"], "rows": curve, "notes": []},
+    ]
 
 
 # -- the result ---------------------------------------------------------------------------------
@@ -114,25 +123,7 @@ class InitTrainResult(Result):
     losses: list[float]  # (steps,)
 
     def tables(self) -> list[Table]:
-        rows = [
-            (str(i + 1), f"{f:.4g}", f"{b:.4g}")
-            for i, (f, b) in enumerate(
-                zip(self.forward_variances, self.backward_variances, strict=True)
-            )
-        ]
-        losses = self.losses
-        marks = sorted(
-            {0, len(losses) // 4, len(losses) // 2, 3 * len(losses) // 4, len(losses) - 1}
-        )
-        curve = [(str(t), fmt(losses[t])) for t in marks]  # steps count from 0, as in bn-lr
-        return [
-            Table(
-                f"At initialization ({self.method})",
-                ("hidden layer", "activation variance", "gradient variance"),
-                rows,
-            ),
-            Table("Training loss (BCE)", ("step", "loss"), curve),
-        ]
+        return Table.from_dicts(tables(self.data()))
 
     def figures(self) -> list[fig.Figure]:
         layers = fig.steps(len(self.forward_variances), start=1)
@@ -182,7 +173,7 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=InitTrainResult,
     entry=init_train,
-    show=show,
+    tables=tables,
     code=(
         two_moons,
         block,
@@ -193,7 +184,9 @@ EXPERIMENT = Experiment(
         variances_at_init,
         train,
         init_train,
-        show,
+        fmt,
+        fmt_as,
+        tables,
     ),
     cost=Cost(10.0),
     total_steps=lambda p: p.steps,

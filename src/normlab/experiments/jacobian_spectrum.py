@@ -348,7 +348,6 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=JacobianSpectrumResult,
     entry=dynamical_isometry,
-    show=None,
     tables=tables,
     code=(
         *JACOBIAN_CODE,  # normlab.theory's prediction, pasted into the script with its helpers

@@ -119,7 +119,6 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=LinearScaleResult,
     entry=linear_scale,
-    show=None,
     tables=tables,
     code=(linear_scale, fmt, tables),
     cost=Cost(2.0),

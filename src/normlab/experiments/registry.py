@@ -55,12 +55,15 @@ class Experiment:
     ``code`` is the experiment's computation, the functions and classes a learner reads, in the
     order a script defines them; they use only torch, numpy, scikit-learn and the standard
     library. ``entry`` (one of them) takes every declared parameter as a keyword and returns a
-    dict of plain numbers and lists; ``show`` (one of them) prints that dict. normlab calls
-    ``entry`` itself and builds ``result_type`` from its dict, and :mod:`~normlab.experiments.
-    script` renders the same objects' source as a script, so what normlab reports is what the
-    code prints. ``total_steps(params)`` counts the optimizer steps a training run takes (for a
-    progress bar). ``cost`` bounds its costliest allowed run, :meth:`maxima`, whose choices
-    ``heaviest`` names where the last one is not the costliest.
+    dict of plain numbers and lists; ``tables`` (one of them) formats that dict's key numbers,
+    once: it returns ``[{"title": str, "columns": [str], "rows": [[str]], "notes": [str]}]``,
+    which the script prints (:func:`normlab.models.print_tables`) and the result's
+    :meth:`~normlab.experiments.results.Result.tables` shows in the CLI and the lab. normlab
+    calls ``entry`` itself and builds ``result_type`` from its dict, and :mod:`~normlab.
+    experiments.script` renders the same objects' source as a script, so what normlab reports
+    is what the code prints. ``total_steps(params)`` counts the optimizer steps a training run
+    takes (for a progress bar). ``cost`` bounds its costliest allowed run, :meth:`maxima`, whose
+    choices ``heaviest`` names where the last one is not the costliest.
     """
 
     name: str
@@ -69,17 +72,14 @@ class Experiment:
     params_type: type
     result_type: type[Result]
     entry: Callable[..., Any]  # returns the result dict, or yields it as it grows (streams)
-    show: Callable[[dict[str, Any]], None] | None
+    tables: Callable[[dict[str, Any]], list[dict[str, Any]]]
     code: tuple[Any, ...]
     cost: Cost
     heaviest: Mapping[str, Any] = field(default_factory=dict)
     total_steps: Callable[[Any], int] | None = None
-    tables: Callable[[dict[str, Any]], list[dict[str, Any]]] | None = None
 
     def __post_init__(self) -> None:
-        if (self.show is None) == (self.tables is None):
-            raise ValueError(f"experiment {self.name!r}: give its tables or its show, one of them")
-        for needed in (self.entry, self.show or self.tables):
+        for needed in (self.entry, self.tables):
             if needed not in self.code:
                 raise ValueError(f"experiment {self.name!r}: {needed.__name__} is not in its code")
         declared = parameters_of(self.params_type)

@@ -355,7 +355,6 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=ResidualStreamResult,
     entry=compare_placements,
-    show=None,
     tables=tables,
     code=(
         *RESIDUAL_CODE,

@@ -3,9 +3,9 @@
 An experiment's computation is a handful of plain functions and classes (its ``code``). normlab
 runs them itself, and this module renders the *same objects'* source, with the imports they use
 and last lines that call the experiment's ``entry`` with the chosen parameters and print the
-result with its ``show`` or its tables (an entry that streams is a generator: the script runs it
-through, its last yield being the whole run). No second copy of any computation exists: the
-script is the code that produced the numbers, so it prints what normlab reports.
+result's tables, ``print_tables(tables(result))`` (an entry that streams is a generator: the
+script runs it through, its last yield being the whole run). No second copy of any computation
+exists: the script is the code that produced the numbers, so it prints what normlab reports.
 
 >>> from normlab.experiments import get_experiment
 >>> text = render(get_experiment("linear-scale"), {"seed": 0})
@@ -116,8 +116,7 @@ def _unbound_hints(body: str) -> set[str]:
 
 def call(experiment: Experiment, params: Mapping[str, Any]) -> str:
     """The lines that run the experiment: ``result = entry(...)`` (for an entry that streams, a
-    generator: ``for result in entry(...): pass``), then ``show(result)`` or, for an experiment
-    that gives its tables, ``print_tables(tables(result))``."""
+    generator: ``for result in entry(...): pass``), then ``print_tables(tables(result))``."""
     args = [f"{k}={_literal(v)}" for k, v in params.items()]
     head = f"{'for result in' if experiment.streams else 'result ='} {experiment.entry.__name__}("
     tail = ":\n    pass  # the result so far, each time the run grows; the last is the whole run"
@@ -126,10 +125,7 @@ def call(experiment: Experiment, params: Mapping[str, Any]) -> str:
         one_line = head + "\n" + "".join(f"    {a},\n" for a in args) + ")"
     if experiment.streams:
         one_line += tail
-    if experiment.tables is not None:
-        return f"{one_line}\nprint_tables({experiment.tables.__name__}(result))"
-    assert experiment.show is not None  # one of the two: see Experiment
-    return f"{one_line}\n{experiment.show.__name__}(result)"
+    return f"{one_line}\nprint_tables({experiment.tables.__name__}(result))"
 
 
 def _literal(value: Any) -> str:
@@ -162,8 +158,6 @@ def parts(experiment: Experiment, params: object) -> tuple[list[str], list[str],
 
 def code_of(experiment: Experiment) -> tuple[Any, ...]:
     """What a script defines: the experiment's code, then the printer of its tables."""
-    if experiment.tables is None:
-        return experiment.code
     return (*experiment.code, print_tables)
 
 
@@ -178,13 +172,10 @@ def render(experiment: Experiment, params: Mapping[str, Any] | object) -> str:
 
 
 def output(experiment: Experiment, result: Result) -> str:
-    """What the script prints for ``result``: its ``show`` applied to the result's data."""
+    """What the script prints for ``result``: the tables its ``tables`` makes of the result's
+    data."""
     data = result.data()
     buffer = io.StringIO()
     with ENGINE, contextlib.redirect_stdout(buffer):  # sys.stdout is the process's: take turns
-        if experiment.tables is not None:
-            print_tables(experiment.tables(data))
-        else:
-            assert experiment.show is not None  # one of the two: see Experiment
-            experiment.show(data)
+        print_tables(experiment.tables(data))
     return buffer.getvalue()

@@ -136,16 +136,35 @@ def symmetry(
     yield result
 
 
-def show(result: dict[str, Any]) -> None:
-    """Print units 0 and 1 at a few steps, then how far apart they ever got, for both inits."""
+def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """How far units 0 and 1 ever got apart for both inits (every digit: a constant init's 0.0
+    is exact), then the chosen run's units 0 and 1 at a few steps."""
+    summaries = [
+        [s["init"], repr(s["max_weight_diff"]), repr(s["max_grad_diff"]), str(s["distinct_units"])]
+        for s in (result["summary"], result["contrast"])
+    ]
     weights = result["weights"]
-    print(f"{result['init']} init, incoming weights of hidden unit 0 vs unit 1:")
-    for t in sorted({0, len(weights) // 2, len(weights) - 1}):
-        print(f"  step {t}: unit0 = {weights[t][0]}  unit1 = {weights[t][1]}")
-    for s in (result["summary"], result["contrast"]):
-        print(f"{s['init']} init: max |unit0 - unit1| over all steps: {s['max_weight_diff']}")
-        print(f"{s['init']} init: max |grad0 - grad1| over all steps: {s['max_grad_diff']}")
-        print(f"{s['init']} init: distinct units: {s['distinct_units']}")
+    steps = sorted({0, len(weights) // 2, len(weights) - 1})
+    trace = [[str(t), repr(weights[t][0]), repr(weights[t][1])] for t in steps]
+    return [
+        {
+            "title": "Hidden units 0 and 1 over training",
+            "columns": [
+                "init",
+                "max |unit0 - unit1| weight",
+                "max |grad0 - grad1|",
+                "distinct units",
+            ],
+            "rows": summaries,
+            "notes": [],
+        },
+        {
+            "title": f"Incoming weights ({result['init']} init)",
+            "columns": ["step", "unit 0", "unit 1"],
+            "rows": trace,
+            "notes": [],
+        },
+    ]
 
 
 # -- the result ---------------------------------------------------------------------------------
@@ -170,18 +189,7 @@ class SymmetryResult(Result):
 
     def tables(self) -> list[Table]:
         assert self.summary is not None and self.contrast is not None, "the run has not ended"
-        rows = [
-            (s.init, repr(s.max_weight_diff), repr(s.max_grad_diff), str(s.distinct_units))
-            for s in (self.summary, self.contrast)
-        ]
-        cols = ("init", "max |unit0 - unit1| weight", "max |grad0 - grad1|", "distinct units")
-        w = self.weights
-        steps = sorted({0, len(w) // 2, len(w) - 1})
-        trace = [(str(t), repr(w[t][0]), repr(w[t][1])) for t in steps]
-        return [
-            Table("Hidden units 0 and 1 over training", cols, rows),
-            Table(f"Incoming weights ({self.init} init)", ("step", "unit 0", "unit 1"), trace),
-        ]
+        return Table.from_dicts(tables(self.data()))
 
     def figures(self) -> list[fig.Figure]:
         steps = fig.steps(len(self.weights))
@@ -221,8 +229,8 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=SymmetryResult,
     entry=symmetry,
-    show=show,
-    code=(two_moons, TinyMLP, init_net, train_track, distinct_units, summarize, symmetry, show),
+    tables=tables,
+    code=(two_moons, TinyMLP, init_net, train_track, distinct_units, summarize, symmetry, tables),
     cost=Cost(10.0),
     total_steps=lambda p: 2 * p.steps,
 )

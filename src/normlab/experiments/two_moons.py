@@ -100,7 +100,6 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=TwoMoonsResult,
     entry=draw_moons,
-    show=None,
     tables=tables,
     code=(two_moons, draw_moons, fmt, tables),
     cost=Cost(2.0),

@@ -165,7 +165,6 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=VarianceResult,
     entry=variance,
-    show=None,
     tables=tables,
     code=(linear_variance, relu_variance, layer_variances, variance, fmt_as, tables),
     cost=Cost(6.0),
