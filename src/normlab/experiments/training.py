@@ -427,7 +427,6 @@ EXPERIMENT = Experiment(
     params_type=Params,
     result_type=TrainingResult,
     entry=training,
-    show=None,
     tables=tables,
     code=(
         xor,
