@@ -318,7 +318,9 @@ def fake_lab(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, object]]:
 
     def create_app(**kw: object) -> object:  # no lab: the flags are the point
         made.append(kw)
-        return types.SimpleNamespace(state=types.SimpleNamespace(watch=None))
+        return types.SimpleNamespace(
+            state=types.SimpleNamespace(lab=types.SimpleNamespace(watch=None))
+        )
 
     monkeypatch.setattr(lab_app, "create_app", create_app)
     monkeypatch.setattr(lab_app, "serve", lambda app, host, port: None)

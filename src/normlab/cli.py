@@ -356,6 +356,7 @@ def _cmd_lab(args: argparse.Namespace) -> None:
     from normlab.lab.app import create_app, serve
     from normlab.lab.progress import ProgressStoreError, default_db_path
     from normlab.lab.security import is_loopback, new_token
+    from normlab.lab.state import state_of
     from normlab.lab.watchlog import WatchLogError
 
     token: str | None = args.token
@@ -385,10 +386,11 @@ def _cmd_lab(args: argparse.Namespace) -> None:
     print(f"normlab lab: serving on {url} (Ctrl+C stops)", flush=True)
     if token:
         print("normlab lab: every request needs the token in that URL", flush=True)
-    if app.state.watch is not None:
-        waits = "" if app.state.watch.path.exists() else " (waiting for it to appear)"
+    watch = state_of(app).watch
+    if watch is not None:
+        waits = "" if watch.path.exists() else " (waiting for it to appear)"
         page = url.replace("/?", "/watch?") if token else f"{url}watch"
-        print(f"normlab lab: {page} follows {app.state.watch.path}{waits}", flush=True)
+        print(f"normlab lab: {page} follows {watch.path}{waits}", flush=True)
     serve(app, args.host, args.port)
 
 

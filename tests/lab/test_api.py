@@ -25,6 +25,7 @@ from fastapi.testclient import TestClient
 from normlab.experiments import ParameterError, list_experiments
 from normlab.lab.app import create_app
 from normlab.lab.runner import RunAbandoned, RunCancelled, Runner, Waiter
+from normlab.lab.state import state_of
 
 from .real_server import free_port, serving, wait_until_serving
 from .steps import HELD, at_each_step
@@ -157,7 +158,7 @@ def test_every_experiment_with_defaults_carries_the_seed_figures(
     assert figures is None or figures(d)
     # the body is rendered by the Runner, once: byte for byte what FastAPI renders from the
     # result's dict (jsonable_encoder, then JSONResponse), which the route used to return
-    value = client.app.state.runner.run(name, {})  # type: ignore[attr-defined]
+    value = state_of(client.app).runner.run(name, {})  # type: ignore[attr-defined]
     assert r.content == JSONResponse(jsonable_encoder(value)).body
     again = client.post(f"/api/experiments/{name}", json={})
     assert again.content == r.content
@@ -648,7 +649,7 @@ def test_a_lab_started_with_no_warm_computes_each_lesson_on_its_first_visit(
     monkeypatch.setattr(lab_app, "serve", lambda app, host, port: served.append(app))
     assert cli.main(["lab", "--no-warm", "--db", str(tmp_path / "p.db")]) == 0
     (app,) = served
-    runner: Runner = app.state.runner
+    runner: Runner = state_of(app).runner
     with TestClient(app, base_url=LAB) as c:
         assert c.get("/api/experiments").status_code == 200
         assert not any(t.name == "normlab-warm" for t in threading.enumerate())

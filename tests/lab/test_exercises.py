@@ -53,6 +53,7 @@ from normlab.lab.lessons.initialization.exercises import (
 from normlab.lab.lessons.numbers import parse_number
 from normlab.lab.progress import ProgressStore
 from normlab.lab.sandbox import Sandbox, SandboxError
+from normlab.lab.state import state_of
 
 LAB = "http://127.0.0.1"  # the lab answers loopback Host names only
 
@@ -66,7 +67,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
 
 @pytest.fixture(scope="module")
 def sandbox(client: TestClient) -> Sandbox:
-    box: Sandbox = client.app.state.sandbox  # type: ignore[attr-defined]
+    box: Sandbox = state_of(client.app).sandbox  # type: ignore[attr-defined]
     return box
 
 
@@ -984,7 +985,7 @@ def test_a_verdict_the_database_could_not_keep_is_still_given_marked_unsaved(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with TestClient(create_app(db_path=tmp_path / "p.sqlite3"), base_url=LAB) as c:
-        store = c.app.state.progress  # type: ignore[attr-defined]
+        store = state_of(c.app).progress  # type: ignore[attr-defined]
 
         def locked(*args: object) -> int:
             raise sqlite3.OperationalError("database is locked")
@@ -1012,7 +1013,7 @@ def test_submit_code_through_http(client: TestClient) -> None:
 
 
 def test_the_attempt_count_answered_is_the_databases(client: TestClient) -> None:
-    store = client.app.state.progress  # type: ignore[attr-defined]
+    store = state_of(client.app).progress  # type: ignore[attr-defined]
     url = "/api/exercises/init-variance-after-depth/submit"
     start = store.standing("init-variance-after-depth")["attempts"]
     answers = ["3", "45.26", "1e3", "Infinity", "10,000", "45.259", "x"]  # two are refused
@@ -1094,7 +1095,7 @@ class BrokenSandbox:
 
 def test_a_broken_sandbox_answers_503_and_records_nothing(tmp_path: Path) -> None:
     app = create_app(db_path=tmp_path / "p.sqlite3")
-    app.state.sandbox = BrokenSandbox()
+    state_of(app).sandbox = BrokenSandbox()
     with TestClient(app, base_url=LAB) as c:
         r = c.post("/api/exercises/he-derivation/submit", json={"code": HE_RIGHT})
         assert r.status_code == 503
@@ -1111,5 +1112,5 @@ def test_openapi_lists_the_learning_routes(client: TestClient) -> None:
 
 
 def test_progress_db_is_the_one_given(client: TestClient, tmp_path: Path) -> None:
-    store = client.app.state.progress  # type: ignore[attr-defined]
+    store = state_of(client.app).progress  # type: ignore[attr-defined]
     assert Path(store.path).name == "progress.sqlite3" and store.journal_mode() == "wal"

@@ -37,6 +37,7 @@ from normlab.lab import app as lab_app
 from normlab.lab import pages, trainlesson, trainruns
 from normlab.lab.app import create_app
 from normlab.lab.lessons.markup import num
+from normlab.lab.state import state_of
 
 from .real_server import EventStream, serving
 from .steps import Gate, at_each_step
@@ -53,7 +54,7 @@ def client() -> Iterator[TestClient]:
 
 
 def _runs(app: FastAPI) -> int:
-    return len(app.state.train_runs)
+    return len(state_of(app).train_runs)
 
 
 def _wait(condition: Any, what: str, timeout: float = 120) -> None:

@@ -31,8 +31,10 @@ from fastapi import FastAPI
 
 from normlab import cli, doctor
 from normlab.lab import app as lab_app
-from normlab.lab import lessons, watchpage
+from normlab.lab import lessons
 from normlab.lab.app import create_app
+from normlab.lab.routes import watch as watchpage
+from normlab.lab.state import state_of
 from normlab.lab.watchlog import WatchLogError
 from normlab.watching import events
 
@@ -51,8 +53,8 @@ def lines(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
 
 def _app(log: Path | None, **kwargs: Any) -> FastAPI:
     app = create_app(watch_log=log, **kwargs)
-    if app.state.watch is not None:
-        app.state.watch.interval = 0  # every request looks at the file
+    if state_of(app).watch is not None:
+        state_of(app).watch.interval = 0  # every request looks at the file
     return app
 
 
@@ -237,8 +239,8 @@ def test_cli_serves_a_log_that_does_not_exist_yet(
     monkeypatch.chdir(tmp_path)
     assert cli.main(["lab", "--watch-log", "run.jsonl", "--db", str(tmp_path / "p.db")]) == 0
     (app,) = served
-    app.state.progress.close()
-    assert app.state.watch.path == tmp_path / "run.jsonl"  # fixed at startup, made absolute
+    state_of(app).progress.close()
+    assert state_of(app).watch.path == tmp_path / "run.jsonl"  # fixed at startup, made absolute
     out = capsys.readouterr().out
     assert f"/watch follows {tmp_path / 'run.jsonl'} (waiting for it to appear)" in out
 
@@ -258,7 +260,7 @@ class Looks:
     waits), so the test changes the log or stops the lab between two looks, never inside one."""
 
     def __init__(self, app: FastAPI) -> None:
-        watch = app.state.watch
+        watch = state_of(app).watch
         self._state = watch.state
         self._lock = threading.Lock()
         self.versions: list[int] = []  # each look's state version, in order
@@ -339,7 +341,7 @@ def test_the_stream_follows_the_log_within_seconds(lines: list[str], tmp_path: P
 
 
 def _streams_open(app: FastAPI) -> int:
-    count: int = app.state.watch_streams
+    count: int = state_of(app).watch_streams
     return count
 
 

@@ -14,10 +14,11 @@ from fastapi.testclient import TestClient
 
 from normlab.experiments import list_experiments
 from normlab.lab import runner as runner_module
-from normlab.lab import widgetstream
 from normlab.lab.app import create_app
+from normlab.lab.routes import streams as widgetstream
 from normlab.lab.runner import Runner
 from normlab.lab.sse import read_events
+from normlab.lab.state import state_of
 
 from .steps import at_each_step
 
@@ -140,12 +141,12 @@ def test_a_run_stopped_by_shutdown_ends_its_stream_with_an_error_event() -> None
 
 
 def test_streams_beyond_the_bound_are_refused_while_pages_answer(client: TestClient) -> None:
-    client.app.state.widget_streams = widgetstream.MAX_STREAMS  # as if that many were open
+    state_of(client.app).widget_streams = widgetstream.MAX_STREAMS  # as if that many were open
     r = client.get("/api/experiments/bn-lr/stream?steps=3")
     assert r.status_code == 503 and "training already" in r.json()["detail"]["message"]
     assert r.headers["Retry-After"]
     assert client.get("/").status_code == 200
-    client.app.state.widget_streams = 0
+    state_of(client.app).widget_streams = 0
     names = [name for name, _ in events(client, "/api/experiments/bn-lr/stream?steps=3")]
     assert names[-1] == "result" and set(names[:-1]) <= {"frame"}  # a frame, if it ran 10 ms
-    assert client.app.state.widget_streams == 0  # the slot is given back
+    assert state_of(client.app).widget_streams == 0  # the slot is given back

@@ -25,6 +25,7 @@ from normlab.experiments import Experiment, UnknownExperiment, get_experiment, l
 from normlab.lab import lessons
 from normlab.lab.lessons.markup import tex
 from normlab.lab.pages import PageContext, Site
+from normlab.lab.state import lab_state
 
 _ROLE = re.compile(r":math:`([^`]+)`|:\w+:`(~?)([^`]+)`|``([^`]+)``")
 """The reST a docstring's text uses inline: math, cross-references (``:func:`~a.b```) and code."""
@@ -60,7 +61,7 @@ def about(experiment: Experiment) -> Markup | None:
 
 
 def _site(request: Request) -> Site:
-    site: Site = request.app.state.site
+    site: Site = lab_state(request).site
     return site
 
 
@@ -82,7 +83,7 @@ def experiment_page(name: str, request: Request) -> HTMLResponse:
             experiments=list_experiments(),
             current="experiments",
         )
-    ctx = PageContext(request.app.state.runner.run)
+    ctx = PageContext(lab_state(request).runner.run)
     widget = ctx.widget(experiment.name)  # the defaults' run, from the runner's cache
     initial: dict[str, Any] = ctx.result(experiment.name)
     names = [e.name for e in list_experiments()]

@@ -1,7 +1,7 @@
 """The lab's learning routes: exercises, their checking, and the learner's progress.
 
-:func:`install` adds to the app (which holds a :class:`~normlab.lab.progress.ProgressStore` in
-``app.state.progress`` and a :class:`~normlab.lab.sandbox.Sandbox` in ``app.state.sandbox``):
+:func:`install` adds to the app (whose :class:`~normlab.lab.state.LabState` holds a
+:class:`~normlab.lab.progress.ProgressStore` and a :class:`~normlab.lab.sandbox.Sandbox`):
 
 - ``GET /api/exercises``: every exercise, as the learner sees it (no answers; the choices in
   this learner's order, see :meth:`~normlab.lab.exercises.ChoiceExercise.for_learner`);
@@ -51,6 +51,7 @@ from normlab.lab.lessons import LESSONS
 from normlab.lab.lessons.exercise import MAX_CODE_CHARS
 from normlab.lab.progress import LISTING_ID, ProgressStore, check_listing_id
 from normlab.lab.sandbox import SandboxError
+from normlab.lab.state import lab_state
 
 MAX_BODY_BYTES = 1 << 20
 """The largest request body the learning routes read (1 MiB)."""
@@ -84,7 +85,7 @@ def _only(body: dict[str, Any], field: str, what: str) -> JSONResponse | None:
 
 
 def _store(request: Request) -> ProgressStore:
-    store: ProgressStore = request.app.state.progress
+    store: ProgressStore = lab_state(request).progress
     return store
 
 
@@ -142,7 +143,7 @@ async def _check(request: Request, exercise: Exercise, submission: Any) -> Verdi
     """The verdict on ``submission`` (code runs in the app's sandbox, checks in a thread)."""
     if isinstance(exercise, CodeExercise):
         job = exercise.prepare(submission)
-        run = await request.app.state.sandbox.arun(job.code, files=job.files, wall_s=job.wall_s)
+        run = await lab_state(request).sandbox.arun(job.code, files=job.files, wall_s=job.wall_s)
         return await anyio.to_thread.run_sync(exercise.verdict, job, run)
     if isinstance(exercise, ChoiceExercise | NumberExercise):
         return await anyio.to_thread.run_sync(exercise.check, submission)

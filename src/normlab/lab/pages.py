@@ -21,7 +21,6 @@ Every lesson template can call these helpers:
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import html
 import importlib.util
@@ -52,7 +51,9 @@ from normlab.experiments.params import params_dict
 from normlab.lab import lessons
 from normlab.lab.errors import bad_input
 from normlab.lab.lessons.markup import MathExtension, code, num, sci, tex
+from normlab.lab.requests import script_json
 from normlab.lab.runner import RunCancelled
+from normlab.lab.state import lab_state, state_of
 from normlab.trainview import make_setup
 
 HERE = Path(__file__).parent
@@ -123,12 +124,6 @@ def environment() -> Environment:
     return env
 
 
-def _script_json(value: object) -> Markup:
-    """JSON safe inside ``<script type="application/json">`` (no ``</script>`` can end it)."""
-    text = json.dumps(value, separators=(",", ":"), allow_nan=False)
-    return Markup(text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
-
-
 class PageContext:
     """Helpers bound to one rendering: live results, and widgets with page-unique ids."""
 
@@ -171,7 +166,7 @@ class PageContext:
             f'<div class="nl-controls"></div>'
             f'<div class="nl-status" role="status" aria-live="polite"></div>'
             f'<div class="nl-body"><div class="nl-plot"></div><div class="nl-table"></div></div>'
-            f'<script type="application/json" class="nl-initial">{_script_json(initial)}</script>'
+            f'<script type="application/json" class="nl-initial">{script_json(initial)}</script>'
             f'<noscript><p class="nl-note">This widget needs JavaScript.</p></noscript>'
             f"</figure>"
         )
@@ -241,7 +236,7 @@ class Site:
 
 
 def _site(app: FastAPI) -> Site:
-    site: Site = app.state.site
+    site: Site = state_of(app).site
     return site
 
 
@@ -255,12 +250,12 @@ def warm_lessons(app: FastAPI) -> None:
     """
     try:
         for found in lessons.LESSONS:
-            _site(app).render_lesson(found, app.state.runner.run)
+            _site(app).render_lesson(found, state_of(app).runner.run)
     except RunCancelled:
         return
 
 
-# The route handlers read the app's Site from ``request.app.state.site``.
+# The route handlers read the app's Site from its LabState (``lab_state(request).site``).
 
 
 def home(request: Request) -> HTMLResponse:
@@ -272,7 +267,7 @@ def lesson(slug: str, request: Request) -> HTMLResponse:
     found = lessons.find(slug)
     if found is None:
         return site.render("404.html", status=404, slug=slug)
-    return site.render_lesson(found, request.app.state.runner.run)
+    return site.render_lesson(found, lab_state(request).runner.run)
 
 
 def playground(request: Request) -> HTMLResponse:
@@ -321,7 +316,7 @@ def vendor_plotly(request: Request) -> FileResponse:
 
 
 def vendor_math_font(request: Request) -> Any:
-    path = request.app.state.math_font
+    path = lab_state(request).math_font
     if path is None:
         names = ", ".join(str(p) for p in MATH_FONTS)
         return bad_input(None, f"no math font on this machine (looked for {names})", 404)
@@ -336,11 +331,9 @@ def favicon() -> FileResponse:
 def install(app: FastAPI) -> None:
     """Add the pages, the static files and the vendored plotly to ``app``.
 
-    Keeps the pages' :class:`Site` in ``app.state.site``, and in ``app.state.warm_lessons`` a
-    function of no arguments that renders every lesson once (:func:`warm_lessons`).
+    They render with the app's :class:`Site` (``site`` of its
+    :class:`~normlab.lab.state.LabState`, made by :func:`~normlab.lab.app.create_app`).
     """
-    app.state.site = Site(environment(), plotly_js())
-    app.state.warm_lessons = functools.partial(warm_lessons, app)
     app.add_api_route("/", home, methods=["GET"], include_in_schema=False, name="home")
     app.add_api_route(
         "/lessons/{slug}", lesson, methods=["GET"], include_in_schema=False, name="lesson"
@@ -352,7 +345,6 @@ def install(app: FastAPI) -> None:
         include_in_schema=False,
         name="plotly",
     )
-    app.state.math_font = math_font()
     app.add_api_route(
         "/static/vendor/math-font", vendor_math_font, methods=["GET"], include_in_schema=False
     )

@@ -1,18 +1,21 @@
-"""What the lab's experiment routes share: reading an experiment's parameters from a request
-(a JSON body, or a query string of CLI-style values), declaring them in OpenAPI, and answering
-what a run refuses with the lab's error shape.
+"""What the lab's routes share: reading an experiment's parameters from a request (a JSON
+body, or a query string of CLI-style values), declaring them in OpenAPI, answering what a run
+refuses with the lab's error shape, noticing that a client has gone, binding a generated
+route's name, and JSON safe inside a page's ``<script>``.
 
-Used by :mod:`normlab.lab.app` (``/api/experiments/NAME``), :mod:`normlab.lab.widgetstream`
-and :mod:`normlab.lab.trainpage`; it imports none of them.
+Used by the modules of :mod:`normlab.lab.routes` and by :mod:`normlab.lab.pages`; it imports
+none of them.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
+from markupsafe import Markup
 
 from normlab.experiments import (
     Experiment,
@@ -92,3 +95,31 @@ def query_schema(p: Parameter) -> dict[str, Any]:
     if p.kind == "float_list":  # written as the CLI takes it: 0.9,1,1.1
         schema = {"type": "string", "description": p.help, "default": ",".join(map(str, p.default))}
     return {"name": p.name, "in": "query", "required": False, "schema": schema}
+
+
+async def client_gone(request: Request) -> None:
+    """Return once the client of ``request`` (its body already read) has disconnected.
+
+    After the body, the server's next ASGI message for the request is ``http.disconnect``: sent
+    when the client closes the connection (a widget's superseded fetch is aborted) or once the
+    response has gone out.
+    """
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+def bound(
+    handler: Callable[[str, Request], Awaitable[Any]], name: str
+) -> Callable[[Request], Awaitable[Any]]:
+    """``handler`` with its experiment's ``name`` given: the endpoint of a generated route."""
+
+    async def endpoint(request: Request) -> Any:
+        return await handler(name, request)
+
+    return endpoint
+
+
+def script_json(value: object) -> Markup:
+    """JSON safe inside ``<script type="application/json">`` (no ``</script>`` can end it)."""
+    text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    return Markup(text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))

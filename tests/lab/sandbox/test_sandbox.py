@@ -27,7 +27,7 @@ from fastapi.testclient import TestClient
 
 import normlab.lab.sandbox.supervisor as sandbox_module
 from normlab.lab.app import create_app
-from normlab.lab.playground import MAX_CODE_CHARS
+from normlab.lab.routes.playground import MAX_CODE_CHARS
 from normlab.lab.sandbox import (
     DEFAULT_LIMITS,
     WARM_MODULES,
@@ -38,6 +38,7 @@ from normlab.lab.sandbox import (
     SandboxWarning,
     cgroups,
 )
+from normlab.lab.state import state_of
 
 pytestmark = pytest.mark.serial  # wall-clock and CPU limits: no other test may share the cores
 
@@ -328,7 +329,7 @@ def test_concurrent_runs_overlap_and_are_isolated(sandbox: Sandbox) -> None:
 
 
 def test_app_owns_its_sandbox_and_closes_it() -> None:
-    assert create_app().state.sandbox.limits == DEFAULT_LIMITS  # the API's limits: 10 s
+    assert state_of(create_app()).sandbox.limits == DEFAULT_LIMITS  # the API's limits: 10 s
     own = Sandbox()
     with TestClient(create_app(sandbox=own), base_url=LAB):
         assert not own.alive  # nothing starts until the first run (or start())

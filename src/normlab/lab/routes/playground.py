@@ -5,9 +5,9 @@ The body is ``{"code": "..."}`` and nothing else; the answer is
 ``status`` field says ``ok``, ``error``, ``timeout`` or ``killed``). Bad input answers 422 with
 ``{"detail": {"parameter", "message"}}``: ``code`` missing, not a string, longer than
 :data:`MAX_CODE_CHARS`, or a body that is not a JSON object (all name ``code``); an unknown key
-is named itself. A sandbox that cannot start answers 503. The sandbox is ``app.state.sandbox``
-(:func:`normlab.lab.app.create_app` makes it), so its limits are the app's, 10 s of wall clock
-by default.
+is named itself. A sandbox that cannot start answers 503. The sandbox is the app's
+(``sandbox`` of its :class:`~normlab.lab.state.LabState`, made by
+:func:`normlab.lab.app.create_app`), so its limits are the app's, 10 s of wall clock by default.
 """
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from normlab.lab import schemas
 from normlab.lab.errors import bad_input, checked_code, read_body
 from normlab.lab.sandbox import RunResult, SandboxError
+from normlab.lab.state import lab_state
 
 MAX_CODE_CHARS = 100_000
 """The longest code ``POST /api/run`` accepts, in characters (a long lesson listing is ~3 000)."""
@@ -73,11 +74,25 @@ async def _read_code(request: Request) -> str | JSONResponse:
         return bad_input("code", str(exc))
 
 
-def install(app: FastAPI) -> None:
-    """Add ``POST /api/run`` to ``app`` (which must have ``app.state.sandbox``)."""
+async def run_code(request: Request) -> Any:
+    """``POST /api/run``: the code of the body, run in the sandbox."""
+    code = await _read_code(request)
+    if isinstance(code, JSONResponse):
+        return code
+    try:
+        result = await lab_state(request).sandbox.arun(code)
+    except SandboxError as exc:
+        return bad_input(None, str(exc), status=503)
+    return result.to_dict()
 
-    @app.post(
+
+def router() -> APIRouter:
+    """``POST /api/run``."""
+    r = APIRouter()
+    r.add_api_route(
         "/api/run",
+        run_code,
+        methods=["POST"],
         tags=["playground"],
         summary="Run Python code in the sandbox",
         description=(
@@ -93,12 +108,4 @@ def install(app: FastAPI) -> None:
             },
         },
     )
-    async def run_code(request: Request) -> Any:
-        code = await _read_code(request)
-        if isinstance(code, JSONResponse):
-            return code
-        try:
-            result = await request.app.state.sandbox.arun(code)
-        except SandboxError as exc:
-            return bad_input(None, str(exc), status=503)
-        return result.to_dict()
+    return r

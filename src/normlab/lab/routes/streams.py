@@ -17,14 +17,15 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
 from normlab.experiments import Experiment, list_experiments, params_dict
 from normlab.lab import schemas, sse
 from normlab.lab.errors import busy
-from normlab.lab.requests import REFUSED, query_params, query_schema, refusal
+from normlab.lab.requests import REFUSED, bound, query_params, query_schema, refusal
 from normlab.lab.runner import Runner
+from normlab.lab.state import lab_state
 
 MAX_STREAMS = 16
 """Streamed runs open at once, over every page: each holds a worker thread while it trains."""
@@ -47,24 +48,21 @@ async def stream(name: str, request: Request) -> Any:
         _, params = query_params(name, request)
     except REFUSED as exc:
         return refusal(exc)
-    app = request.app
-    if app.state.widget_streams >= MAX_STREAMS:
+    state = lab_state(request)
+    if state.widget_streams >= MAX_STREAMS:
         return busy(f"{MAX_STREAMS} widgets are training already: wait for one to finish")
-    app.state.widget_streams += 1
+    state.widget_streams += 1
 
     def release() -> None:
-        app.state.widget_streams -= 1
+        state.widget_streams -= 1
 
-    return sse.EventStream(_events(app.state.runner, name, params_dict(params)), release)
+    return sse.EventStream(_events(state.runner, name, params_dict(params)), release)
 
 
-def _route(app: FastAPI, e: Experiment) -> None:
-    async def endpoint(request: Request) -> Any:
-        return await stream(e.name, request)
-
-    app.add_api_route(
+def _route(r: APIRouter, e: Experiment) -> None:
+    r.add_api_route(
         f"/api/experiments/{e.name}/stream",
-        endpoint,
+        bound(stream, e.name),
         methods=["GET"],
         tags=["experiments"],
         summary=f"{e.title}, live (Server-Sent Events)",
@@ -84,9 +82,10 @@ def _route(app: FastAPI, e: Experiment) -> None:
     )
 
 
-def install(app: FastAPI) -> None:
-    """Add ``GET /api/experiments/NAME/stream`` for every experiment that streams."""
-    app.state.widget_streams = 0
+def router() -> APIRouter:
+    """``GET /api/experiments/NAME/stream`` for every experiment registered now that streams."""
+    r = APIRouter()
     for e in list_experiments():
         if e.streams:
-            _route(app, e)
+            _route(r, e)
+    return r

@@ -1,7 +1,7 @@
 """The ``/train`` page: watch a real PyTorch run train, step by step, live.
 
-:func:`install` adds to the app (its runs are ``app.state.train_runs``, a
-:class:`~normlab.lab.trainruns.Runs`):
+:func:`router` makes these routes (the runs are ``train_runs`` of the app's
+:class:`~normlab.lab.state.LabState`, a :class:`~normlab.lab.trainruns.Runs`):
 
 - ``GET /train``: the lesson and its view; its numbers come from sessions run here
   (:mod:`normlab.lab.trainlesson`); ``GET /train/embed``: the view alone, which a lesson shows
@@ -26,11 +26,11 @@ import functools
 import hashlib
 import types
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import anyio.to_thread
-from fastapi import FastAPI, Path, Request
+from fastapi import APIRouter, Path, Request
 from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 
 from normlab import doctor
@@ -39,8 +39,8 @@ from normlab.experiments.params import Parameter, make_params
 from normlab.lab import schemas, sse, trainlesson
 from normlab.lab.errors import bad_input, busy
 from normlab.lab.lessons.markup import highlight
-from normlab.lab.pages import _script_json
-from normlab.lab.requests import query_schema, read_params
+from normlab.lab.requests import query_schema, read_params, script_json
+from normlab.lab.state import lab_state
 from normlab.lab.trainruns import ACTIONS, MAX_RUNS, PLAY, Play, Run, Runs
 from normlab.trainview import GROUPS, PARAMETERS, STEPS, Setup, make_setup, script
 
@@ -49,11 +49,6 @@ CONTRAST = ("norm", ("none", "batch"))
 SETUP = {p.name: p for p in PARAMETERS}
 OWN = {p.name: p for p in PLAY}
 _REFUSED = (ParameterError, ParameterTypeError)
-
-
-def _runs(request: Request) -> Runs:
-    runs: Runs = request.app.state.train_runs
-    return runs
 
 
 def _unknown(key: str, where: str, valid: Mapping[str, Parameter]) -> ParameterError:
@@ -123,12 +118,12 @@ def spec() -> dict[str, Any]:
 
 async def train_api(request: Request) -> dict[str, Any]:
     """``GET /api/train``: the parameters, and the runs going now."""
-    return {**spec(), "runs": len(_runs(request))}
+    return {**spec(), "runs": len(lab_state(request).train_runs)}
 
 
 async def train_stream(request: Request) -> Any:
     """``GET /api/train/stream``: a new run, as Server-Sent Events."""
-    runs = _runs(request)
+    runs = lab_state(request).train_runs
     try:
         setups, values = _setups_of(request.query_params, OWN)
         play: Play = make_params(Play, values, "a training run")
@@ -176,7 +171,7 @@ async def train_control(run_id: RUN_ID, request: Request) -> Any:
     body = await read_params(request)
     if isinstance(body, JSONResponse):
         return body
-    run = _runs(request).get(run_id)
+    run = lab_state(request).train_runs.get(run_id)
     if run is None:
         message = f"no training run {run_id!r} is going: it ended, or its page opened another"
         return bad_input("run_id", message, status=404)
@@ -212,7 +207,7 @@ async def train_code(request: Request) -> Any:
 
 def train_playground(request: Request) -> HTMLResponse:
     """``GET /playground/train``: the script in the playground, ready to run."""
-    site = request.app.state.site
+    site = lab_state(request).site
     try:
         setup, steps = _code_of(request)
     except _REFUSED as exc:
@@ -240,11 +235,11 @@ def link(values: Mapping[str, Any], **extra: Any) -> str:
 
 async def train_page(request: Request) -> HTMLResponse:
     """``GET /train``: the lesson, its numbers from sessions run here, and the view."""
-    runs = _runs(request)
+    runs = lab_state(request).train_runs
     numbers = await anyio.to_thread.run_sync(trainlesson.numbers)
     exercise = link(trainlesson.CASES["plain"], compare=1, **{"b.norm": "batch"})
-    page: HTMLResponse = request.app.state.site.render(
-        "train.html", current="train", spec=_script_json(spec()), numbers=numbers,
+    page: HTMLResponse = lab_state(request).site.render(
+        "train.html", current="train", spec=script_json(spec()), numbers=numbers,
         cases={k: link(v) for k, v in trainlesson.CASES.items()}, exercise=exercise,
         defaults=dataclasses.asdict(Setup()),
         max_runs=runs.limit,
@@ -254,38 +249,32 @@ async def train_page(request: Request) -> HTMLResponse:
 
 async def train_embed(request: Request) -> HTMLResponse:
     """``GET /train/embed``: the view alone, for a lesson's frame (the same address state)."""
-    site = request.app.state.site
-    page: HTMLResponse = site.render("train_embed.html", spec=_script_json(spec()))
+    site = lab_state(request).site
+    page: HTMLResponse = site.render("train_embed.html", spec=script_json(spec()))
     return page
 
 
-def _warming(app: FastAPI, lessons: Callable[[], None]) -> Callable[[], None]:
-    """The lessons' warm-up, then this page's numbers (unless the lab is stopping)."""
-
-    def warm() -> None:
-        lessons()
-        try:
-            trainlesson.numbers(stopped=lambda: app.state.train_runs.closed)
-        except trainlesson.Stopped:
-            return
-
-    return warm
+def warm_numbers(runs: Runs) -> None:
+    """Compute the page's numbers once (the warm-up's part), unless the lab is stopping: its
+    ``runs`` are closed then."""
+    try:
+        trainlesson.numbers(stopped=lambda: runs.closed)
+    except trainlesson.Stopped:
+        return
 
 
 def _query_docs() -> dict[str, Any]:
     return {"parameters": [query_schema(p) for p in PARAMETERS]}
 
 
-def install(app: FastAPI) -> None:
-    """Add ``/train``, its API and its playground page to ``app`` (after the pages)."""
-    app.state.train_runs = Runs()
-    app.state.warm_lessons = _warming(app, app.state.warm_lessons)
-    app.add_api_route("/train", train_page, methods=["GET"], include_in_schema=False)
-    app.add_api_route("/train/embed", train_embed, methods=["GET"], include_in_schema=False)
-    app.add_api_route(
-        "/playground/train", train_playground, methods=["GET"], include_in_schema=False
-    )
-    _document(app)
+def router() -> APIRouter:
+    """``/train``, its API and its playground page."""
+    r = APIRouter()
+    r.add_api_route("/train", train_page, methods=["GET"], include_in_schema=False)
+    r.add_api_route("/train/embed", train_embed, methods=["GET"], include_in_schema=False)
+    r.add_api_route("/playground/train", train_playground, methods=["GET"], include_in_schema=False)
+    _document(r)
+    return r
 
 
 _PARAMETERS = {"type": "array", "items": schemas.ref("Parameter")}
@@ -337,17 +326,17 @@ _CONTROLLED: schemas.JSON = {
 }
 
 
-def _document(app: FastAPI) -> None:
+def _document(r: APIRouter) -> None:
     """The API routes, each with its OpenAPI summary, description and answers."""
     bad: dict[int | str, dict[str, Any]] = dict(schemas.ERRORS)
-    app.add_api_route(
+    r.add_api_route(
         "/api/train", train_api, methods=["GET"], tags=["train"],
         summary="The training view's parameters", responses=schemas.responses(_SPEC),
         description="The setup's parameter schemas (the page's controls are built from them), "
         "the stream's own (steps, speed, fps, play), the actions, the bound on runs and "
         "how many runs are going now.",
     )  # fmt: skip
-    app.add_api_route(
+    r.add_api_route(
         "/api/train/stream", train_stream, methods=["GET"], tags=["train"],
         response_class=StreamingResponse,
         summary="One live training run (Server-Sent Events)",
@@ -378,10 +367,10 @@ def _document(app: FastAPI) -> None:
             ]
         },
     )  # fmt: skip
-    _document_control(app, bad)
+    _document_control(r, bad)
 
 
-def _document_control(app: FastAPI, bad: dict[int | str, dict[str, Any]]) -> None:
+def _document_control(r: APIRouter, bad: dict[int | str, dict[str, Any]]) -> None:
     body = {
         "type": "object",
         "additionalProperties": False,
@@ -392,7 +381,7 @@ def _document_control(app: FastAPI, bad: dict[int | str, dict[str, Any]]) -> Non
             "fps": schemas.parameter(OWN["fps"]),
         },
     }
-    app.add_api_route(
+    r.add_api_route(
         "/api/train/{run_id}/control", train_control, methods=["POST"], tags=["train"],
         summary="Play, pause, step or reset a run",
         description="Taken at the run's next step, in the order sent: `play` trains a frame "
@@ -409,7 +398,7 @@ def _document_control(app: FastAPI, bad: dict[int | str, dict[str, Any]]) -> Non
             "requestBody": {"required": True, "content": {"application/json": {"schema": body}}}
         },
     )  # fmt: skip
-    app.add_api_route(
+    r.add_api_route(
         "/api/train/code", train_code, methods=["GET"], tags=["train", "code"],
         summary="The plain PyTorch script of a training setup",
         description="The script that builds the setup's data and net and trains `steps` steps, "

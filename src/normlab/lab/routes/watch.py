@@ -1,8 +1,8 @@
 """The ``/watch`` page: a :func:`normlab.watch` log, shown live as the training run writes it.
 
-:func:`install` adds to the app (whose ``app.state.watch`` is a
-:class:`~normlab.lab.watchlog.WatchLog`, or ``None`` when the lab was started without
-``--watch-log``):
+:func:`router` makes these routes (the log is ``watch`` of the app's
+:class:`~normlab.lab.state.LabState`, a :class:`~normlab.lab.watchlog.WatchLog`, or ``None``
+when the lab was started without ``--watch-log``):
 
 - ``GET /watch``: the page; without a log it says how to write one and start the lab on it;
 - ``GET /api/watch``: the log's state once, as JSON (:func:`~normlab.lab.watchlog.watch_state`);
@@ -22,24 +22,20 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio.to_thread
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, StreamingResponse
 
 from normlab.lab import schemas, sse
 from normlab.lab.errors import bad_input, busy
-from normlab.lab.pages import _script_json
+from normlab.lab.requests import script_json
 from normlab.lab.sse import KEEPALIVE_S, RETRY_MS
+from normlab.lab.state import lab_state
 from normlab.lab.watchlog import POLL_S, WatchLog
 
 MAX_STREAMS = 8
 """Streams open at once; one more answers 503 (each holds a connection and a poll)."""
 
 _NO_LOG = "this lab follows no log: start it with normlab lab --watch-log FILE.jsonl"
-
-
-def _watch(request: Request) -> WatchLog | None:
-    found: WatchLog | None = request.app.state.watch
-    return found
 
 
 async def _state(watch: WatchLog) -> dict[str, Any]:
@@ -64,7 +60,7 @@ async def _events(request: Request, watch: WatchLog) -> AsyncIterator[str]:
 
 async def watch_json(request: Request) -> Any:
     """``GET /api/watch``: the log's state now."""
-    watch = _watch(request)
+    watch = lab_state(request).watch
     if watch is None:
         return bad_input("watch_log", _NO_LOG, status=404)
     return await _state(watch)
@@ -72,26 +68,26 @@ async def watch_json(request: Request) -> Any:
 
 async def watch_stream(request: Request) -> Any:
     """``GET /api/watch/stream``: the log's state as Server-Sent Events."""
-    watch = _watch(request)
+    state = lab_state(request)
+    watch = state.watch
     if watch is None:
         return bad_input("watch_log", _NO_LOG, status=404)
-    if request.app.state.watch_streams >= MAX_STREAMS:
+    if state.watch_streams >= MAX_STREAMS:
         return busy(f"{MAX_STREAMS} pages already follow this log: close one and reload")
-    app = request.app
-    app.state.watch_streams += 1
+    state.watch_streams += 1
 
     def release() -> None:
-        app.state.watch_streams -= 1
+        state.watch_streams -= 1
 
     return sse.EventStream(_events(request, watch), release)
 
 
 async def watch_page(request: Request) -> HTMLResponse:
     """``GET /watch``: the log's page (its first state embedded), or how to make a log."""
-    watch = _watch(request)
+    watch = lab_state(request).watch
     state = None if watch is None else await _state(watch)
-    initial = None if state is None else _script_json(state)
-    site = request.app.state.site
+    initial = None if state is None else script_json(state)
+    site = lab_state(request).site
     page: HTMLResponse = site.render("watch.html", state=state, initial=initial, current="watch")
     return page
 
@@ -130,13 +126,13 @@ _STATE_TEXT = (
 )
 
 
-def install(app: FastAPI) -> None:
-    """Add ``/watch``, ``/api/watch`` and ``/api/watch/stream`` to ``app``."""
-    app.state.watch_streams = 0
+def router() -> APIRouter:
+    """``/watch``, ``/api/watch`` and ``/api/watch/stream``."""
     schemas.shared()
     absent = schemas.error("the lab was started without --watch-log")
-    app.add_api_route("/watch", watch_page, methods=["GET"], include_in_schema=False)
-    app.add_api_route(
+    r = APIRouter()
+    r.add_api_route("/watch", watch_page, methods=["GET"], include_in_schema=False)
+    r.add_api_route(
         "/api/watch",
         watch_json,
         methods=["GET"],
@@ -147,7 +143,7 @@ def install(app: FastAPI) -> None:
         "described as data and the last record's per-layer table.",
         responses=schemas.responses(STATE, _STATE_TEXT, _404=absent),
     )
-    app.add_api_route(
+    r.add_api_route(
         "/api/watch/stream",
         watch_stream,
         methods=["GET"],
@@ -165,3 +161,4 @@ def install(app: FastAPI) -> None:
         },
         response_class=StreamingResponse,
     )
+    return r
