@@ -265,7 +265,7 @@ def test_show_the_code(page: Any, server: str) -> None:
         "() => document.querySelector('.nl-train-side .nl-code-panel').dataset.state === 'ready'"
     )
     text = page.locator(".nl-train-side[data-side='a'] .nl-code-box").inner_text()
-    assert "steps=1," in text and "import normlab" not in text and "def training(" in text  # the entry, its loop visible
+    assert "steps=1," in text and "import normlab" not in text and "def training(" in text
     href = page.locator(".nl-train-side[data-side='a'] .nl-open-playground").get_attribute("href")
     assert href.startswith("/playground/train?") and "depth=2" in href
 
