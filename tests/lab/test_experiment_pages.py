@@ -21,8 +21,8 @@ with warnings.catch_warnings():  # starlette warns about its httpx-based client 
 
 from normlab.experiments import get_experiment, list_experiments
 from normlab.lab.app import create_app
-from normlab.lab.experiment_pages import docstring_html
 from normlab.lab.lessons import LESSONS
+from normlab.lab.routes.experiment_pages import docstring_html
 from normlab.lab.runner import Runner
 
 LAB = "http://127.0.0.1"  # the lab answers loopback Host names only

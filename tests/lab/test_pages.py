@@ -18,7 +18,7 @@ with warnings.catch_warnings():  # starlette warns about its httpx-based client 
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
-from normlab.lab import pages
+from normlab.lab import site
 from normlab.lab.app import create_app
 from normlab.lab.lessons import LESSONS, find, neighbours
 from normlab.lab.lessons.markup import MathExtension, code, highlight, num, sci, tex
@@ -170,7 +170,7 @@ def test_static_files_and_vendored_plotly(client: TestClient) -> None:
     r = client.get("/static/vendor/plotly.min.js")
     assert r.status_code == 200
     assert "javascript" in r.headers["content-type"]
-    assert r.content == pages.plotly_js().read_bytes()
+    assert r.content == site.plotly_js().read_bytes()
     assert client.get("/favicon.ico").status_code == 200
 
 
@@ -447,7 +447,7 @@ def test_code_listing_escapes_and_highlights() -> None:
 
 
 def test_widget_rejects_duplicate_ids_and_unknown_controls() -> None:
-    ctx = pages.PageContext(lambda name, params: {"experiment": name, "params": params})
+    ctx = site.PageContext(lambda name, params: {"experiment": name, "params": params})
     ctx.widget("drift")
     with pytest.raises(ValueError, match="used twice"):
         ctx.widget("drift")
@@ -458,7 +458,7 @@ def test_widget_rejects_duplicate_ids_and_unknown_controls() -> None:
 
 
 def test_the_math_font_is_served_by_the_lab(client: TestClient) -> None:
-    path = pages.math_font()
+    path = site.math_font()
     assert path is not None, "make installs fonts-dejavu-extra: no math font found"
     r = client.get("/static/vendor/math-font")
     assert r.status_code == 200 and r.headers["content-type"].startswith("font/")

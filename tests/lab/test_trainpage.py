@@ -34,7 +34,7 @@ from fastapi import FastAPI
 from normlab import trainview
 from normlab.experiments import ParameterError
 from normlab.lab import app as lab_app
-from normlab.lab import pages, trainlesson, trainruns
+from normlab.lab import site, trainlesson, trainruns
 from normlab.lab.app import create_app
 from normlab.lab.lessons.markup import num
 from normlab.lab.state import state_of
@@ -184,7 +184,7 @@ def test_the_view_alone_for_a_lesson_s_frame(client: TestClient) -> None:
 
 
 def test_a_lesson_presets_the_view_and_refuses_bad_settings() -> None:
-    ctx = pages.PageContext(lambda name, params: {})
+    ctx = site.PageContext(lambda name, params: {})
     markup = str(ctx.train_view("Zeros", init="zeros", compare={"init": "he"}, hide=["compare"]))
     src = html.unescape(re.search(r'<iframe[^>]* src="([^"]+)"', markup).group(1))  # type: ignore[union-attr]
     assert src == "/train/embed?init=zeros&compare=1&b.init=he&hide=compare"

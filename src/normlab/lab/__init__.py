@@ -4,7 +4,8 @@
 (every service and counter, typed; routes read it with :func:`~normlab.lab.state.lab_state`)
 and includes :mod:`normlab.lab.routes`, one module per area, each a ``router()`` of the same
 shape; what the routes share in handling a request is public in :mod:`normlab.lab.requests`.
-Services stay beside them: the runner, the progress store, the ``/train`` runs
+Services stay beside them: the runner, the pages' rendering (``site.py``: the Jinja
+environment, the lesson helpers, the vendored files), the progress store, the ``/train`` runs
 (``trainruns.py``), the watched log (``watchlog.py``), the security guard.
 
 :mod:`normlab.lab.sandbox` is where a learner's code runs (the playground, the code exercises):

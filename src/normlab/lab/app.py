@@ -1,9 +1,9 @@
 """The web lab's application: :func:`create_app` makes one lab and :func:`serve` serves it.
 
 The app's services live in one :class:`~normlab.lab.state.LabState`, made here and kept as
-``app.state.lab``; the routes, one module per area in :mod:`normlab.lab.routes` (plus the pages,
-:mod:`normlab.lab.pages`, :mod:`normlab.lab.experiment_pages` and :mod:`normlab.lab.learn`), read
-it through :func:`~normlab.lab.state.lab_state`. The lifespan starts the warm-up and the sandbox,
+``app.state.lab``; the routes, one module per area in :mod:`normlab.lab.routes`, read it
+through :func:`~normlab.lab.state.lab_state`, and the pages render with its
+:class:`~normlab.lab.site.Site`. The lifespan starts the warm-up and the sandbox,
 and stops what the app owns, in the order written in :func:`_lifespan`. The OpenAPI document
 (read at ``/docs`` and ``/redoc``, :mod:`normlab.lab.routes.docs`) carries each experiment's
 parameter schema, generated from the registry's declarations.
@@ -24,9 +24,19 @@ import uvicorn
 from fastapi import FastAPI
 
 from normlab import __version__
-from normlab.lab import errors, experiment_pages, learn, pages, schemas
+from normlab.lab import errors, schemas, site
 from normlab.lab.progress import ProgressStore, default_db_path
-from normlab.lab.routes import docs, experiments, playground, streams, train, watch
+from normlab.lab.routes import (
+    docs,
+    experiment_pages,
+    experiments,
+    learn,
+    pages,
+    playground,
+    streams,
+    train,
+    watch,
+)
 from normlab.lab.routes.docs import DOCS_ASSETS
 from normlab.lab.runner import Runner
 from normlab.lab.sandbox import Sandbox, SandboxError
@@ -80,12 +90,12 @@ def create_app(
         sandbox=sandbox if sandbox is not None else Sandbox(),
         watch=None if watch_log is None else WatchLog(watch_log),
         progress=ProgressStore(db_path if db_path is not None else default_db_path()),
-        site=pages.Site(pages.environment(), pages.plotly_js()),
-        math_font=pages.math_font(),
+        site=site.Site(site.environment(), site.plotly_js()),
+        math_font=site.math_font(),
         train_runs=Runs(),
     )
     state.warm = [  # the lessons, then the /train page's numbers
-        functools.partial(pages.warm_lessons, app),
+        functools.partial(site.warm_lessons, app),
         functools.partial(train.warm_numbers, state.train_runs),
     ]
     app.state.lab = state
@@ -102,10 +112,11 @@ def _include_routes(app: FastAPI) -> None:
     app.include_router(docs.router())
     app.mount(DOCS_ASSETS, docs.assets(), name="docs-assets")
     app.include_router(experiments.router())
-    pages.install(app)  # the pages and /static
-    experiment_pages.install(app)
+    app.include_router(pages.router())
+    app.mount("/static", pages.static(), name="static")  # after the vendored files' routes
+    app.include_router(experiment_pages.router())
     app.include_router(playground.router())
-    learn.install(app)
+    app.include_router(learn.router())
     app.include_router(watch.router())
     app.include_router(streams.router())
     app.include_router(train.router())

@@ -3,7 +3,7 @@ body, or a query string of CLI-style values), declaring them in OpenAPI, answeri
 refuses with the lab's error shape, noticing that a client has gone, binding a generated
 route's name, and JSON safe inside a page's ``<script>``.
 
-Used by the modules of :mod:`normlab.lab.routes` and by :mod:`normlab.lab.pages`; it imports
+Used by the modules of :mod:`normlab.lab.routes` and by :mod:`normlab.lab.site`; it imports
 none of them.
 """
 

@@ -21,8 +21,8 @@ from normlab.lab.sandbox import Sandbox
 from normlab.lab.trainruns import Runs
 from normlab.lab.watchlog import WatchLog
 
-if TYPE_CHECKING:  # pages reads the state through this module: no import back at run time
-    from normlab.lab.pages import Site
+if TYPE_CHECKING:  # site reads the state through this module: no import back at run time
+    from normlab.lab.site import Site
 
 
 @dataclass

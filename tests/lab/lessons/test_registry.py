@@ -13,7 +13,7 @@ import importlib
 import pytest
 
 from normlab.experiments import get_experiment
-from normlab.lab import exercises, lessons, pages
+from normlab.lab import exercises, lessons, site
 from normlab.lab.lessons import LESSONS, ORDER, widget_calls
 
 
@@ -29,12 +29,12 @@ def test_every_lesson_folder_is_in_the_reading_order_and_has_a_page() -> None:
 
 
 def test_the_lab_finds_every_lesson_s_page_by_its_template_name() -> None:
-    env = pages.environment()
+    env = site.environment()
     for lesson in LESSONS:
         source, filename, _ = env.loader.get_source(env, lesson.template)  # type: ignore[union-attr]
         assert filename == str(lessons.HERE / lesson.folder / "lesson.html")
         assert widget_calls(source) == lesson.experiments
-    assert env.get_template("lesson.html").filename == str(pages.TEMPLATES / "lesson.html")
+    assert env.get_template("lesson.html").filename == str(site.TEMPLATES / "lesson.html")
 
 
 def test_every_widget_a_lesson_shows_is_a_registered_experiment() -> None:

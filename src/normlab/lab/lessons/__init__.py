@@ -6,7 +6,7 @@ A lesson is the folder ``lessons/<slug with _ for ->/`` (``batch_norm/`` is
 - ``__init__.py``: its ``TITLE`` and ``SUMMARY``;
 - ``lesson.html``: the page, a Jinja template that extends the layout ``lesson.html``; its
   numbers come from live runs through ``result(...)`` and its widgets from ``widget(name, ...)``
-  (:mod:`normlab.lab.pages` lists the helpers a template can call, and finds the template as
+  (:mod:`normlab.lab.site` lists the helpers a template can call, and finds the template as
   ``lessons/<folder>/lesson.html``);
 - ``exercises.py``: the exercises that close it, made of the kinds in :mod:`.exercise`
   (:mod:`normlab.lab.exercises` gathers them).

@@ -5,7 +5,7 @@
 
 - ``GET /train``: the lesson and its view; its numbers come from sessions run here
   (:mod:`normlab.lab.trainlesson`); ``GET /train/embed``: the view alone, which a lesson shows
-  in a frame with its settings preset (``Context.train_view`` in :mod:`normlab.lab.pages`);
+  in a frame with its settings preset (``PageContext.train_view`` in :mod:`normlab.lab.site`);
 - ``GET /api/train``: the setup's parameters (:data:`normlab.trainview.PARAMETERS`), the
   stream's (:data:`~normlab.lab.trainruns.PLAY`), the actions, and how many runs are going;
 - ``GET /api/train/stream?<setup>&<play>``: one run as Server-Sent Events (see

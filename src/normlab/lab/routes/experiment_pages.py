@@ -1,7 +1,8 @@
 """A page for every registered experiment: ``/experiments`` and ``/experiments/{name}``.
 
-Both pages are generated from the registry (:func:`~normlab.experiments.list_experiments`), so
-an experiment is in the lab as soon as it is registered, before any lesson embeds it:
+Both pages (:func:`router`, rendered with the app's :class:`~normlab.lab.site.Site`) are
+generated from the registry (:func:`~normlab.experiments.list_experiments`), so an experiment
+is in the lab as soon as it is registered, before any lesson embeds it:
 
 - ``/experiments`` lists every experiment: its title, its summary and a link;
 - ``/experiments/{name}`` shows the experiment's live widget, built as a lesson's
@@ -17,14 +18,14 @@ import inspect
 import re
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 from markupsafe import Markup, escape
 
 from normlab.experiments import Experiment, UnknownExperiment, get_experiment, list_experiments
 from normlab.lab import lessons
 from normlab.lab.lessons.markup import tex
-from normlab.lab.pages import PageContext, Site
+from normlab.lab.site import PageContext
 from normlab.lab.state import lab_state
 
 _ROLE = re.compile(r":math:`([^`]+)`|:\w+:`(~?)([^`]+)`|``([^`]+)``")
@@ -60,34 +61,29 @@ def about(experiment: Experiment) -> Markup | None:
     return docstring_html(doc) if doc else None
 
 
-def _site(request: Request) -> Site:
-    site: Site = lab_state(request).site
-    return site
-
-
 def index(request: Request) -> HTMLResponse:
-    return _site(request).render(
+    return lab_state(request).site.render(
         "experiments.html", experiments=list_experiments(), current="experiments"
     )
 
 
 def experiment_page(name: str, request: Request) -> HTMLResponse:
-    site = _site(request)
+    state = lab_state(request)
     try:
         experiment = get_experiment(name)
     except UnknownExperiment:
-        return site.render(
+        return state.site.render(
             "experiment_404.html",
             status=404,
             missing=name,
             experiments=list_experiments(),
             current="experiments",
         )
-    ctx = PageContext(lab_state(request).runner.run)
+    ctx = PageContext(state.runner.run)
     widget = ctx.widget(experiment.name)  # the defaults' run, from the runner's cache
     initial: dict[str, Any] = ctx.result(experiment.name)
     names = [e.name for e in list_experiments()]
-    return site.render(
+    return state.site.render(
         "experiment.html",
         experiment=experiment,
         number=names.index(experiment.name) + 1,
@@ -100,16 +96,9 @@ def experiment_page(name: str, request: Request) -> HTMLResponse:
     )
 
 
-def install(app: FastAPI) -> None:
-    """Add ``/experiments`` and ``/experiments/{name}`` (after :func:`pages.install`, whose
-    :class:`~normlab.lab.pages.Site` they render with)."""
-    app.add_api_route(
-        "/experiments", index, methods=["GET"], include_in_schema=False, name="experiments"
-    )
-    app.add_api_route(
-        "/experiments/{name}",
-        experiment_page,
-        methods=["GET"],
-        include_in_schema=False,
-        name="experiment",
-    )
+def router() -> APIRouter:
+    """``/experiments`` and ``/experiments/{name}`` (left out of the OpenAPI document)."""
+    r = APIRouter(include_in_schema=False)
+    r.add_api_route("/experiments", index, methods=["GET"], name="experiments")
+    r.add_api_route("/experiments/{name}", experiment_page, methods=["GET"], name="experiment")
+    return r

@@ -1,7 +1,7 @@
 """The lab's learning routes: exercises, their checking, and the learner's progress.
 
-:func:`install` adds to the app (whose :class:`~normlab.lab.state.LabState` holds a
-:class:`~normlab.lab.progress.ProgressStore` and a :class:`~normlab.lab.sandbox.Sandbox`):
+:func:`router` holds these routes (they use the :class:`~normlab.lab.progress.ProgressStore`
+and the :class:`~normlab.lab.sandbox.Sandbox` of the app's :class:`~normlab.lab.state.LabState`):
 
 - ``GET /api/exercises``: every exercise, as the learner sees it (no answers; the choices in
   this learner's order, see :meth:`~normlab.lab.exercises.ChoiceExercise.for_learner`);
@@ -33,7 +33,7 @@ import sqlite3
 from typing import Annotated, Any
 
 import anyio.to_thread
-from fastapi import FastAPI, Path, Request
+from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse
 
 from normlab.lab import exercises, schemas
@@ -380,17 +380,22 @@ def _kept(what: str) -> schemas.JSON:
     }
 
 
-def install(app: FastAPI) -> None:
-    """Add the exercise, progress and listing routes to ``app``."""
+def router() -> APIRouter:
+    """The exercise, progress and listing routes."""
+    r = APIRouter()
     ok = schemas.responses
-    app.get(
+    r.add_api_route(
         "/api/exercises",
+        list_exercises,
+        methods=["GET"],
         tags=["exercises"],
         summary="Every exercise (without answers)",
         responses=ok({"type": "array", "items": _EXERCISE}),
-    )(list_exercises)
-    app.post(
+    )
+    r.add_api_route(
         "/api/exercises/{exercise_id}/submit",
+        submit,
+        methods=["POST"],
         tags=["exercises"],
         summary="Check an answer (or code) and record the attempt",
         responses=ok(
@@ -399,35 +404,47 @@ def install(app: FastAPI) -> None:
             "after it",
         ),
         openapi_extra=_body(_SUBMISSION),
-    )(submit)
-    app.put(
+    )
+    r.add_api_route(
         "/api/exercises/{exercise_id}/code",
+        save_code,
+        methods=["PUT"],
         tags=["exercises"],
         summary="Keep the learner's code of a code exercise (not an attempt)",
         responses=ok(_kept("saved")),
         openapi_extra=_body(_code_body(MAX_CODE_CHARS)),
-    )(save_code)
-    app.get(
+    )
+    r.add_api_route(
         "/api/exercises/{exercise_id}/code",
+        get_code,
+        methods=["GET"],
         tags=["exercises"],
         summary="The learner's kept code of a code exercise",
         responses=ok(_kept("code"), _404=schemas.error("nothing kept")),
-    )(get_code)
-    app.get(
+    )
+    r.add_api_route(
         "/api/progress",
+        progress,
+        methods=["GET"],
         tags=["exercises"],
         summary="Solved exercises, saved listings and kept exercise code",
         responses=ok(_PROGRESS),
-    )(progress)
-    app.put(
+    )
+    r.add_api_route(
         "/api/listings/{listing_id}",
+        save_listing,
+        methods=["PUT"],
         tags=["listings"],
         summary="Save the learner's code of a listing",
         responses=ok(_kept("saved")),
         openapi_extra=_body(_code_body(MAX_LISTING_CHARS)),
-    )(save_listing)
-    app.get(
-        "/api/listings/{listing_id}", tags=["listings"],
+    )
+    r.add_api_route(
+        "/api/listings/{listing_id}",
+        get_listing,
+        methods=["GET"],
+        tags=["listings"],
         summary="The learner's saved code of a listing",
         responses=ok(_kept("code"), _404=schemas.error("nothing saved")),
-    )(get_listing)  # fmt: skip
+    )
+    return r

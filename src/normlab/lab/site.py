@@ -1,10 +1,12 @@
-"""The lab's pages: server-rendered lessons whose numbers come from live runs.
+"""What the lab's pages render with: the Jinja environment, the page helpers, the vendored files.
 
-:func:`install` adds to the app
-
-- ``/`` (the lessons) and ``/lessons/{slug}`` (one lesson; an unknown slug answers a 404 page);
-- ``/static/...`` (``lab.js``, ``lab.css``) and ``/static/vendor/plotly.min.js``, served from the
-  plotly wheel's own copy, so the lab never fetches anything from outside 127.0.0.1.
+The page routes (:mod:`normlab.lab.routes.pages`, :mod:`normlab.lab.routes.experiment_pages`)
+render through the app's one :class:`Site` (``site`` of its
+:class:`~normlab.lab.state.LabState`, made by :func:`~normlab.lab.app.create_app`);
+:func:`warm_lessons` renders every lesson once at startup, filling the runner's cache.
+Everything the lab serves comes from this machine: ``lab.js`` and ``lab.css`` from
+:data:`STATIC`, plotly's script from the plotly wheel's own copy (:func:`plotly_js`), the
+formulas' font from :func:`math_font`.
 
 Every lesson template can call these helpers:
 
@@ -16,12 +18,12 @@ Every lesson template can call these helpers:
 - ``thresholds``: the doctor's label thresholds (:mod:`normlab.doctor`);
 - ``code`` (also a filter: ``{% filter code %}...{% endfilter %}``): a highlighted listing;
 - ``widget(name, id=None, show=None, **params)``: a live widget for one experiment. ``params``
-  are its starting values; ``show`` names the controls shown first (the rest fold away).
+  are its starting values; ``show`` names the controls shown first (the rest fold away);
+- ``train_view(caption, ...)``: the live training view in a frame, its settings preset.
 """
 
 from __future__ import annotations
 
-import hashlib
 import html
 import importlib.util
 import json
@@ -32,9 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.responses import FileResponse, HTMLResponse
-from fastapi.staticfiles import StaticFiles
+from fastapi import FastAPI
+from fastapi.responses import HTMLResponse
 from jinja2 import (
     ChoiceLoader,
     Environment,
@@ -46,26 +47,17 @@ from jinja2 import (
 from markupsafe import Markup
 
 from normlab import __version__, doctor
-from normlab.experiments import ParameterError, get_experiment, script
-from normlab.experiments.params import params_dict
+from normlab.experiments import get_experiment
 from normlab.lab import lessons
-from normlab.lab.errors import bad_input
 from normlab.lab.lessons.markup import MathExtension, code, num, sci, tex
 from normlab.lab.requests import script_json
 from normlab.lab.runner import RunCancelled
-from normlab.lab.state import lab_state, state_of
+from normlab.lab.state import state_of
 from normlab.trainview import make_setup
 
 HERE = Path(__file__).parent
 TEMPLATES = HERE / "templates"
 STATIC = HERE / "static"
-STARTER = """import torch
-
-torch.manual_seed(0)
-x = torch.randn(64, 16)
-print(f"mean {x.mean():.4f}, std {x.std():.4f}")
-"""
-"""What the playground holds when no experiment's code is opened in it."""
 
 
 def plotly_js() -> Path:
@@ -235,11 +227,6 @@ class Site:
         )
 
 
-def _site(app: FastAPI) -> Site:
-    site: Site = state_of(app).site
-    return site
-
-
 def warm_lessons(app: FastAPI) -> None:
     """Render every lesson once, so their live results sit in the cache.
 
@@ -248,109 +235,9 @@ def warm_lessons(app: FastAPI) -> None:
     step and no other starts, and the lab does not exit with a training still running on a
     daemon thread.
     """
+    state = state_of(app)
     try:
         for found in lessons.LESSONS:
-            _site(app).render_lesson(found, state_of(app).runner.run)
+            state.site.render_lesson(found, state.runner.run)
     except RunCancelled:
         return
-
-
-# The route handlers read the app's Site from its LabState (``lab_state(request).site``).
-
-
-def home(request: Request) -> HTMLResponse:
-    return _site(request.app).render("home.html")
-
-
-def lesson(slug: str, request: Request) -> HTMLResponse:
-    site = _site(request.app)
-    found = lessons.find(slug)
-    if found is None:
-        return site.render("404.html", status=404, slug=slug)
-    return site.render_lesson(found, lab_state(request).runner.run)
-
-
-def playground(request: Request) -> HTMLResponse:
-    site = _site(request.app)
-    query = dict(request.query_params)
-    name = query.pop("experiment", None)
-    if name is None:
-        return site.render(
-            "playground.html", experiment=None, slug="playground", source=STARTER, error=None
-        )
-    try:
-        experiment = get_experiment(name)
-        declared = {p.name: p for p in experiment.parameters}
-        unknown = [k for k in query if k not in declared]
-        if unknown:
-            raise ParameterError(unknown[0], f"unknown parameter {unknown[0]!r} for {name!r}")
-        params = experiment.make_params({k: declared[k].parse(v) for k, v in query.items()})
-    except (ValueError, TypeError) as exc:  # an unknown name or a bad value, named
-        return site.render(
-            "playground.html",
-            status=422,
-            experiment=None,
-            slug="playground",
-            source=STARTER,
-            error=f"Could not open that code: {exc}",
-        )
-    source = script.render(experiment, params)
-    digest = hashlib.sha1(source.encode()).hexdigest()[:8]  # edits kept per code shown
-    return site.render(
-        "playground.html",
-        experiment=experiment,
-        params=params_dict(params),
-        slug=f"playground-{name}-{digest}",
-        source=source,
-        error=None,
-        notebook_url=f"/api/experiments/{name}/notebook?{urllib.parse.urlencode(query)}",
-    )
-
-
-def vendor_plotly(request: Request) -> FileResponse:
-    return FileResponse(
-        _site(request.app).plotly,
-        media_type="text/javascript",
-        headers={"Cache-Control": "public, max-age=86400"},
-    )
-
-
-def vendor_math_font(request: Request) -> Any:
-    path = lab_state(request).math_font
-    if path is None:
-        names = ", ".join(str(p) for p in MATH_FONTS)
-        return bad_input(None, f"no math font on this machine (looked for {names})", 404)
-    kind = "font/otf" if path.suffix == ".otf" else "font/ttf"
-    return FileResponse(path, media_type=kind, headers={"Cache-Control": "public, max-age=86400"})
-
-
-def favicon() -> FileResponse:
-    return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
-
-
-def install(app: FastAPI) -> None:
-    """Add the pages, the static files and the vendored plotly to ``app``.
-
-    They render with the app's :class:`Site` (``site`` of its
-    :class:`~normlab.lab.state.LabState`, made by :func:`~normlab.lab.app.create_app`).
-    """
-    app.add_api_route("/", home, methods=["GET"], include_in_schema=False, name="home")
-    app.add_api_route(
-        "/lessons/{slug}", lesson, methods=["GET"], include_in_schema=False, name="lesson"
-    )
-    app.add_api_route(
-        "/static/vendor/plotly.min.js",
-        vendor_plotly,
-        methods=["GET"],
-        include_in_schema=False,
-        name="plotly",
-    )
-    app.add_api_route(
-        "/static/vendor/math-font", vendor_math_font, methods=["GET"], include_in_schema=False
-    )
-    app.add_api_route(
-        "/playground", playground, methods=["GET"], include_in_schema=False, name="playground"
-    )
-    app.add_api_route("/favicon.ico", favicon, methods=["GET"], include_in_schema=False)
-    # after the plotly route: a mount answers everything under its prefix
-    app.mount("/static", StaticFiles(directory=STATIC), name="static")
