@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 
@@ -21,6 +19,7 @@ from normlab.experiments import (
 )
 from normlab.experiments.params import DEVICES, Parameter, param
 from normlab.experiments.registry import Cost
+from tests.experiments import expectations
 
 # The seed experiments, in lesson order. The registry may hold more (a new experiment needs no
 # line here): every test below that runs each experiment takes the names from the registry.
@@ -270,67 +269,32 @@ def test_parse_reads_command_line_text() -> None:
         b.parse("maybe")
 
 
-# what each training experiment runs with below, and the optimizer steps that run takes (the
-# sweep trains 3 rates x 2 nets, bn-lr and symmetry train the chosen setting and its contrast);
-# one not named here runs 12 steps (if it has the parameter) and its total is not pinned
-PROGRESS: dict[str, tuple[dict[str, Any], int]] = {
-    "bn-lr-sweep": ({"points": 3, "steps": 10, "tail": 2}, 60),
-    "bn-lr": ({"steps": 12}, 24),
-    "symmetry": ({"steps": 12}, 24),
-    "init-train": ({"steps": 12}, 12),
-    "error-surface": ({"steps": 12}, 24),  # two starts
-    # 2 epochs x 2 batches x 2 nets
-    "bn-regularization": ({"epochs": 2, "n_train": 40, "batch_size": 20}, 8),
-    # 2 steps x 2 parametrizations x (2 widths + 3 depths: 1, 2, 4)
-    "coord-check": (
-        {"steps": 2, "max_width": 128, "widths": 2, "max_depth": 4, "depth_width": 32},
-        20,
-    ),
-    # every cell of the grid trains at once
-    "edge-of-chaos": ({"steps": 12, "w_points": 3, "b_points": 2, "depth": 4, "width": 16}, 12),
-}
-
-
 @pytest.mark.parametrize("name", [e.name for e in list_experiments() if e.trains])
 def test_training_experiments_report_progress_every_step(name: str) -> None:
     # progress is how a run in the lab is stopped (shutdown, a dropped request) and how the
     # CLI's bar moves: it must come every step, counting up to the whole run's steps
     calls: list[tuple[int, int]] = []
     declared = {p.name for p in get_experiment(name).parameters}
-    params, expected = PROGRESS.get(name, ({"steps": 12} if "steps" in declared else {}, None))
+    # what it trains with, and its steps: PROGRESS in its own test module; one that declares
+    # none runs 12 steps (if it has the parameter) and its total is not pinned
+    default = ({"steps": 12} if "steps" in declared else {}, None)
+    params, steps = expectations.expected(name, "PROGRESS", default)
     run_experiment(name, progress=lambda done, total: calls.append((done, total)), **params)
     total = calls[-1][1]
     assert calls == [(i, total) for i in range(1, total + 1)]
-    if expected is not None:  # every optimizer step of the run counts
-        assert total == expected
+    if steps is not None:  # every optimizer step of the run counts
+        assert total == steps
 
 
 def test_the_progress_expectations_name_training_experiments() -> None:
-    assert set(PROGRESS) <= {e.name for e in list_experiments() if e.trains}
+    assert expectations.declaring("PROGRESS") <= {e.name for e in list_experiments() if e.trains}
 
 
-STREAMING = {  # what each streams after: a step of the chosen run, or a rate's run
-    "symmetry": {"steps": 9},
-    "init-train": {"steps": 9},
-    "bn-lr": {"steps": 9},
-    "bn-lr-sweep": {"points": 3, "steps": 10, "tail": 2},
-    "edge-of-chaos": {"w_points": 3, "b_points": 3, "depth": 4, "width": 16, "steps": 2},
-}
-# what grows in a streamed result (the chosen run's curve, or both sweep curves), and how many
-# partials those settings give before the last yield, the whole run
-CURVES: dict[str, tuple[Callable[[dict], list], int]] = {
-    "bn-lr-sweep": (lambda d: [v for c in d["curves"] for v in c["final_losses"]], 6),
-    "bn-lr": (lambda d: d["losses"] + d["contrast_losses"], 18),
-    # the grid's rows as they are measured, then the theory
-    "edge-of-chaos": (lambda d: d["chi_1"] + d["critical"][:1], 4),
-    "symmetry": (lambda d: d["weights"], 9),
-    "init-train": (lambda d: d["losses"], 9),
-}
 STREAMERS = [e.name for e in list_experiments() if e.streams]
 
 
 def test_the_streaming_expectations_name_experiments_that_stream() -> None:
-    assert set(STREAMING) == set(CURVES) and set(STREAMING) <= set(STREAMERS)
+    assert expectations.declaring("STREAMING") == expectations.declaring("CURVE") <= set(STREAMERS)
 
 
 @pytest.mark.parametrize("name", STREAMERS)
@@ -338,14 +302,14 @@ def test_a_streamed_run_grows_by_prefixes_to_the_plain_run_s_result(name: str) -
     """Every streaming experiment: live changes nothing, each partial is a JSON-ready Result of
     the same run; where its curve is named above, it grows by one step (or rate) each time; the
     last yield, handed to live too, is the whole run."""
-    params = STREAMING.get(name, {})
+    params = expectations.expected(name, "STREAMING", {})
     partials = []
     final = run_experiment(name, live=lambda partial: partials.append(partial()), **params)
     assert final.to_dict() == run_experiment(name, **params).to_dict()  # live changes nothing
     assert len(partials) >= 2
     assert partials.pop().to_dict() == final.to_dict()  # the last yield: the whole run
-    curve, expected = CURVES.get(name, (None, len(partials)))
-    assert len(partials) == expected
+    curve, count = expectations.expected(name, "CURVE", (None, len(partials)))
+    assert len(partials) == count
     for n, partial in enumerate(partials, start=1):
         d = partial.to_dict()
         assert d["experiment"] == name and d["params"] == final.params

@@ -31,66 +31,21 @@ from nbclient import NotebookClient
 
 from normlab import notebook
 from normlab.experiments import Result, get_experiment, list_experiments, script
+from tests.experiments import expectations
 
 PLAIN = [e.name for e in list_experiments() if e.name != "doctor"]
 
-# Settings beyond the defaults that each script is also run at (the first is the notebook's); an
-# experiment with no line here is still run at its defaults.
-SETTINGS: dict[str, list[dict[str, Any]]] = {
-    "linear-scale": [{"batch": 32, "scale": 3.5, "seed": 4}, {"in_features": 9, "seed": 1}],
-    "drift": [{"depth": 20, "activation": "tanh", "seed": 3}, {"norm": "layer", "width": 8}],
-    "bn-columns": [{"batch": 16, "scales": [0.5, 2000.0]}, {"seed": 7}],
-    "bn-running-stats": [{"passes": 5, "cumulative": True}, {"momentum": 0.5, "features": 2}],
-    "bn-stack": [{"depth": 30, "seed": 2}, {"norm": "rms", "activation": "sigmoid"}],
-    "two-moons": [{"n_samples": 60, "noise": 0.05}, {"seed": 3}],
-    "error-surface": [{"steps": 30, "points": 7}, {"width": 4, "hidden_layers": 1, "seed": 2}],
-    "symmetry": [{"random_init": True, "steps": 12}, {"const": 0.7, "hidden": 3, "steps": 8}],
-    "variance": [{"gains": [1.05], "depth": 15}, {"activation": "relu", "width": 32}],
-    "init-compare": [{"depth": 6, "hist_layer": 3, "seed": 5}, {"width": 16, "bins": 9}],
-    "init-train": [{"method": "zeros", "steps": 20}, {"method": "large", "hidden_layers": 3}],
-    "bn-from-scratch": [{"batch": 64, "features": 2}, {"momentum": 0.5, "parity_batches": 3}],
-    "bn-lr": [
-        {"batch_norm": True, "lr": 0.5, "steps": 30, "init": "small"},
-        {"hidden_layers": 2, "steps": 40, "init": "he"},
-    ],
-    "bn-lr-sweep": [
-        {"points": 3, "steps": 20, "hidden_layers": 2},
-        {"lr_min": 1.0, "lr_max": 4.0, "points": 2, "steps": 15, "tail": 5},
-    ],
-    "bn-regularization": [
-        {"epochs": 3, "n_train": 40, "n_test": 30, "batch_size": 8},
-        {"epochs": 2, "hidden_layers": 1, "width": 8, "probes": 4, "seed": 5},
-    ],
-    "edge-of-chaos": [
-        {"activation": "erf", "w_points": 4, "b_points": 2, "depth": 6, "width": 32, "steps": 3},
-        {"activation": "relu", "b_points": 1, "depth": 8, "width": 64, "steps": 2, "c0": -0.3},
-    ],
-    "jacobian-spectrum": [
-        {"activation": "relu", "depth": 5, "width": 24, "bins": 7, "seed": 2},
-        {"activation": "linear", "q_star": 2.5, "depth": 17, "width": 16},
-    ],
-    "bn-gradient-explosion": [
-        {"activation": "tanh", "depth": 12, "width": 48, "batch": 32, "seed": 3},
-        {"activation": "linear", "depth": 9, "width": 16, "batch": 8},
-    ],
-    "residual-stream": [
-        {"block": "attention+mlp", "depth": 6, "d_model": 32, "scaled_branches": True},
-        {"depth": 10, "tokens": 4, "sequences": 2, "d_model": 16, "seed": 3},
-    ],
-    "coord-check": [
-        {"optimizer": "sgd", "lr": 0.1, "max_width": 256, "widths": 3, "max_depth": 4},
-        {"readout": "scaled", "depth": 2, "steps": 2, "max_width": 128, "depth_width": 32},
-    ],
-}
-
+# each experiment's settings beyond the defaults: SCRIPT_SETTINGS in its own test module
 CASES = [(name, {}) for name in PLAIN] + [
-    (name, params) for name in PLAIN for params in SETTINGS.get(name, [])
+    (name, params)
+    for name in PLAIN
+    for params in expectations.expected(name, "SCRIPT_SETTINGS", [])
 ]
 
 
 def _first(name: str) -> dict[str, Any]:
     """The notebook's setting: the first one here, or the defaults."""
-    return SETTINGS.get(name, [{}])[0]
+    return expectations.expected(name, "SCRIPT_SETTINGS", [{}])[0]
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +147,7 @@ def run_script(no_normlab: Path) -> Iterator[Callable[[Path], Ran]]:
 
 
 def test_the_settings_name_experiments_whose_script_is_plain() -> None:
-    assert set(SETTINGS) <= set(PLAIN)
+    assert expectations.declaring("SCRIPT_SETTINGS") <= set(PLAIN)
 
 
 @pytest.mark.slow

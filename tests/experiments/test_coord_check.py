@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -220,3 +221,32 @@ def test_the_costliest_request_is_the_declared_one() -> None:
     top = e.maxima()
     assert top["optimizer"] == "adam" and top["max_width"] == 1024 and top["depth_width"] == 512
     assert e.total_steps is not None and e.total_steps(e.make_params(top)) == 2 * 5 * (5 + 6)
+
+
+# -- what the registry-wide tests expect of it (tests/experiments/expectations.py) --------------
+
+
+# Settings beyond the defaults its script also runs at (tests/test_script.py; the first is
+# its notebook's).
+SCRIPT_SETTINGS = [
+    {"optimizer": "sgd", "lr": 0.1, "max_width": 256, "widths": 3, "max_depth": 4},
+    {"readout": "scaled", "depth": 2, "steps": 2, "max_width": 128, "depth_width": 32},
+]
+
+
+# What it trains with in tests/test_registry.py's progress test, and the optimizer steps that
+# run takes.
+# 2 steps x 2 parametrizations x (2 widths + 3 depths: 1, 2, 4)
+PROGRESS = (
+    {"steps": 2, "max_width": 128, "widths": 2, "max_depth": 4, "depth_width": 32},
+    20,
+)
+
+
+def seed_figure(d: dict[str, Any]) -> bool:
+    """What its default run must show (tests/lab/test_api.py runs it through HTTP)."""
+    # after 3 Adam steps SP's output grows with width (update ~ lr * n), muP's hidden layers hold
+    # (tests/experiments/test_coord_check.py derives the 2 and the 1.25)
+    return (
+        d["width_sweep"][0]["spreads"][-1] > 2 and max(d["width_sweep"][1]["spreads"][1:-1]) < 1.25
+    )

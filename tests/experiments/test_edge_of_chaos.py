@@ -271,3 +271,42 @@ def _cpu_s() -> float:
 def _kib(status: Path, key: str) -> int:
     line = next(x for x in status.read_text().splitlines() if x.startswith(key + ":"))
     return int(line.split()[1])
+
+
+# -- what the registry-wide tests expect of it (tests/experiments/expectations.py) --------------
+
+
+# Settings beyond the defaults its script also runs at (tests/test_script.py; the first is
+# its notebook's).
+SCRIPT_SETTINGS = [
+    {"activation": "erf", "w_points": 4, "b_points": 2, "depth": 6, "width": 32, "steps": 3},
+    {"activation": "relu", "b_points": 1, "depth": 8, "width": 64, "steps": 2, "c0": -0.3},
+]
+
+
+# What it trains with in tests/test_registry.py's progress test, and the optimizer steps that
+# run takes.
+# every cell of the grid trains at once
+PROGRESS = ({"steps": 12, "w_points": 3, "b_points": 2, "depth": 4, "width": 16}, 12)
+
+
+# What it streams with in tests/test_registry.py's streaming test.
+STREAMING = {"w_points": 3, "b_points": 3, "depth": 4, "width": 16, "steps": 2}
+
+
+# What grows in its streamed result, and how many partials STREAMING gives before the last
+# yield (tests/test_registry.py).
+# the grid's rows as they are measured, then the theory
+CURVE = (lambda d: d["chi_1"] + d["critical"][:1], 4)
+
+
+def seed_figure(d: dict[str, Any]) -> bool:
+    """What its default run must show (tests/lab/test_api.py runs it through HTTP)."""
+    # the measured chi_1 crosses 1 near the critical line (sigma_b2 = 0.05, the second row: 1.761,
+    # within 10% at width 512, tests/experiments/test_edge_of_chaos.py), and the cells inside the
+    # band 6 xi_c > depth train lower than those outside (row by row, the mean loss inside minus
+    # outside sums below 0; the first row has no cell outside)
+    return (
+        abs(d["crossings"][1] / 1.761 - 1) < 0.1
+        and sum(inside - outside for inside, outside in d["band_losses"][1:]) < 0
+    )

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import pytest
 import torch
@@ -200,3 +201,21 @@ def test_the_costliest_request_keeps_within_its_cost() -> None:
     # 7.4 s measured at a load of 6 on two cores (100 layers x 2 weights x an SVD, and a QR
     # for the orthogonal ones, of 512 x 512): Cost(12) leaves 60%
     assert used < experiment.cost.cpu_s, used
+
+
+# -- what the registry-wide tests expect of it (tests/experiments/expectations.py) --------------
+
+
+# Settings beyond the defaults its script also runs at (tests/test_script.py; the first is
+# its notebook's).
+SCRIPT_SETTINGS = [
+    {"activation": "relu", "depth": 5, "width": 24, "bins": 7, "seed": 2},
+    {"activation": "linear", "q_star": 2.5, "depth": 17, "width": 16},
+]
+
+
+def seed_figure(d: dict[str, Any]) -> bool:
+    """What its default run must show (tests/lab/test_api.py runs it through HTTP)."""
+    # orthogonal tanh near the origin keeps s^2 near 1, Gaussian weights spread it (var / mean^2 ~
+    # L = 32 against 8 q*^2 L ~ 0.03; measured 28.6 and 0.025)
+    return d["runs"][0]["relative"][-1] > 10 and d["runs"][1]["relative"][-1] < 0.05

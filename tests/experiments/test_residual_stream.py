@@ -12,6 +12,7 @@ over ``S`` seeds, whose spread is that over sqrt(S), and allow 4 of those standa
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -281,3 +282,24 @@ def test_a_block_has_its_norms_where_its_placement_puts_them() -> None:
     block = TransformerBlock(8, "pre", attention=True)
     assert [type(b.branch) for b in block.branches] == [SelfAttention, FeedForward]
     assert len(TransformerBlock(8, "pre", attention=False).branches) == 1
+
+
+# -- what the registry-wide tests expect of it (tests/experiments/expectations.py) --------------
+
+
+# Settings beyond the defaults its script also runs at (tests/test_script.py; the first is
+# its notebook's).
+SCRIPT_SETTINGS = [
+    {"block": "attention+mlp", "depth": 6, "d_model": 32, "scaled_branches": True},
+    {"depth": 10, "tokens": 4, "sequences": 2, "d_model": 16, "seed": 3},
+]
+
+
+def seed_figure(d: dict[str, Any]) -> bool:
+    """What its default run must show (tests/lab/test_api.py runs it through HTTP)."""
+    # post-LN pins the stream at 1, pre-LN's grows; attention alone collapses
+    return (
+        round(d["stacks"][0]["second_moment"][-1], 3) == 1.0
+        and d["stacks"][1]["second_moment"][-1] > 20
+        and d["no_skip"]["rank_residual"][4] < 1e-3
+    )

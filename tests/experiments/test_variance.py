@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 from normlab.experiments.variance import VarianceCurve, VarianceResult
 
@@ -16,3 +17,16 @@ def test_an_overflowed_variance_reads_dash_from_the_run_and_from_its_json() -> N
     assert back.curves[0].measured[1] is None
     assert ran.tables()[0].rows == [("1", "2 / 2.25"), ("2", "- / 5.062")]
     assert back.tables() == ran.tables()
+
+
+# -- what the registry-wide tests expect of it (tests/experiments/expectations.py) --------------
+
+
+# Settings beyond the defaults its script also runs at (tests/test_script.py; the first is
+# its notebook's).
+SCRIPT_SETTINGS = [{"gains": [1.05], "depth": 15}, {"activation": "relu", "width": 32}]
+
+
+def seed_figure(d: dict[str, Any]) -> bool:
+    """What its default run must show (tests/lab/test_api.py runs it through HTTP)."""
+    return [c["gain"] for c in d["curves"]] == [0.85, 1.0, 1.15]

@@ -26,6 +26,7 @@ from normlab.experiments import ParameterError, list_experiments
 from normlab.lab.app import create_app
 from normlab.lab.runner import RunAbandoned, RunCancelled, Runner, Waiter
 from normlab.lab.state import state_of
+from tests.experiments import expectations
 
 from .real_server import free_port, serving, wait_until_serving
 from .steps import HELD, at_each_step
@@ -75,76 +76,6 @@ def test_registry_lists_every_experiment_with_its_schema(client: TestClient) -> 
     assert {"name": "batch_norm", "kind": "bool"}.items() <= lr["parameters"][0].items()
 
 
-# What each experiment's default run must show (the lessons' seed figures, or what it sets out to
-# demonstrate). An experiment with no line here still runs through HTTP below, byte for byte.
-SEED_FIGURES: dict[str, Callable[[dict[str, Any]], bool]] = {
-    "linear-scale": lambda d: (
-        f"{d['output_std']:.4f} {d['scaled_output_std']:.4f}" == "0.6876 6.0035"
-    ),
-    "drift": lambda d: (
-        [f"{d['stds'][i]:.4f}" for i in (0, 2, 8, 9)] == ["0.3545", "0.0993", "0.0535", "0.0768"]
-    ),
-    "bn-columns": lambda d: [round(s, 4) for s in d["output_stds"]] == [1.0, 1.0, 1.0],
-    "bn-running-stats": lambda d: (
-        [round(v, 2) for v in d["running_vars"][-1]] == [7.27, 7.56, 10.97]
-    ),
-    "bn-stack": lambda d: f"{d['stds'][0]:.4f}" == "0.5861",
-    # the notebook's scatter: 200 points, each feature standardized (unbiased std 1.003)
-    "two-moons": lambda d: [round(s, 3) for s in d["stds"]] == [1.003, 1.003],
-    # beyond the seeds: two starts end in two valleys with a ridge between them
-    "error-surface": lambda d: max(d["slice"]) > max(d["final_losses"]) + 0.1,
-    "symmetry": lambda d: (
-        d["summary"]["max_weight_diff"] == 0.0
-        and f"{d['contrast']['max_weight_diff']:.4f}" == "1.8924"
-    ),
-    "variance": lambda d: [c["gain"] for c in d["curves"]] == [0.85, 1.0, 1.15],
-    "init-compare": lambda d: (
-        f"{d['xavier_max_abs']:.5f} {d['he_std_measured']:.5f}" == "0.17675 0.12582"
-    ),
-    "init-train": lambda d: d["method"] == "he" and len(d["losses"]) == 150,
-    "bn-from-scratch": lambda d: (
-        [round(v, 2) for v in d["before_means"]] == [1.71, 5.23, 5.05, 4.97]
-    ),
-    "bn-lr": lambda d: max(d["losses"]) > 4 and max(d["contrast_losses"][20:]) < 0.5,
-    # beyond the seeds: BN keeps every swept rate stable, the plain net is not
-    "bn-lr-sweep": lambda d: all(d["curves"][1]["stable"]) and not all(d["curves"][0]["stable"]),
-    # beyond the seeds: BN's training-mode output moves with the batch, the plain net's cannot
-    "bn-regularization": lambda d: d["runs"][0]["noise"] == 0.0 < d["runs"][1]["noise"],
-    # beyond the seeds: the measured chi_1 crosses 1 near the critical line (sigma_b2 = 0.05, the
-    # second row: 1.761, within 10% at width 512, tests/experiments/test_edge_of_chaos.py), and
-    # the cells inside the band 6 xi_c > depth train lower than those outside (row by row, the
-    # mean loss inside minus outside sums below 0; the first row has no cell outside)
-    "edge-of-chaos": lambda d: (
-        abs(d["crossings"][1] / 1.761 - 1) < 0.1
-        and sum(inside - outside for inside, outside in d["band_losses"][1:]) < 0
-    ),
-    # beyond the seeds: orthogonal tanh near the origin keeps s^2 near 1, Gaussian weights spread
-    # it (var / mean^2 ~ L = 32 against 8 q*^2 L ~ 0.03; measured 28.6 and 0.025)
-    "jacobian-spectrum": lambda d: (
-        d["runs"][0]["relative"][-1] > 10 and d["runs"][1]["relative"][-1] < 0.05
-    ),
-    # beyond the seeds: BatchNorm without skips multiplies |dL/dx|^2 by pi/(pi-1) = 1.46694 per
-    # block (within 4%: finite batch and width, tests/experiments/test_bn_gradient_explosion.py),
-    # the same blocks with skips by under 1.1
-    "bn-gradient-explosion": lambda d: (
-        abs(d["stacks"][0]["growth"] / 1.46694 - 1) < 0.04 and d["stacks"][2]["growth"] < 1.1
-    ),
-    # beyond the seeds: post-LN pins the stream at 1, pre-LN's grows; attention alone collapses
-    "residual-stream": lambda d: (
-        round(d["stacks"][0]["second_moment"][-1], 3) == 1.0
-        and d["stacks"][1]["second_moment"][-1] > 20
-        and d["no_skip"]["rank_residual"][4] < 1e-3
-    ),
-    # beyond the seeds: after 3 Adam steps SP's output grows with width (update ~ lr * n), muP's
-    # hidden layers hold (tests/experiments/test_coord_check.py derives the 2 and the 1.25)
-    "coord-check": lambda d: (
-        d["width_sweep"][0]["spreads"][-1] > 2 and max(d["width_sweep"][1]["spreads"][1:-1]) < 1.25
-    ),
-    # beyond the seeds: the default zoo model is the vanishing tanh stack, and the doctor says so
-    "doctor": lambda d: d["problems"] == ["vanishing"] and "vanishing" in d["layers"][-1]["labels"],
-}
-
-
 @pytest.mark.parametrize("name", [e.name for e in list_experiments()])
 def test_every_experiment_with_defaults_carries_the_seed_figures(
     client: TestClient, name: str
@@ -154,7 +85,7 @@ def test_every_experiment_with_defaults_carries_the_seed_figures(
     assert r.headers["content-type"] == "application/json"
     d = r.json()
     assert d["experiment"] == name and d["params"]["device"] == "cpu"
-    figures = SEED_FIGURES.get(name)
+    figures = expectations.expected(name, "seed_figure")
     assert figures is None or figures(d)
     # the body is rendered by the Runner, once: byte for byte what FastAPI renders from the
     # result's dict (jsonable_encoder, then JSONResponse), which the route used to return
@@ -165,7 +96,7 @@ def test_every_experiment_with_defaults_carries_the_seed_figures(
 
 
 def test_the_seed_figures_name_registered_experiments() -> None:
-    assert set(SEED_FIGURES) <= {e.name for e in list_experiments()}
+    assert expectations.declaring("seed_figure") <= {e.name for e in list_experiments()}
 
 
 def test_params_change_the_run(client: TestClient) -> None:
