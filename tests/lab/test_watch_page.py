@@ -130,7 +130,7 @@ def test_without_a_log_the_page_says_how_to_make_one(tmp_path: Path) -> None:
         assert r.status_code == 404
         assert r.json()["detail"]["parameter"] == "watch_log"
         assert "--watch-log" in r.json()["detail"]["message"]
-    lesson = (Path(lessons.__file__).parent / "doctor.html").read_text()
+    lesson = (Path(lessons.__file__).parent / "doctor" / "lesson.html").read_text()
     assert '<a href="/watch">' in lesson  # the doctor lesson links to the page
 
 
