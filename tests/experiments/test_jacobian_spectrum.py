@@ -22,7 +22,6 @@ inside its tolerance.
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
@@ -184,23 +183,10 @@ def test_the_figures_draw_the_theory_over_the_measurement() -> None:
     json.dumps([f.to_dict() for f in r.figures()], allow_nan=False)
 
 
-@pytest.mark.slow
-def test_the_costliest_request_keeps_within_its_cost() -> None:
-    experiment = get_experiment("jacobian-spectrum")
-    maxima = experiment.maxima()
+def test_the_costliest_request_is_the_deepest_widest_stack() -> None:
+    # tests/lab/test_maxima.py runs it through a lab and holds it to its Cost (one thread)
+    maxima = get_experiment("jacobian-spectrum").maxima()
     assert maxima["depth"] == 100 and maxima["width"] == 512
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as the lab's maxima test and benchmarks/maxima.py measure
-    try:
-        start = time.process_time()
-        r = run_experiment("jacobian-spectrum", **maxima)
-        r.figures(), r.tables()
-        used = time.process_time() - start
-    finally:
-        torch.set_num_threads(threads)
-    # 7.4 s measured at a load of 6 on two cores (100 layers x 2 weights x an SVD, and a QR
-    # for the orthogonal ones, of 512 x 512): Cost(12) leaves 60%
-    assert used < experiment.cost.cpu_s, used
 
 
 # -- what the registry-wide tests expect of it (tests/experiments/expectations.py) --------------
