@@ -56,27 +56,22 @@ def test_the_speed_machinery_is_gone() -> None:
 
 
 def test_one_training_loop() -> None:
-    """``train.train`` is the only place that steps an optimizer over a batch of moons."""
+    """``train.train_step`` is the one place that steps an optimizer for the experiments'
+    training: ``zero_grad``, forward, loss, backward, step, in that order, once. ``train.train``,
+    every experiment's loop (symmetry's weight record, the training view's run, the
+    minibatches of bn-regularization, coord-check's per-layer rates and cross-entropy) and the
+    doctor's coordinate check over widths call it, so a change to the step is one edit and
+    every experiment's script pastes the same function.
+
+    The one other is the doctor's training check (``doctor/training.py``), the short comparison
+    run the issue allows: it trains a deep copy of a user's model with Adam whose learning rate
+    it sets before every step (the warmup remedy), against a target drawn for each output
+    shape the model computes, and reads a user's output through the doctor's checked call
+    (its errors say what the model was given)."""
     code = r"^(?!\s*(>>>|\.\.\.)).*\b(opt|optimizer)\.step\(\)"  # doctests show a tool's use
     steppers = [p for p in SOURCES if re.search(code, p.read_text(), re.M)]
     names = {p.relative_to(PACKAGE).as_posix() for p in steppers}
-    # symmetry's loop records every unit's weights as it goes, as the seed's train_track does;
-    # the doctor's trial trains a user's model (any output) on a proxy task, not the moons;
-    # training (the training view's run: Play, Pause, Step take its train_step) steps any
-    # optimizer on five datasets;
-    # bn-regularization draws minibatches (their noise is what it measures), train.train has one;
-    # coord-check steps Adam or SGD with muP's per-layer rates (param groups), train.train's SGD
-    # has one rate
-    # the doctor's coordinate check steps Adam on a user's model at every width (any output)
-    assert names == {
-        "train.py",
-        "experiments/symmetry.py",
-        "doctor/training.py",
-        "experiments/training.py",
-        "experiments/bn_regularization.py",
-        "experiments/coord_check.py",
-        "doctor/widths.py",
-    }
+    assert names == {"train.py", "doctor/training.py"}
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)

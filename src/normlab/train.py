@@ -1,18 +1,47 @@
-"""The one training loop: full-batch SGD on a binary task, as the seed notebook trains.
+"""The one training loop: a step of any optimizer, and full-batch SGD on a binary task.
 
-The order is the seed's and every PyTorch tutorial's: ``zero_grad``, forward, loss, backward,
-step, record. The loss of step ``t`` is measured before step ``t``'s update. The training
-experiments' scripts include :func:`train` as it is, so the losses normlab reports are the ones
-this loop prints in a notebook.
+:func:`train_step` is the step every experiment trains with, in the seed's and every PyTorch
+tutorial's order: ``zero_grad``, forward, loss, backward, step. The loss of a step is measured
+before its update. :func:`train` takes those steps with full-batch SGD, as the seed notebook
+trains. The experiments' scripts include these functions as they are, so the losses normlab
+reports are the ones this loop prints in a notebook.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+
+def train_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    loss_fn: Callable[..., torch.Tensor] = F.binary_cross_entropy_with_logits,
+) -> float:
+    """One optimizer step on the batch ``(x, y)``; returns the batch's loss before the update.
+
+    The order: ``zero_grad`` (``backward`` adds to ``.grad``, so last step's gradients go
+    first), forward, ``loss_fn(model(x), y)``, ``backward`` (the gradient of that loss at the
+    current weights), ``step`` (the update). The gradients stay in ``.grad`` until the next
+    ``zero_grad``, so a caller may read them after the step.
+
+    Args:
+        model: the network; ``model(x)`` is what ``loss_fn`` compares with ``y``.
+        optimizer: steps ``model``'s parameters (any rule: SGD, momentum, Adam, per-layer rates).
+        x: a batch of inputs.  y: its targets.
+        loss_fn: ``loss_fn(output, y)``, a scalar; binary cross-entropy on ``(N, 1)`` logits
+            and ``(N, 1)`` targets in {0, 1} by default.
+    """
+    optimizer.zero_grad()
+    loss = loss_fn(model(x), y)  # a scalar: the batch's mean loss
+    loss.backward()
+    optimizer.step()
+    return loss.item()
 
 
 def train(
@@ -34,8 +63,4 @@ def train(
     net.train()
     opt = torch.optim.SGD(net.parameters(), lr=lr)
     for _ in range(steps):
-        opt.zero_grad()
-        loss = F.binary_cross_entropy_with_logits(net(x), y)  # (N, 1) logits vs (N, 1) targets
-        loss.backward()
-        opt.step()
-        yield loss.item()
+        yield train_step(net, opt, x, y)  # (N, 1) logits vs (N, 1) targets

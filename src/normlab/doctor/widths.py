@@ -5,10 +5,11 @@ transfer* (muP), Figure 5 and the ``mup`` package's ``get_coord_data``. A factor
 model at each hidden width :math:`n` (``factory(n)``), with the same seed; its input and output
 shapes must not depend on :math:`n` (token ids in, logits over a fixed vocabulary out; or a
 fixed number of features in and out): only the hidden width moves. Every width is trained for
-a few Adam steps, at one learning rate, on the same batches, against the same fixed Gaussian
-readout :math:`R` of the output, :math:`\mathcal{L} = \sum R \odot y` (Adam moves each weight
-by about the learning rate whatever the gradient's scale, so a generic loss is enough; the
-readout only has to keep the gradient at the output :math:`\Theta(1)`). Every probed layer
+a few Adam steps (:func:`normlab.train.train_step`, the experiments' step), at one learning
+rate, on the same batches, against the same fixed Gaussian readout :math:`R` of the output,
+:math:`\mathcal{L} = \sum R \odot y` (Adam moves each weight by about the learning rate
+whatever the gradient's scale, so a generic loss is enough; the readout only has to keep the
+gradient at the output :math:`\Theta(1)`). Every probed layer
 (:func:`normlab.probe.select_modules`'s default: leaves and modules with parameters) is read
 on the first batch, before training and after it (the global RNG reseeded, so dropout draws the
 same masks), and its *coordinate size*, the typical size of one entry, is the root mean square
@@ -99,6 +100,7 @@ from torch import Tensor, nn
 
 from normlab import figures as fig
 from normlab.probe import finite_or_none, first_float_tensor, select_modules
+from normlab.train import train_step
 
 MIN_WIDTH, MAX_WIDTH, MAX_WIDTHS = 8, 4096, 6
 """The widths a check takes: 2 to :data:`MAX_WIDTHS` of them in [MIN_WIDTH, MAX_WIDTH]. Below 8
@@ -339,6 +341,25 @@ def _read(
     return outs.calls, y
 
 
+class _Reading(nn.Module):
+    """The user's model as :func:`normlab.train.train_step` calls it: one input (a tensor, a
+    tuple or a dict) in, the tensor :func:`_call` reads from its output out."""
+
+    def __init__(self, model: nn.Module, output: str | None) -> None:
+        super().__init__()
+        self.model = model
+        self.output = output
+
+    def forward(self, x: Any) -> Tensor:
+        return _call(self.model, x, self.output)
+
+
+def _readout_loss(y: Tensor, readout: Tensor) -> Tensor:
+    """The generic loss :math:`\\mathcal{L} = \\sum R \\odot y` of the output ``y`` and the
+    fixed Gaussian readout ``R``."""
+    return (y * readout).sum()
+
+
 def _train_width(
     model: nn.Module,
     batches: Sequence[Any],
@@ -352,15 +373,13 @@ def _train_width(
     before, y = _read(model, batches[0], output, seed)
     g = torch.Generator().manual_seed(seed)
     readout = torch.randn(y.shape, generator=g).to(y.device, y.dtype)  # fixed: same at every n
-    losses = []
-    for t in range(steps):
-        opt.zero_grad()
-        loss = (_call(model, batches[t % len(batches)], output) * readout).sum()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    net = _Reading(model, output)  # train_step calls net(x) on a tensor, tuple or dict
+    losses = [
+        train_step(net, opt, batches[t % len(batches)], readout, _readout_loss)
+        for t in range(steps)
+    ]
     after, y = _read(model, batches[0], output, seed)
-    losses.append((y * readout).sum().item())
+    losses.append(_readout_loss(y, readout).item())
     return {"before": before, "after": after, "shape": tuple(y.shape), "losses": losses}
 
 

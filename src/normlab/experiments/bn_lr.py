@@ -28,7 +28,7 @@ from normlab.experiments.registry import Cost, Experiment
 from normlab.experiments.results import Result
 from normlab.figures import Table
 from normlab.models import LOSS_CLIP, MLP, apply_init, block, fmt, he_normal, xavier_uniform
-from normlab.train import train
+from normlab.train import train, train_step
 
 INITS = ("default", "small", "large", "xavier", "he")
 """``default``: nn.Linear's own weights; the others are init-train's methods (zeros left out: a
@@ -169,6 +169,7 @@ EXPERIMENT = Experiment(
         xavier_uniform,
         he_normal,
         apply_init,
+        train_step,
         train,
         bn_lr,
         fmt,

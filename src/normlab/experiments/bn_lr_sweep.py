@@ -24,7 +24,7 @@ from normlab.experiments.registry import Cost, Experiment
 from normlab.experiments.results import Result
 from normlab.figures import Table
 from normlab.models import LOSS_CLIP, MLP, block, fmt, fmt_as
-from normlab.train import train
+from normlab.train import train, train_step
 
 SWEEP_FLOOR = 1e-6
 """A final loss of 0 is drawn at this floor of the log axis."""
@@ -249,7 +249,19 @@ EXPERIMENT = Experiment(
     result_type=BnLrSweepResult,
     entry=bn_lr_sweep,
     tables=tables,
-    code=(two_moons, block, MLP, train, summarize, bn_lr_sweep, fmt, fmt_as, sweep_cell, tables),
+    code=(
+        two_moons,
+        block,
+        MLP,
+        train_step,
+        train,
+        summarize,
+        bn_lr_sweep,
+        fmt,
+        fmt_as,
+        sweep_cell,
+        tables,
+    ),
     cost=Cost(12.0),
     total_steps=lambda p: 2 * p.points * p.steps,
 )

@@ -36,6 +36,7 @@ from normlab.experiments.registry import Cost, Experiment
 from normlab.experiments.results import Result
 from normlab.figures import Table
 from normlab.models import MLP, block, fmt
+from normlab.train import train_step
 
 BATCH_MIN = 8
 """The smallest minibatch: the cost grows as the batches shrink (more steps per epoch)."""
@@ -125,11 +126,8 @@ def train_minibatch(
         net.train()
         order = torch.randperm(len(x_train), generator=g).to(x_train.device)
         for i in range(0, len(x_train) - batch_size + 1, batch_size):
-            idx = order[i : i + batch_size]
-            opt.zero_grad()
-            loss = F.binary_cross_entropy_with_logits(net(x_train[idx]), y_train[idx])
-            loss.backward()
-            opt.step()
+            idx = order[i : i + batch_size]  # (B,)
+            train_step(net, opt, x_train[idx], y_train[idx])  # (B, 1) logits vs (B, 1) targets
         for split, (x, y) in (("train", (x_train, y_train)), ("test", (x_test, y_test))):
             loss_value, accuracy = evaluate(net, x, y)
             curves[split].append(loss_value)
@@ -271,6 +269,7 @@ EXPERIMENT = Experiment(
         block,
         MLP,
         evaluate,
+        train_step,
         train_minibatch,
         batch_noise,
         bn_regularization,

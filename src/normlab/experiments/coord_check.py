@@ -68,6 +68,7 @@ from normlab.experiments.results import Result
 from normlab.figures import Table
 from normlab.models import fmt
 from normlab.theory import RESIDUAL_CODE, residual_stream
+from normlab.train import train_step
 
 BRANCH_GAIN = 1.0 / 6.0
 """The branch gain :func:`stream_theory` takes (its docstring derives it), for the lesson."""
@@ -203,6 +204,11 @@ def rms_sizes(outs: list[torch.Tensor]) -> list[float]:
     return [o.detach().pow(2).mean().sqrt().item() for o in outs]
 
 
+def cross_entropy_of_logits(outs: list[torch.Tensor], y: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of the net's logits (the last of its outputs) against the class labels."""
+    return F.cross_entropy(outs[-1], y)  # (N, C) logits vs (N,) labels
+
+
 def train_and_measure(
     net: ResidualMLP,
     groups: list[dict[str, Any]],
@@ -216,17 +222,10 @@ def train_and_measure(
     with torch.no_grad():
         init = rms_sizes(net(x))
     opt = torch.optim.Adam(groups) if optimizer == "adam" else torch.optim.SGD(groups)
-    losses = []
-    for _ in range(steps):
-        opt.zero_grad()
-        logits = net(x)[-1]  # (N, C)
-        loss = F.cross_entropy(logits, y)  # (N, C) logits vs (N,) labels
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses = [train_step(net, opt, x, y, cross_entropy_of_logits) for _ in range(steps)]
     with torch.no_grad():
         outs = net(x)  # after the last update
-        losses.append(F.cross_entropy(outs[-1], y).item())
+        losses.append(cross_entropy_of_logits(outs, y).item())
     return {"init": init, "final": rms_sizes(outs), "losses": losses}
 
 
@@ -559,6 +558,8 @@ EXPERIMENT = Experiment(
         build_net,
         param_groups,
         rms_sizes,
+        train_step,
+        cross_entropy_of_logits,
         train_and_measure,
         spread,
         sweep_widths,

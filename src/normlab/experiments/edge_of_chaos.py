@@ -55,7 +55,7 @@ from normlab.experiments.results import Result
 from normlab.figures import Table
 from normlab.models import fmt, fmt_as
 from normlab.theory import activation_pair, gelu_grad
-from normlab.train import train
+from normlab.train import train, train_step
 
 LOSS_CEILING = 1.0
 """A final training loss above this (a diverged run included) is drawn at it; ln 2 is chance."""
@@ -775,6 +775,7 @@ EXPERIMENT = Experiment(
         predictions,
         CellStacks,
         two_moons,
+        train_step,
         train,
         train_cells,
         mean_losses,

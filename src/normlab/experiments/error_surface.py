@@ -34,7 +34,7 @@ from normlab.experiments.registry import Cost, Experiment
 from normlab.experiments.results import Result
 from normlab.figures import Table
 from normlab.models import MLP, block, fmt
-from normlab.train import train
+from normlab.train import train, train_step
 
 
 @dataclass(frozen=True)
@@ -201,7 +201,18 @@ EXPERIMENT = Experiment(
     result_type=ErrorSurfaceResult,
     entry=error_surface,
     tables=tables,
-    code=(two_moons, block, MLP, train, slice_losses, error_surface, fmt, ridge, tables),
+    code=(
+        two_moons,
+        block,
+        MLP,
+        train_step,
+        train,
+        slice_losses,
+        error_surface,
+        fmt,
+        ridge,
+        tables,
+    ),
     cost=Cost(10.0),
     total_steps=lambda p: 2 * p.steps,
 )

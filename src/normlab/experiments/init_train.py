@@ -26,7 +26,7 @@ from normlab.experiments.registry import Cost, Experiment
 from normlab.experiments.results import Result
 from normlab.figures import Table
 from normlab.models import MLP, apply_init, block, fmt, fmt_as, he_normal, xavier_uniform
-from normlab.train import train
+from normlab.train import train, train_step
 
 METHODS = ("zeros", "small", "large", "xavier", "he")
 LOG_FLOOR = 1e-12
@@ -182,6 +182,7 @@ EXPERIMENT = Experiment(
         he_normal,
         apply_init,
         variances_at_init,
+        train_step,
         train,
         init_train,
         fmt,

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from normlab import figures as fig
@@ -24,6 +23,7 @@ from normlab.experiments.registry import Cost, Experiment
 from normlab.experiments.results import Result
 from normlab.figures import Table
 from normlab.models import TinyMLP
+from normlab.train import train_step
 
 
 @dataclass(frozen=True)
@@ -60,16 +60,17 @@ def train_track(
     net: TinyMLP, x: torch.Tensor, y: torch.Tensor, steps: int, lr: float
 ) -> Iterator[tuple[list[list[float]], list[list[float]], float]]:
     """Full-batch SGD; yield every step's incoming weights of each hidden unit (before the
-    update), their gradient, and the loss."""
+    update), their gradient, and the loss.
+
+    The weights are read before :func:`train_step`, the gradients after it: they stay in
+    ``.grad`` until the next ``zero_grad``, and plain SGD's step leaves them as they are.
+    """
     opt = torch.optim.SGD(net.parameters(), lr=lr)
     for _ in range(steps):
-        opt.zero_grad()
-        loss = F.binary_cross_entropy_with_logits(net(x), y)
-        loss.backward()
         weights = net.fc1.weight.detach().cpu().tolist()  # (hidden, 2)
+        loss = train_step(net, opt, x, y)  # (N, 1) logits vs (N, 1) targets
         grads = net.fc1.weight.grad.detach().cpu().tolist()  # (hidden, 2)
-        opt.step()
-        yield weights, grads, loss.item()
+        yield weights, grads, loss
 
 
 def distinct_units(w_hist: torch.Tensor, rtol: float = 1e-5) -> int:
@@ -230,7 +231,17 @@ EXPERIMENT = Experiment(
     result_type=SymmetryResult,
     entry=symmetry,
     tables=tables,
-    code=(two_moons, TinyMLP, init_net, train_track, distinct_units, summarize, symmetry, tables),
+    code=(
+        two_moons,
+        TinyMLP,
+        init_net,
+        train_step,
+        train_track,
+        distinct_units,
+        summarize,
+        symmetry,
+        tables,
+    ),
     cost=Cost(10.0),
     total_steps=lambda p: 2 * p.steps,
 )

@@ -5,11 +5,12 @@ are classified by a ``torch.nn.Sequential`` of ``depth`` blocks ``Linear -> [nor
 activation`` (:func:`~normlab.models.block`, the norm before the activation, as the seeds place
 BatchNorm), then a Linear to one logit; every class is 0 or 1, so the loss is binary
 cross-entropy. Data, net and optimizer are built from ``seed`` in a fixed order, then ``steps``
-optimizer steps are taken with the visible loop (``zero_grad``, forward, loss, backward, step).
-Each step records its batch's training loss (before its update) and the test loss after it:
-the numbers :class:`normlab.trainview.Session` records step for step, since it runs these same
-functions one step at a time (``normlab train``, the lab's training page). LSUV is Mishkin &
-Matas (2015), "All you need is a good init" (:func:`normlab.init.lsuv_`).
+optimizer steps are taken with :func:`normlab.train.train_step`, the visible loop (``zero_grad``,
+forward, loss, backward, step). Each step records its batch's training loss (before its
+update) and the test loss after it: the numbers :class:`normlab.trainview.Session` records step
+for step, since it runs these same functions one step at a time (``normlab train``, the lab's
+training page). LSUV is Mishkin & Matas (2015), "All you need is a good init"
+(:func:`normlab.init.lsuv_`).
 
 :class:`Setup` declares the view's settings (the data, the network, the training) once; this
 experiment's :class:`Params` are those and the run's ``steps`` and ``device``.
@@ -35,6 +36,7 @@ from normlab.experiments.results import Result
 from normlab.figures import Table
 from normlab.init import LSUV_CODE, lsuv_
 from normlab.models import NORMS, block, fmt
+from normlab.train import train_step
 
 DATASETS = ("moons", "circles", "xor", "spiral", "blobs")
 ACTIVATIONS = ("relu", "tanh", "sigmoid", "gelu", "linear")
@@ -233,17 +235,6 @@ def build(
     opt = make_optimizer(model, optimizer, lr)
     batch = batches(x_train, y_train, batch_size, seed)
     return (x_train, y_train, x_test, y_test), model, opt, batch
-
-
-def train_step(
-    model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor
-) -> float:
-    """One optimizer step on the batch ``(x, y)``; the batch's loss before the update."""
-    optimizer.zero_grad()
-    loss = F.binary_cross_entropy_with_logits(model(x), y)  # (B, 1) logits vs (B, 1) targets
-    loss.backward()
-    optimizer.step()
-    return loss.item()
 
 
 def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:

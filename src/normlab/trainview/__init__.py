@@ -37,9 +37,9 @@ from normlab.experiments.training import (
     make_data,
     make_model,
     make_optimizer,
-    train_step,
 )
 from normlab.models import NORMS
+from normlab.train import train_step
 from normlab.trainview.runs import Run, run, script
 from normlab.trainview.session import (
     GRID,

@@ -21,9 +21,9 @@ from normlab.experiments.training import (
     evaluate,
     plane,
     points_of,
-    train_step,
 )
 from normlab.probe import finite_or_none
+from normlab.train import train_step
 from normlab.trainview.setup import make_setup
 from normlab.watching import watch
 
