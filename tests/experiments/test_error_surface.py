@@ -12,7 +12,7 @@ SCRIPT_SETTINGS = [{"steps": 30, "points": 7}, {"width": 4, "hidden_layers": 1, 
 
 # What it trains with in tests/test_registry.py's progress test, and the optimizer steps that
 # run takes.
-PROGRESS = (({"steps": 12}, 24),)  # two starts
+PROGRESS = ({"steps": 12}, 24)  # two starts
 
 
 def seed_figure(d: dict[str, Any]) -> bool:
