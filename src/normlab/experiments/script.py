@@ -70,25 +70,32 @@ def imports(objects: Iterable[Any], body: str) -> list[str]:
     """
     used = {n.id for n in ast.walk(ast.parse(body)) if isinstance(n, ast.Name)}
     found: dict[str, tuple[bool, bool, str]] = {}  # line -> its sort key
+    merged: dict[str, dict[str, ast.alias]] = {}  # ``from M import ...``: M's names, every module's
     bound: set[str] = set()
     for module in dict.fromkeys(obj.__module__ for obj in objects):
         for node in _imports(module):
             names = [a for a in node.names if _bound(a) in used]
-            if not names:
-                continue
             bound |= {_bound(a) for a in names}
-            if isinstance(node, ast.ImportFrom):
-                line = ast.unparse(ast.ImportFrom(module=node.module, names=names, level=0))
-                top = str(node.module)
-            else:
-                line = ast.unparse(ast.Import(names=names))
+            if names and isinstance(node, ast.ImportFrom):
+                merged.setdefault(str(node.module), {}).update({ast.unparse(a): a for a in names})
+            elif names:
                 top = names[0].name
-            third_party = top.split(".")[0] not in sys.stdlib_module_names
-            found[line] = (third_party, isinstance(node, ast.ImportFrom), top)
+                found[ast.unparse(ast.Import(names=names))] = (_third_party(top), False, top)
+    for top, aliases in merged.items():  # one line per module, its names sorted as isort sorts
+        names = sorted(aliases.values(), key=lambda a: a.name)
+        found[ast.unparse(ast.ImportFrom(module=top, names=names, level=0))] = (
+            _third_party(top),
+            True,
+            top,
+        )
     lines = sorted(found, key=lambda line: found[line])  # the standard library first, as isort
     if _unbound_hints(body) - bound:  # a hint names a module's type alias: it stays text
         lines.insert(0, "from __future__ import annotations")
     return lines
+
+
+def _third_party(module: str) -> bool:
+    return module.split(".")[0] not in sys.stdlib_module_names
 
 
 def _unbound_hints(body: str) -> set[str]:
