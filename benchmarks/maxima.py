@@ -1,6 +1,6 @@
 """The costliest allowed request of every experiment: CPU time and memory against its bound.
 
-Each experiment runs at :meth:`~normlab.experiments.registry.Experiment.maxima` (every number at its
+Each experiment runs at :meth:`Experiment.maxima` (every number at its
 maximum, the costliest choices), as the lab answers it (the run, then its figures, tables,
 printed output and JSON: :func:`normlab.lab.runner.answer`), in a fresh process of its own, so
 that one run's memory is not another's, with one torch thread (``--threads``): with two
@@ -9,7 +9,7 @@ the load rather than the run (error-surface at 200 steps: 0.8 s with one thread,
 at a load average of 9). It prints, per experiment, the CPU seconds (user + system, every
 thread), the peak resident memory above what the process held just before the run (``VmHWM``
 after resetting it; torch's allocations are resident memory like any other), the answer's JSON
-size, and the declared :class:`~normlab.experiments.registry.Cost`. ``tests/lab/test_maxima.py``
+size, and the declared :class:`Cost`. ``tests/lab/test_maxima.py``
 holds a real lab to the same bounds.
 
 Usage::

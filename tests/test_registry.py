@@ -17,8 +17,8 @@ from normlab.experiments import (
     params_dict,
     run_experiment,
 )
-from normlab.experiments.params import DEVICES, Parameter, param
-from normlab.experiments.registry import Cost
+from normlab.experiments.base.params import DEVICES, Parameter, param
+from normlab.experiments.base.registry import Cost
 from tests.experiments import expectations
 
 # The seed experiments, in lesson order. The registry may hold more (a new experiment needs no

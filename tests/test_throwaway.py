@@ -28,9 +28,9 @@ import normlab.experiments
 from normlab import cli
 from normlab import figures as fig
 from normlab.experiments import get_experiment, list_experiments, run_experiment, script
-from normlab.experiments.params import device_param, param, seed_param
-from normlab.experiments.registry import Cost, Experiment
-from normlab.experiments.results import Result
+from normlab.experiments.base.params import device_param, param, seed_param
+from normlab.experiments.base.registry import Cost, Experiment
+from normlab.experiments.base.results import Result
 from normlab.figures import Table
 from normlab.lab.app import create_app
 from normlab.models import fmt

@@ -55,7 +55,7 @@ from normlab.experiments import (
     run_experiment,
     script,
 )
-from normlab.experiments.params import MAX_SEED
+from normlab.experiments.base.params import MAX_SEED
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl+C

@@ -14,7 +14,7 @@ import nbformat
 from nbformat import v4
 
 from normlab.experiments import Experiment
-from normlab.experiments.params import params_dict
+from normlab.experiments.base.params import params_dict
 from normlab.experiments.script import header, parts
 
 KERNEL = {"name": "python3", "display_name": "Python 3", "language": "python"}

@@ -2,13 +2,13 @@
 lab gives the memory back afterwards (issue 19).
 
 A ``normlab lab`` process answers each experiment's costliest allowed request
-(:meth:`~normlab.experiments.registry.Experiment.maxima`: read from the registry, as the page's
+(:meth:`~normlab.experiments.base.registry.Experiment.maxima`: read from the registry, as the page's
 widgets read the same declaration) one after the other. Each request's CPU time is the server
 process's user + system time (``/proc/PID/stat``, every thread: the run, its figures, tables,
 printed output and JSON), and its memory the server's peak resident set above where it stood
 before the request (``VmHWM`` after resetting it through ``/proc/PID/clear_refs``; torch's
 allocations are resident memory like any other). Both must be within the
-:class:`~normlab.experiments.registry.Cost` that the experiment declares and its parameters' help
+:class:`Cost` that the experiment declares and its parameters' help
 states. The lab runs with one torch thread, as ``benchmarks/maxima.py`` measures: with two
 OpenMP threads on a loaded two-core machine the waiting one spins, and CPU time would measure
 the machine's load rather than the run (20 s instead of 0.8 s for a short error-surface run at

@@ -42,9 +42,14 @@ from normlab.experiments import (
     two_moons,
     variance,
 )
-from normlab.experiments.params import Parameter, ParameterError, ParameterTypeError, params_dict
-from normlab.experiments.registry import ENGINE, Experiment, Live, Progress
-from normlab.experiments.results import Result
+from normlab.experiments.base.params import (
+    Parameter,
+    ParameterError,
+    ParameterTypeError,
+    params_dict,
+)
+from normlab.experiments.base.registry import ENGINE, Experiment, Live, Progress
+from normlab.experiments.base.results import Result
 from normlab.figures import Table
 
 _REGISTRY: dict[str, Experiment] = {

@@ -19,9 +19,9 @@ import torch
 
 from normlab import figures as fig
 from normlab.data import two_moons
-from normlab.experiments.params import device_param, param, seed_param
-from normlab.experiments.registry import Cost, Experiment
-from normlab.experiments.results import Result
+from normlab.experiments.base.params import device_param, param, seed_param
+from normlab.experiments.base.registry import Cost, Experiment
+from normlab.experiments.base.results import Result
 from normlab.figures import Table
 from normlab.models import LOSS_CLIP, MLP, block, fmt, fmt_as
 from normlab.train import train, train_step

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from normlab.experiments import stack
-from normlab.experiments.params import param
-from normlab.experiments.registry import Cost, Experiment
+from normlab.experiments.base.params import param
+from normlab.experiments.base.registry import Cost, Experiment
 from normlab.models import NORMS
 
 

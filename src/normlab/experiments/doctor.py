@@ -21,9 +21,9 @@ import torch
 from normlab import doctor, zoo
 from normlab import figures as fig
 from normlab.doctor.view import diagnosis_figure
-from normlab.experiments.params import ParameterError, device_param, param, seed_param
-from normlab.experiments.registry import Cost, Experiment
-from normlab.experiments.results import Result
+from normlab.experiments.base.params import ParameterError, device_param, param, seed_param
+from normlab.experiments.base.registry import Cost, Experiment
+from normlab.experiments.base.results import Result
 from normlab.figures import Table
 
 INITS = ("default", *doctor.FIX_METHODS)

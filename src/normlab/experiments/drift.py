@@ -9,7 +9,7 @@ With ``norm="batch"`` the same code is the ``bn-stack`` experiment (both run
 from __future__ import annotations
 
 from normlab.experiments import stack
-from normlab.experiments.registry import Cost, Experiment
+from normlab.experiments.base.registry import Cost, Experiment
 
 EXPERIMENT = Experiment(
     name="drift",

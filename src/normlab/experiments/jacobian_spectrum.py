@@ -42,9 +42,9 @@ import torch
 from torch import nn
 
 from normlab import figures as fig
-from normlab.experiments.params import device_param, param, seed_param
-from normlab.experiments.registry import Cost, Experiment
-from normlab.experiments.results import Result
+from normlab.experiments.base.params import device_param, param, seed_param
+from normlab.experiments.base.registry import Cost, Experiment
+from normlab.experiments.base.results import Result
 from normlab.figures import Table
 from normlab.models import fmt, fmt_as
 from normlab.theory import JACOBIAN_CODE, activation_pair, gauss_expect, jacobian_spectrum

@@ -26,9 +26,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from normlab import __version__
-from normlab.experiments.params import params_dict
-from normlab.experiments.registry import ENGINE, Experiment
-from normlab.experiments.results import Result
+from normlab.experiments.base.params import params_dict
+from normlab.experiments.base.registry import ENGINE, Experiment
+from normlab.experiments.base.results import Result
 from normlab.models import print_tables
 
 WIDTH = 88

@@ -30,9 +30,15 @@ from sklearn.datasets import make_blobs, make_circles, make_moons
 from torch import nn
 
 from normlab import figures as fig
-from normlab.experiments.params import ParameterError, device_param, make_params, param, seed_param
-from normlab.experiments.registry import Cost, Experiment
-from normlab.experiments.results import Result
+from normlab.experiments.base.params import (
+    ParameterError,
+    device_param,
+    make_params,
+    param,
+    seed_param,
+)
+from normlab.experiments.base.registry import Cost, Experiment
+from normlab.experiments.base.results import Result
 from normlab.figures import Table
 from normlab.init import LSUV_CODE, lsuv_
 from normlab.models import NORMS, block, fmt

@@ -15,9 +15,9 @@ from typing import Any
 import torch
 
 from normlab import figures as fig
-from normlab.experiments.params import device_param, param, seed_param
-from normlab.experiments.registry import Cost, Experiment
-from normlab.experiments.results import Result
+from normlab.experiments.base.params import device_param, param, seed_param
+from normlab.experiments.base.registry import Cost, Experiment
+from normlab.experiments.base.results import Result
 from normlab.figures import Table
 from normlab.models import fmt_as
 from normlab.theory import linear_variance, relu_variance

@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 import anyio
 import anyio.to_thread
 
-from normlab.experiments.params import param, parameters_of
+from normlab.experiments.base.params import param, parameters_of
 from normlab.lab import sse
 from normlab.trainview import Session, Setup
 

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from normlab.experiments.registry import ENGINE
+from normlab.experiments.base.registry import ENGINE
 from normlab.experiments.training import (
     Setup,
     boundary,

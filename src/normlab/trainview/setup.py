@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from normlab.experiments.params import Parameter, make_params, parameters_of
+from normlab.experiments.base.params import Parameter, make_params, parameters_of
 from normlab.experiments.training import Params, Setup
 
 PARAMETERS: tuple[Parameter, ...] = parameters_of(Setup)
@@ -36,7 +36,7 @@ def make_setup(values: Mapping[str, object]) -> Setup:
     >>> make_setup({"depth": 0})
     Traceback (most recent call last):
     ...
-    normlab.experiments.params.ParameterError: parameter 'depth': 0 is not allowed, use an integer in [1, 12]
+    normlab.experiments.base.params.ParameterError: parameter 'depth': 0 is not allowed, use an integer in [1, 12]
     """  # noqa: E501
     setup: Setup = make_params(Setup, values, "train")
     return setup

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse, Response
 
 from normlab import notebook
 from normlab.experiments import Experiment, list_experiments, script
-from normlab.experiments.params import params_dict
+from normlab.experiments.base.params import params_dict
 from normlab.lab import schemas
 from normlab.lab.lessons.markup import highlight
 from normlab.lab.requests import (

@@ -26,7 +26,7 @@ from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
 from normlab.experiments import ParameterError, get_experiment, script
-from normlab.experiments.params import params_dict
+from normlab.experiments.base.params import params_dict
 from normlab.lab import lessons
 from normlab.lab.errors import bad_input
 from normlab.lab.site import MATH_FONTS, STATIC

@@ -35,7 +35,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 
 from normlab import doctor
 from normlab.experiments import ParameterError, ParameterTypeError
-from normlab.experiments.params import Parameter, make_params
+from normlab.experiments.base.params import Parameter, make_params
 from normlab.lab import schemas, sse, trainlesson
 from normlab.lab.errors import bad_input, busy
 from normlab.lab.lessons.markup import highlight

@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from normlab.experiments.params import Parameter, make_params, parameters_of
-from normlab.experiments.results import Result
+from normlab.experiments.base.params import Parameter, make_params, parameters_of
+from normlab.experiments.base.results import Result
 
 Progress = Callable[[int, int], None]
 """Called as ``progress(done, total)`` while a training run advances."""
@@ -58,7 +58,7 @@ class Experiment:
     dict of plain numbers and lists; ``tables`` (one of them) formats that dict's key numbers,
     once: it returns ``[{"title": str, "columns": [str], "rows": [[str]], "notes": [str]}]``,
     which the script prints (:func:`normlab.models.print_tables`) and the result's
-    :meth:`~normlab.experiments.results.Result.tables` shows in the CLI and the lab. normlab
+    :meth:`~normlab.experiments.base.results.Result.tables` shows in the CLI and the lab. normlab
     calls ``entry`` itself and builds ``result_type`` from its dict, and :mod:`~normlab.
     experiments.script` renders the same objects' source as a script, so what normlab reports
     is what the code prints. ``total_steps(params)`` counts the optimizer steps a training run
