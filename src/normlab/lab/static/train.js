@@ -33,15 +33,16 @@
     const play = (name) => spec.play.find((p) => p.name === name);
     return {
       view: [play("steps"), play("speed"), { ...play("compare"), kind: "flag" }],
-      classroom: [{ name: "hide", kind: "list", default: [] }, { name: "lock", kind: "list", default: [] }],
+      classroom: ["hide", "lock"].map((name) => ({ name, kind: "list", default: [] })),
     };
   }
 
   /** What the address asks for: both runs' settings, the step count, speed, compare, flags.
    * A step count or speed that is no whole number is the default's. */
   function readAddress(params, { view, classroom }) {
-    const start = { ...State.defaults(view), ...State.read("", view) };
-    const whole = (name) => (Number.isInteger(start[name]) ? start[name] : State.defaults(view)[name]);
+    const fallback = State.defaults(view);
+    const start = { ...fallback, ...State.read("", view) };
+    const whole = (name) => (Number.isInteger(start[name]) ? start[name] : fallback[name]);
     const asked = { ...State.defaults(classroom), ...State.read("", classroom) };
     return {
       a: { ...State.defaults(params), ...State.read("", params) }, b: State.read("b", params),
@@ -246,7 +247,8 @@
 
     update() {
       const path = this.page.root.dataset.page ?? location.pathname; // the full page, also from a lesson's frame
-      this.output.value = `${location.origin}${path}${State.search(this.page.entries({ hide: this.hide, lock: this.lock }))}`;
+      const search = State.search(this.page.entries({ hide: this.hide, lock: this.lock }));
+      this.output.value = `${location.origin}${path}${search}`;
     }
 
     async copy() {
