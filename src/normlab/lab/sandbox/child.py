@@ -39,6 +39,7 @@ import math
 import os
 import random
 import resource
+import select
 import selectors
 import signal
 import socket
@@ -63,6 +64,8 @@ _FIGURE_BYTES = 8 << 20  # one figure's base64 PNG (a 640 x 480 one is about 50 
 _REPORT_LIMIT = 64 << 20  # bytes of figures (base64) a learner may report
 _NOTE_LIMIT, _NOTE_CHARS = 20, 1000  # notes go to stderr, past the output limit: few and short
 _DRAIN_S = 5.0  # after the init is gone every writer is dead; reading the rest is quick
+_KILLED_DRAIN_S = 0.25  # a killed run's writers die with its namespace: what the pipes hold now
+_TEARDOWN_S = 0.5  # how long a killed run's answer waits for its namespace to be gone
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUTS = 0x04000000
@@ -284,16 +287,27 @@ def _supervise(fd: int, cgroup: list[int]) -> None:
         chunks = []
         while chunk := conn.recv(1 << 16):
             chunks.append(chunk)
-        reply = _contain(json.loads(b"".join(chunks)), cgroup)
-        conn.sendall(json.dumps(reply).encode())
+        reply, killed = _contain(json.loads(b"".join(chunks)), cgroup)
+        conn.sendall(json.dumps(reply).encode() + b"\n")
+        if killed is not None:  # answered at the limit; the slot is the lab's once all are gone
+            os.waitpid(killed, 0)
 
 
-def _contain(request: dict[str, Any], cgroup: list[int]) -> dict[str, Any]:
-    """Run ``request`` in fresh namespaces; the reply the lab turns into a ``RunResult``.
+def _contain(request: dict[str, Any], cgroup: list[int]) -> tuple[dict[str, Any], int | None]:
+    """Run ``request`` in fresh namespaces: the reply the lab turns into a ``RunResult``, and
+    the init's pid when the run was killed and its namespace is still going away.
 
     ``cgroup`` is empty or the run's memory and pids ``cgroup.procs`` and its out-of-memory
     eventfd: the init joins both cgroups before it forks anything, and this supervisor (outside
     them, so it survives to answer) stops the whole run when the eventfd fires.
+
+    A run is answered once every process of it is gone and its output read, except a run
+    killed at the wall-clock limit (or out of memory) whose namespace is not gone
+    :data:`_TEARDOWN_S` after the kill: the kernel's teardown of many processes that each map
+    torch (a fork bomb on a busy machine) can take seconds, and the learner's limit is the
+    wall clock, not the teardown. Such a run is answered then, with the output its pipes hold;
+    the reply says ``"reaped": false``, and the lab keeps the run's slot until this process,
+    having waited for the init, closes the connection.
     """
     limits = request["limits"]
     out_r, out_w = os.pipe()
@@ -326,22 +340,42 @@ def _contain(request: dict[str, Any], cgroup: list[int]) -> dict[str, Any]:
         sel.register(r, selectors.EVENT_READ)
     ending = _watch(pid, sel, captures, start + float(request["wall_s"]), oom)
     duration = time.monotonic() - start
-    end = time.monotonic() + _DRAIN_S
-    while sel.get_map() and (left := end - time.monotonic()) > 0:
-        for key, _ in sel.select(left):
-            _read_once(sel, key.fd, captures[key.fd])
+    reaped = ending == "exited" or _gone_within(pid, _TEARDOWN_S)
+    if reaped:
+        os.waitpid(pid, 0)  # returns once every process of the namespace is gone
+    _drain(sel, captures, _DRAIN_S if reaped else _KILLED_DRAIN_S)
     status, notes, figures = _verdict(request, ending, st, rep)
     stderr = err.text("stderr")
     if notes:
         sep = "" if not stderr or stderr.endswith("\n") else "\n"
         stderr += sep + "".join(f"[normlab sandbox: {note}]\n" for note in notes)
-    return {
+    reply = {
         "status": status,
         "stdout": out.text("stdout"),
         "stderr": stderr,
         "duration_s": duration,
         "figures": figures,
+        "reaped": reaped,
     }
+    return reply, None if reaped else pid
+
+
+def _gone_within(pid: int, seconds: float) -> bool:
+    """Whether the killed init ``pid`` (so its whole namespace) is gone within ``seconds``."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        readable, _, _ = select.select([pidfd], [], [], seconds)
+    finally:
+        os.close(pidfd)
+    return bool(readable)
+
+
+def _drain(sel: selectors.BaseSelector, captures: dict[int, _Capture], seconds: float) -> None:
+    """Read the run's pipes until each has ended or ``seconds`` have passed."""
+    end = time.monotonic() + seconds
+    while sel.get_map() and (left := end - time.monotonic()) > 0:
+        for key, _ in sel.select(left):
+            _read_once(sel, key.fd, captures[key.fd])
 
 
 def _watch(
@@ -354,8 +388,8 @@ def _watch(
     """Relay output until the init ``pid`` exits: ``"exited"``, ``"timeout"`` or ``"oom"``.
 
     At the wall-clock ``deadline``, or when the eventfd in ``oom`` says the run's cgroup ran out
-    of memory, the init is killed (the kernel then kills its whole namespace). Returns once
-    every process of the run is gone.
+    of memory, the init is killed (the kernel then kills its whole namespace) and this returns
+    at once; the caller waits for the init.
     """
     pidfd = os.pidfd_open(pid)
     sel.register(pidfd, selectors.EVENT_READ)
@@ -379,7 +413,6 @@ def _watch(
         ending = "oom"  # the kernel killed one of its processes as the run ended
     if ending != "exited":
         os.kill(pid, signal.SIGKILL)  # the init: the kernel then kills the whole namespace
-    os.waitpid(pid, 0)  # returns once every process of the namespace is gone
     for fd in [pidfd, *oom]:
         sel.unregister(fd)
         os.close(fd)

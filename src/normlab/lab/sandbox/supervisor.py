@@ -332,11 +332,20 @@ class Sandbox:
             self.start()  # it finds where runs' cgroups go
             cgroup = self._run_cgroup()
             fds = [] if cgroup is None else cgroup.descriptors
-            reply = self._exchange(json.dumps(request).encode(), wall + _GRACE_S, fds)
-        finally:
-            if cgroup is not None:
-                _remove(cgroup)
-            self._slots.put(slot)
+            reply, conn = self._exchange(json.dumps(request).encode(), wall + _GRACE_S, fds)
+        except BaseException:
+            self._release(None, cgroup, slot)
+            raise
+        if reply.get("reaped", True):
+            self._release(conn, cgroup, slot)
+        else:  # killed: answered at its limit; the slot is free once its processes are gone
+            release = threading.Thread(
+                target=self._release,
+                args=(conn, cgroup, slot),
+                name="normlab-sandbox-release",
+                daemon=True,
+            )
+            release.start()
         return RunResult(
             status=str(reply["status"]),
             stdout=str(reply["stdout"]),
@@ -344,6 +353,19 @@ class Sandbox:
             duration_s=float(reply["duration_s"]),
             figures=[str(f) for f in reply["figures"]],
         )
+
+    def _release(
+        self, conn: socket.socket | None, cgroup: cgroups.RunCgroup | None, slot: int
+    ) -> None:
+        """Give back a run's slot and remove its cgroup once its supervisor has closed ``conn``
+        (every process of the run is gone then; it was given the wall clock and a grace)."""
+        if conn is not None:
+            with contextlib.suppress(OSError):  # (a timeout too: the cgroup says what is left)
+                _read_all(conn)
+            conn.close()
+        if cgroup is not None:
+            _remove(cgroup)
+        self._slots.put(slot)
 
     async def arun(self, code: str, **kw: Any) -> RunResult:
         """:meth:`run` in a worker thread, so the event loop keeps serving meanwhile.
@@ -391,7 +413,11 @@ class Sandbox:
             _warn_once(f"normlab sandbox: could not make a run's cgroup ({exc}); {_FALLBACK}")
             return None
 
-    def _exchange(self, payload: bytes, timeout: float, fds: list[int]) -> dict[str, Any]:
+    def _exchange(
+        self, payload: bytes, timeout: float, fds: list[int]
+    ) -> tuple[dict[str, Any], socket.socket]:
+        """Send a run to the fork server: its reply (one line of JSON) and the connection, which
+        its supervisor closes once every process of the run is gone."""
         for attempt in range(2):
             self.start()
             worker = self._worker
@@ -404,6 +430,7 @@ class Sandbox:
                     worker.send(theirs, fds)
                 except OSError:
                     if attempt == 0 and not worker.alive():
+                        ours.close()
                         continue  # the fork server died since the last run: start a new one
                     raise SandboxError(f"the sandbox stopped: {worker.diagnostics()}") from None
                 finally:
@@ -412,17 +439,19 @@ class Sandbox:
                 try:
                     ours.sendall(payload)
                     ours.shutdown(socket.SHUT_WR)
-                    data = _read_all(ours)
+                    data = _read_line(ours)
                 except TimeoutError:
                     raise SandboxError("the sandbox did not answer in time") from None
                 except OSError as exc:
                     raise SandboxError(f"the sandbox stopped during the run: {exc}") from None
-            finally:
+                if not data:
+                    why = worker.diagnostics()
+                    raise SandboxError(f"the sandbox stopped during the run: {why}")
+            except BaseException:
                 ours.close()
-            if not data:
-                raise SandboxError(f"the sandbox stopped during the run: {worker.diagnostics()}")
+                raise
             reply: dict[str, Any] = json.loads(data)
-            return reply
+            return reply, ours
         raise AssertionError("unreachable")  # the loop returns or raises
 
 
@@ -571,6 +600,16 @@ def _children(pid: int) -> list[int]:
         with contextlib.suppress(OSError):
             found += [int(c) for c in task.read_text().split()]
     return found
+
+
+def _read_line(conn: socket.socket) -> bytes:
+    """What ``conn`` sends up to its first newline (or its end)."""
+    chunks = []
+    while chunk := conn.recv(1 << 16):
+        chunks.append(chunk)
+        if chunk.endswith(b"\n"):
+            break
+    return b"".join(chunks)
 
 
 def _read_all(conn: socket.socket) -> bytes:
