@@ -171,3 +171,17 @@ def test_a_playing_run_sends_the_layers_figures_at_most_every_stats_s(
     assert all("stats" not in run._advance(1)["a"] for _ in range(3))
     monkeypatch.setattr(trainruns, "STATS_S", 0.0)
     assert "stats" in run._advance(1)["a"]
+
+
+def test_normlab_train_plots_the_lab_s_panels() -> None:
+    setup = tv.make_setup(SMALL)
+    [figure] = tv.run(setup, 3).figures()
+    session = tv.Session(setup)  # the lab's side after a link's 3 steps are replayed
+    for k in range(3):
+        session.step(measure=k == 2)
+    history = History()
+    history.losses(session.losses)
+    history.add(session.frame())
+    boundary, loss = live_figure(history, session.data()).panels
+    assert list(figure.panels) == [loss, boundary]  # the same panels, the losses first
+    assert loss.series[0].x == [1, 2, 3]
