@@ -21,9 +21,10 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from lab_traces import settle
 from labpage import ALLOWED_HOST, ROOT, SCREENSHOTS, START_TIMEOUT_S
 
-from normlab.trainview import PARAMETERS
+from normlab.trainview import GROUPS, PARAMETERS
 
 pytestmark = pytest.mark.browser
 
@@ -259,6 +260,66 @@ def test_compare_mode_shows_two_runs_on_the_same_data(page: Any, server: str) ->
     assert "compare=1" in page.url and "b.norm=batch" in page.url
     kinds = page.locator(".nl-train-side[data-side='b'] .nl-table tbody tr td:nth-child(2)")
     assert "BatchNorm1d" in kinds.all_inner_texts()
+
+
+def _text(value: Any) -> str:
+    """A setting as the address writes it (``true``/``false`` for a switch)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+EVERY_KIND = {"points": 60, "depth": 2, "width": 8, "seed": 3, "noise": 0.1, "bias": False}
+"""A small setup that differs from the defaults in an int, a float and a switch."""
+WIDGET_KEY = "linear-scale.scale=20"
+"""A lesson widget's key, which the /train page does not own."""
+
+
+def _every_kind_link() -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """A /train query with a key of every kind the page reads, in the order it writes them: a
+    widget's key (not its own: kept first), every setting, steps, speed, compare, the second
+    run's own settings and the classroom flags; and both runs' setups."""
+    a = {p.name: EVERY_KIND.get(p.name, p.default) for p in PARAMETERS}
+    b = {**a, "activation": "tanh", "norm": "batch", "init": "xavier", "lr": 0.05}
+    own = [p.name for p in PARAMETERS if p.name not in GROUPS["data"]]
+    query = "&".join(
+        [WIDGET_KEY]
+        + [f"{p.name}={_text(a[p.name])}" for p in PARAMETERS]
+        + ["steps=2", "speed=5", "compare=1"]
+        + [f"b.{name}={_text(b[name])}" for name in own]
+        + ["hide=lr,seed", "lock=depth,code"]
+    )
+    return query, a, b
+
+
+def test_one_table_reads_a_link_and_writes_it_back_unchanged(page: Any, server: str) -> None:
+    query, a, b = _every_kind_link()
+    assert {p.kind for p in PARAMETERS} >= {"choice", "float", "int", "bool"}
+    page.set_default_timeout(30_000)
+    page.goto(f"{server}/train?{query}")
+    _ready(page, "a", step=2)  # steps=2: replayed to it
+    _ready(page, "b", step=2)
+    setup = page.evaluate(RUN)["setup"]  # read: what the server trains
+    assert setup["a"] == pytest.approx(a) and setup["b"] == pytest.approx(b)
+    assert page.locator("select.nl-speed").input_value() == "5"
+    assert page.locator("input.nl-compare").is_checked()
+    side = ".nl-train-side[data-side='a']"
+    assert not page.locator(f"{side} .nl-control[data-param='seed']").is_visible()  # hide=
+    assert page.locator(f"{side} input[data-param='depth']").is_disabled()  # lock=
+    # written back: the page drops steps until its replay reaches them, then the same link
+    page.wait_for_function("() => location.search.includes('steps=2')")
+    assert urlsplit(page.url).query == query
+    page.locator(".nl-share summary").click()
+    assert page.locator("input.nl-share-link").input_value() == f"{server}/train?{query}"
+
+
+def test_a_widget_page_leaves_the_training_keys_alone(page: Any, server: str) -> None:
+    """The same table on a widget's page: the /train keys are not its own, so they stay."""
+    train = "depth=2&steps=3&compare=1&b.norm=batch&hide=lr,seed"
+    page.goto(f"{server}/experiments/linear-scale?{train}&{WIDGET_KEY}", wait_until="load")
+    snap = settle(page, "linear-scale")
+    assert snap["params"]["scale"] == 20
+    kept, _, own = urlsplit(page.url).query.partition("&linear-scale.")
+    assert kept == train  # first, as they were
+    assert parse_qs("linear-scale." + own)["linear-scale.scale"] == ["20"]
 
 
 def test_show_the_code(page: Any, server: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -235,6 +236,80 @@ def test_a_damaged_database_is_refused_when_it_opens(tmp_path: Path) -> None:
     path.write_bytes(bytes(data))
     with pytest.raises(ProgressStoreError, match=r"is damaged .*move it aside"):
         ProgressStore(path)
+
+
+def test_a_damaged_database_is_refused_on_one_line(tmp_path: Path) -> None:
+    """SQLite's integrity report spans lines ("*** in database main ***" then one per page);
+    the refusal is one line, as the CLI prints it (issue 32, finding 8)."""
+    path = tmp_path / "p.sqlite3"
+    with ProgressStore(path) as store:
+        for i in range(400):
+            store.save_listing(f"drift-{i}", "print(1)\n" * 20)
+    data = bytearray(path.read_bytes())
+    data[2 * 4096 : 4 * 4096] = b"\xa5" * (2 * 4096)
+    path.write_bytes(bytes(data))
+    with pytest.raises(ProgressStoreError) as refused:
+        ProgressStore(path)
+    assert "is damaged" in str(refused.value) and "\n" not in str(refused.value)
+
+
+def _someone_elses(path: Path, version: int) -> bytes:
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY, total REAL)")
+    conn.execute("INSERT INTO invoices (total) VALUES (12.5)")
+    conn.execute(f"PRAGMA user_version = {version}")
+    conn.commit()
+    conn.close()
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("version", "fragment"),
+    [(0, "it holds other tables (invoices)"), (99, "written by a newer normlab (schema 99")],
+)
+def test_a_file_that_is_not_ours_is_refused_before_anything_is_written(
+    tmp_path: Path, version: int, fragment: str
+) -> None:
+    """Someone else's SQLite file given as --db, or one of a newer schema, is refused with its
+    bytes as they were: no table added, no WAL switch (which rewrites the header), no
+    ``-wal`` file beside it (issue 32, finding 8)."""
+    path = tmp_path / "theirs.sqlite3"
+    before = _someone_elses(path, version)
+    with pytest.raises(ProgressStoreError, match=re.escape(fragment)):
+        ProgressStore(path)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["theirs.sqlite3"]
+
+
+def test_a_version_one_file_of_ours_is_still_opened(tmp_path: Path) -> None:
+    """The refusal of foreign files does not refuse our own older layout."""
+    path = tmp_path / "old.sqlite3"
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "CREATE TABLE listings (listing_id TEXT PRIMARY KEY, code TEXT NOT NULL, "
+        "updated REAL NOT NULL)"
+    )
+    conn.execute("INSERT INTO listings VALUES ('drift-stack', 'print(1)', 0)")
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    with ProgressStore(path) as store:
+        assert store.listings() == {"drift-stack": "print(1)"}
+
+
+def test_a_new_database_is_private_to_its_owner(tmp_path: Path) -> None:
+    """The file holds the learner's code: created 0600 whatever the umask allows, and so are
+    SQLite's ``-wal`` and ``-shm`` beside it (issue 32, finding 8)."""
+    old = os.umask(0o022)
+    try:
+        path = tmp_path / "new" / "progress.sqlite3"
+        with ProgressStore(path) as store:
+            store.save_listing("mine", "print(1)")
+            modes = {p.name: p.stat().st_mode & 0o777 for p in path.parent.iterdir()}
+    finally:
+        os.umask(old)
+    assert set(modes) >= {"progress.sqlite3", "progress.sqlite3-wal", "progress.sqlite3-shm"}
+    assert set(modes.values()) == {0o600}, modes
 
 
 def _on_a_read_only_mount(place: Path, code: str) -> subprocess.CompletedProcess[str]:

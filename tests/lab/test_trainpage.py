@@ -34,7 +34,7 @@ from fastapi import FastAPI
 from normlab import trainview
 from normlab.experiments import ParameterError
 from normlab.lab import app as lab_app
-from normlab.lab import site, trainlesson, trainruns
+from normlab.lab import runner, site, trainlesson, trainruns
 from normlab.lab.app import create_app
 from normlab.lab.lessons.markup import num
 from normlab.lab.state import state_of
@@ -54,7 +54,7 @@ def client() -> Iterator[TestClient]:
 
 
 def _runs(app: FastAPI) -> int:
-    return len(state_of(app).train_runs)
+    return state_of(app).runner.sessions
 
 
 def _wait(condition: Any, what: str, timeout: float = 120) -> None:
@@ -75,7 +75,7 @@ def test_the_api_describes_the_setup_and_the_stream(client: TestClient) -> None:
     assert body["parameters"] == [p.schema() for p in trainview.PARAMETERS]
     assert [p["name"] for p in body["play"]] == ["steps", "speed", "fps", "play", "compare"]
     assert body["actions"] == ["play", "pause", "step", "reset"]
-    assert (body["max_runs"], body["runs"]) == (trainruns.MAX_RUNS, 0)
+    assert (body["max_runs"], body["runs"]) == (runner.MAX_SESSIONS, 0)
     grouped = [n for names in body["groups"].values() for n in names]
     assert sorted(grouped) == sorted(p.name for p in trainview.PARAMETERS)  # each in one group
 
@@ -315,8 +315,8 @@ def _answers(port: int, path: str = "/") -> float:
 
 
 def _playing_runs(port: int) -> list[EventStream]:
-    """:data:`trainruns.MAX_RUNS` runs playing, each past its first frame."""
-    streams = [_open(port, SMALL + "&play=true&fps=60") for _ in range(trainruns.MAX_RUNS)]
+    """:data:`runner.MAX_SESSIONS` runs playing, each past its first frame."""
+    streams = [_open(port, SMALL + "&play=true&fps=60") for _ in range(runner.MAX_SESSIONS)]
     for s in streams:
         assert s.response.status == 200 and s.until("frame")["a"]["step"] >= 0
     return streams
@@ -332,18 +332,18 @@ def test_runs_are_bounded_and_pages_answer_meanwhile() -> None:
             assert one_more.response.getheader("retry-after") == "5"
             detail = json.loads(one_more.response.read())["detail"]
             assert detail["parameter"] is None
-            assert f"at most {trainruns.MAX_RUNS} sessions at once" in detail["message"]
+            assert f"at most {runner.MAX_SESSIONS} sessions at once" in detail["message"]
             one_more.close()
             for s in streams:  # every run trains on, frame after frame
                 assert s.until("frame")["a"]["step"] > 0
             gate.close()  # every run held inside a step: the pages answer all the same
-            gate.wait_for(trainruns.MAX_RUNS)
+            gate.wait_for(runner.MAX_SESSIONS)
             for _ in range(5):
                 _answers(port)
             _answers(port, "/api/train")
             gate.open()
             streams.pop().close()  # a page goes away: its run ends, its slot is free
-            _wait(lambda: _runs(app) < trainruns.MAX_RUNS, "the closed stream kept its slot")
+            _wait(lambda: _runs(app) < runner.MAX_SESSIONS, "the closed stream kept its slot")
             streams.append(_open(port))
             assert streams[-1].response.status == 200 and streams[-1].until("run")
         finally:
@@ -450,7 +450,7 @@ def test_control_refusals() -> None:
 
 def test_too_many_waiting_actions_are_refused() -> None:
     setup = trainview.make_setup({"points": 40, "depth": 1, "width": 4})
-    run = trainruns.Run({"a": setup}, trainruns.Play())
+    run = trainruns.Run({"a": setup}, trainruns.Play(), runner.Runner().in_session_thread)
     for _ in range(trainruns.MAX_ASKED):
         run.asked.append("step")
     with pytest.raises(OverflowError, match="actions wait"):

@@ -1,12 +1,13 @@
-"""The web lab: FastAPI app (``app.py``), result cache (``runner.py``), pages and lessons.
+"""The web lab: FastAPI app (``app.py``), run manager (``runner.py``), pages and lessons.
 
 :func:`normlab.lab.app.create_app` makes the app's one :class:`~normlab.lab.state.LabState`
 (every service and counter, typed; routes read it with :func:`~normlab.lab.state.lab_state`)
 and includes :mod:`normlab.lab.routes`, one module per area, each a ``router()`` of the same
 shape; what the routes share in handling a request is public in :mod:`normlab.lab.requests`.
-Services stay beside them: the runner, the pages' rendering (``site.py``: the Jinja
-environment, the lesson helpers, the vendored files), the progress store, the ``/train`` runs
-(``trainruns.py``), the watched log (``watchlog.py``), the security guard.
+Services stay beside them: the runner (every streamed run: the experiments', cached, and the
+``/train`` page's live sessions, whose event stream is ``trainruns.py``'s), the pages'
+rendering (``site.py``: the Jinja environment, the lesson helpers, the vendored files), the
+progress store, the watched log (``watchlog.py``), the security guard.
 
 :mod:`normlab.lab.sandbox` is where a learner's code runs (the playground, the code exercises):
 the lab's side (:class:`~normlab.lab.sandbox.Sandbox`, per-run cgroups, the seccomp filter)

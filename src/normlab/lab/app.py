@@ -42,7 +42,6 @@ from normlab.lab.runner import Runner
 from normlab.lab.sandbox import Sandbox, SandboxError
 from normlab.lab.security import LabGuard
 from normlab.lab.state import LabState, state_of
-from normlab.lab.trainruns import Runs
 from normlab.lab.watchlog import WatchLog
 
 __all__ = ["DOCS_ASSETS", "create_app", "serve"]
@@ -60,7 +59,8 @@ def create_app(
     db_path: str | os.PathLike[str] | None = None,
     watch_log: str | os.PathLike[str] | None = None,
 ) -> FastAPI:
-    """Build the lab application (one :class:`Runner` cache per app).
+    """Build the lab application (one :class:`Runner` per app: its experiment runs, cached,
+    and its live training sessions).
 
     With ``warm``, a background thread renders every lesson once at startup, so the first
     learner to open a lesson does not wait for its live results (several training runs).
@@ -92,11 +92,10 @@ def create_app(
         progress=ProgressStore(db_path if db_path is not None else default_db_path()),
         site=site.Site(site.environment(), site.plotly_js()),
         math_font=site.math_font(),
-        train_runs=Runs(),
     )
     state.warm = [  # the lessons, then the /train page's numbers
         functools.partial(site.warm_lessons, app),
-        functools.partial(train.warm_numbers, state.train_runs),
+        functools.partial(train.warm_numbers, state.runner),
     ]
     app.state.lab = state
     app.add_middleware(LabGuard, token=token)
@@ -129,7 +128,6 @@ async def _lifespan(app: FastAPI, warm: bool) -> AsyncIterator[None]:
     state.runner.resume()  # after a shutdown, the app may be started again
     if state.watch is not None:
         state.watch.closed = False
-    state.train_runs.resume()
     warmer: threading.Thread | None = None
     try:
         if warm:
@@ -145,8 +143,8 @@ async def _lifespan(app: FastAPI, warm: bool) -> AsyncIterator[None]:
     finally:
         # A run still going on a daemon thread when the interpreter exits aborts it
         # ("terminate called without an active exception"): runs in progress, the
-        # warm-up's and requests', stop at their next step, and no other starts.
-        state.runner.cancel()
+        # warm-up's, requests' and the live sessions', stop at their next step, and no
+        # other starts.
         _end_streams(app)
         if warmer is not None:
             warmer.join(timeout=WARM_STOP_TIMEOUT_S)
@@ -166,7 +164,6 @@ def serve(app: FastAPI, host: str, port: int) -> None:
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
-            state_of(app).runner.cancel()
             _end_streams(app)  # uvicorn waits for open responses: the live streams end
             super().handle_exit(sig, frame)
 
@@ -178,12 +175,14 @@ def serve(app: FastAPI, host: str, port: int) -> None:
 
 
 def _end_streams(app: FastAPI) -> None:
-    """End the ``/api/watch/stream`` responses (at their next look at the log) and the
-    ``/api/train/stream`` runs (after their step in progress); start no other run."""
+    """Cancel the runner: its experiment runs stop at their next step and its live
+    ``/api/train/stream`` sessions after their step in progress, and no other run starts
+    (:meth:`~normlab.lab.runner.Runner.cancel`); end the ``/api/watch/stream`` responses (at
+    their next look at the log)."""
     state = state_of(app)
+    state.runner.cancel()
     if state.watch is not None:
         state.watch.close()
-    state.train_runs.close()
 
 
 def _warm(state: LabState) -> None:

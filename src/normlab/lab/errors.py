@@ -6,7 +6,9 @@ as a whole is wrong) and what is allowed, so the pages and scripts read every re
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -51,6 +53,70 @@ async def read_body(request: Request, limit: int, parameter: str | None) -> byte
         if len(raw) > limit:
             return bad_input(parameter, f"the body is longer than {limit:,} bytes", status=413)
     return bytes(raw)
+
+
+MAX_JSON_DEPTH = 32
+"""The deepest nesting of arrays and objects a body may have (the lab's bodies are two deep)."""
+MAX_JSON_DIGITS = 1000
+"""The most digits an integer in a body may have: far past any allowed value, so that a route
+still names the value it refuses (``10**400`` is no finite float), and below the 4,300 digits
+past which Python's ``int`` refuses to parse."""
+
+
+class _TooLong(Exception):
+    """An integer in the body has more than :data:`MAX_JSON_DIGITS` digits."""
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_JSON_DIGITS:
+        raise _TooLong(f"an integer in the body has more than {MAX_JSON_DIGITS} digits")
+    return int(text)
+
+
+def _unusable(body: Any) -> JSONResponse | None:
+    """The refusal for a body nested deeper than :data:`MAX_JSON_DEPTH` or holding a string
+    that is no text (a lone surrogate, which UTF-8 cannot write), naming its top-level key."""
+    stack: list[tuple[Any, int, str | None]] = [(body, 1, None)]  # (value, level, its key)
+    while stack:
+        value, level, key = stack.pop()
+        if level > MAX_JSON_DEPTH:
+            return bad_input(key, f"the body is nested deeper than {MAX_JSON_DEPTH} levels")
+        if isinstance(value, dict):
+            for k, v in value.items():
+                top = key if level > 1 else k
+                stack += [(k, level, top), (v, level + 1, top)]
+        elif isinstance(value, list):
+            stack += [(v, level + 1, key) for v in value]
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                char = f"U+{ord(value[exc.start]):04X}"
+                message = f"{key or 'the body'} holds {char}, a lone surrogate, which is no text"
+                return bad_input(key, message)
+    return None
+
+
+def json_body(raw: bytes, parameter: str | None, invalid: str) -> Any:
+    """``raw`` parsed as JSON, or the 422 that says why the lab will not use it.
+
+    JSON allows what no route reads and what Python's parser fails on with an error of its own:
+    a body nested a thousand levels deep (``RecursionError``), an integer of thousands of digits
+    (``ValueError``), a ``"\\ud800"`` escape, which is a lone surrogate, no text. Each is a 422
+    here: nesting past :data:`MAX_JSON_DEPTH` and integers past :data:`MAX_JSON_DIGITS` digits
+    naming ``parameter``, a lone surrogate naming its top-level key; JSON that does not parse
+    names ``parameter`` with ``invalid`` and the parser's reason.
+    """
+    try:
+        body = json.loads(raw, parse_int=_bounded_int)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return bad_input(parameter, f"{invalid}: {exc}")
+    except RecursionError:
+        return bad_input(parameter, f"the body is nested deeper than {MAX_JSON_DEPTH} levels")
+    except _TooLong as exc:
+        return bad_input(parameter, str(exc))
+    refusal = _unusable(body)
+    return body if refusal is None else refusal
 
 
 async def _database_failed(request: Request, exc: Exception) -> JSONResponse:

@@ -172,6 +172,107 @@ def _read_only_mount(place: Path) -> bool:
         return False
 
 
+_TABLES = {"attempts", "solved", "listings", "exercise_code", "learner", "sqlite_sequence"}
+"""The tables a normlab progress database holds (``sqlite_sequence`` is SQLite's own)."""
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _one_line(text: object) -> str:
+    """``text`` on one line (SQLite's integrity reports span several)."""
+    return " ".join(str(text).split())
+
+
+def _damaged(path: str | Path, why: object) -> ProgressStoreError:
+    return ProgressStoreError(
+        f"{str(path)!r} is damaged ({_one_line(why)}): move it aside (the lab starts a new one) "
+        "or give another --db"
+    )
+
+
+def _refusal(path: str | Path, exc: sqlite3.Error) -> ProgressStoreError:
+    """What an SQLite error on opening ``path`` means to the learner, on one line."""
+    if "malformed" in str(exc):
+        return _damaged(path, exc)
+    return ProgressStoreError(f"{str(path)!r} is not a normlab progress database: {_one_line(exc)}")
+
+
+def _check_place(path: Path) -> None:
+    """Refuse a folder, a parent that cannot be made, or a read-only location."""
+    if path.is_dir():
+        raise ProgressStoreError(f"{str(path)!r} is a folder, give a file path")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ProgressStoreError(
+            f"cannot create the folder {str(path.parent)!r}: {exc.strerror or exc}"
+        ) from None
+    _check_writable(path)
+
+
+def _create_private(path: Path) -> None:
+    """Create ``path`` empty, readable and writable by its owner only (0600): it holds the
+    learner's code. SQLite gives its ``-wal`` and ``-shm`` files the same permissions."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))  # (no O_EXCL: two labs may race)
+
+
+def _inspect(path: Path) -> None:
+    """Look at an existing file read-only and refuse it, on one line, unless it is a normlab
+    progress database this version can use: not SQLite, damaged, of a newer schema, or holding
+    tables that are not ours (someone else's database given as ``--db``). Nothing is written
+    to a refused file."""
+    with path.open("rb") as f:
+        if f.read(len(_SQLITE_HEADER)) != _SQLITE_HEADER:
+            raise ProgressStoreError(
+                f"{str(path)!r} is not a normlab progress database: it is not an SQLite file"
+            )
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=10.0)
+    except sqlite3.Error as exc:
+        raise _refusal(path, exc) from None
+    try:
+        problems = [row[0] for row in conn.execute("PRAGMA quick_check(1)").fetchall()]
+        if problems != ["ok"]:
+            raise _damaged(path, problems[0])
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    except sqlite3.Error as exc:
+        raise _refusal(path, exc) from None
+    finally:
+        conn.close()
+    if version > _SCHEMA_VERSION:
+        raise ProgressStoreError(
+            f"{str(path)!r} was written by a newer normlab (schema {version}, this one knows "
+            f"{_SCHEMA_VERSION}): use that normlab, or give another --db"
+        )
+    foreign = sorted({name for (name,) in rows} - _TABLES)
+    if foreign:
+        raise ProgressStoreError(
+            f"{str(path)!r} is not a normlab progress database: it holds other tables "
+            f"({', '.join(foreign)}); give another --db"
+        )
+
+
+def _set_up(conn: sqlite3.Connection, path: str | Path) -> None:
+    """WAL, full sync and the schema (tables a version-1 file lacks are added), in one
+    transaction; the first process to open the file names its learner."""
+    conn.execute("PRAGMA busy_timeout = 10000")
+    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    if path != ":memory:" and mode != "wal":
+        raise ProgressStoreError(f"{str(path)!r}: SQLite refused WAL mode ({mode})")
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute("PRAGMA foreign_keys = ON")
+    # (not executescript: it would commit before the first statement)
+    conn.execute("BEGIN IMMEDIATE")
+    for statement in _SCHEMA:
+        conn.execute(statement)
+    conn.execute(
+        "INSERT OR IGNORE INTO learner (only_row, learner_id, created) VALUES (1, ?, ?)",
+        (secrets.token_hex(16), time.time()),
+    )
+    conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+    conn.execute("COMMIT")
+
+
 class ProgressStore:
     """A learner's progress in one SQLite file; safe to share between threads.
 
@@ -193,15 +294,11 @@ class ProgressStore:
 
     def _open(self) -> sqlite3.Connection:
         if isinstance(self.path, Path):
-            if self.path.is_dir():
-                raise ProgressStoreError(f"{str(self.path)!r} is a folder, give a file path")
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise ProgressStoreError(
-                    f"cannot create the folder {str(self.path.parent)!r}: {exc.strerror or exc}"
-                ) from None
-            _check_writable(self.path)
+            _check_place(self.path)
+            if self.path.exists() and self.path.stat().st_size > 0:
+                _inspect(self.path)  # refuse a file that is not ours before writing to it
+            elif not self.path.exists():
+                _create_private(self.path)
         try:
             # isolation_level=None: no implicit transactions; each write opens its own below.
             conn = sqlite3.connect(
@@ -210,45 +307,10 @@ class ProgressStore:
         except sqlite3.Error as exc:
             raise ProgressStoreError(f"cannot open {str(self.path)!r}: {exc}") from None
         try:
-            conn.execute("PRAGMA busy_timeout = 10000")
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if self.path != ":memory:" and mode != "wal":
-                raise ProgressStoreError(f"{str(self.path)!r}: SQLite refused WAL mode ({mode})")
-            conn.execute("PRAGMA synchronous = FULL")
-            conn.execute("PRAGMA foreign_keys = ON")
-            problems = [row[0] for row in conn.execute("PRAGMA quick_check(3)").fetchall()]
-            if problems != ["ok"]:
-                raise ProgressStoreError(
-                    f"{str(self.path)!r} is damaged ({'; '.join(problems)}): move it aside "
-                    "(the lab starts a new one) or give another --db"
-                )
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version > _SCHEMA_VERSION:
-                raise ProgressStoreError(
-                    f"{str(self.path)!r} was written by a newer normlab (schema {version}, "
-                    f"this one knows {_SCHEMA_VERSION})"
-                )
-            # (not executescript: it would commit before the first statement)
-            conn.execute("BEGIN IMMEDIATE")
-            for statement in _SCHEMA:
-                conn.execute(statement)
-            # the first process to open the file names its learner; later opens keep that name
-            conn.execute(
-                "INSERT OR IGNORE INTO learner (only_row, learner_id, created) VALUES (1, ?, ?)",
-                (secrets.token_hex(16), time.time()),
-            )
-            conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
-            conn.execute("COMMIT")
+            _set_up(conn, self.path)
         except sqlite3.Error as exc:
             conn.close()
-            if "malformed" in str(exc):
-                raise ProgressStoreError(
-                    f"{str(self.path)!r} is damaged ({exc}): move it aside (the lab starts a "
-                    "new one) or give another --db"
-                ) from None
-            raise ProgressStoreError(
-                f"{str(self.path)!r} is not a normlab progress database: {exc}"
-            ) from None
+            raise _refusal(self.path, exc) from None
         except ProgressStoreError:
             conn.close()
             raise

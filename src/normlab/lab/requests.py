@@ -26,7 +26,7 @@ from normlab.experiments import (
     get_experiment,
 )
 from normlab.lab import schemas
-from normlab.lab.errors import bad_input, busy, read_body
+from normlab.lab.errors import bad_input, busy, json_body, read_body
 from normlab.lab.runner import RunAbandoned, RunBusy, RunCancelled
 
 MAX_PARAMS_BYTES = 64 << 10
@@ -52,15 +52,12 @@ async def read_params(request: Request) -> dict[str, Any] | JSONResponse:
         return raw
     if not raw:  # no body: the defaults; a body of whitespace is no JSON object
         return {}
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return bad_input(None, f"request body is not valid JSON: {exc}")
-    if not isinstance(body, dict):
-        return bad_input(
-            None, f"request body must be a JSON object of parameters, got {type(body).__name__}"
-        )
-    return body
+    body = json_body(raw, None, "request body is not valid JSON")
+    if isinstance(body, JSONResponse | dict):
+        return body
+    return bad_input(
+        None, f"request body must be a JSON object of parameters, got {type(body).__name__}"
+    )
 
 
 def refusal(exc: Exception) -> JSONResponse:

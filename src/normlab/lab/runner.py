@@ -1,4 +1,15 @@
-"""Runs experiments for the lab: validated, cached by the full parameter set, off the event loop.
+"""The lab's one run manager: experiment runs, cached, and the live training sessions, bounded.
+
+A :class:`Runner` runs what the lab streams, off the event loop in threads of its own, and
+stops all of it when the lab shuts down (:meth:`Runner.cancel`; :meth:`Runner.resume` when
+it starts again). Two kinds of run:
+
+- an experiment run: validated, cached by the full parameter set (below), queued with
+  :attr:`Runner.max_queued`, abandoned when every client has gone;
+- a live session of the ``/train`` page (:class:`~normlab.lab.trainruns.Run`): the Runner holds
+  its slot, at most :attr:`Runner.max_sessions` at once (:meth:`Runner.admit`,
+  :meth:`Runner.release`), and its steps take the Runner's threads kept for sessions
+  (:meth:`Runner.in_session_thread`). What its stream sends is :mod:`normlab.lab.trainruns`'s.
 
 The cache key is the experiment name plus every parameter *after* validation and defaults, so
 ``{}`` and ``{"depth": 10}`` for ``drift`` share one entry. Concurrent requests for the same key
@@ -21,10 +32,10 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import anyio.to_thread
 
@@ -50,7 +61,25 @@ class RunAbandoned(Exception):
 
 
 class RunBusy(Exception):
-    """:attr:`Runner.max_queued` requests wait for runs already: this one is refused."""
+    """:attr:`Runner.max_queued` requests wait for runs already, or :attr:`Runner.max_sessions`
+    sessions train already: this one is refused."""
+
+
+class LiveSession(Protocol):
+    """What a :class:`Runner` needs of a live session to hold its slot (the ``/train`` page's
+    :class:`~normlab.lab.trainruns.Run` is one): its id, its setups (a compared run trains two
+    and counts two), whether it has ended, and how to end it (from any thread)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def setups(self) -> Mapping[str, object]: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(eq=False)
@@ -100,24 +129,41 @@ MAX_QUEUED = 64
 MAX_BYTES = 256 << 20
 """What the answers a Runner keeps may add up to, counted as their JSON (the parsed values
 beside it take a few times more); the least recently used go first."""
+MAX_SESSIONS = 4
+"""Live sessions training at once (a compared run has two); one more is refused (503)."""
+
+
+class _Threads(NamedTuple):
+    """A Runner's worker threads in one event loop (a limiter belongs to the loop it was made
+    in): :data:`THREADS` for experiment requests, one per session slot for the live sessions,
+    so that a session's next frame never waits behind a long experiment run, nor a run
+    behind the sessions."""
+
+    experiments: anyio.CapacityLimiter
+    sessions: anyio.CapacityLimiter
 
 
 class Runner:
-    """A thread-safe LRU cache in front of :func:`normlab.experiments.run_experiment`, bounded
-    in entries and in bytes."""
+    """The lab's run manager: a thread-safe LRU cache in front of
+    :func:`normlab.experiments.run_experiment`, bounded in entries and in bytes, and the slots
+    of the live sessions, at most ``max_sessions`` at once."""
 
-    def __init__(self, max_entries: int = 512, max_bytes: int = MAX_BYTES) -> None:
+    def __init__(
+        self, max_entries: int = 512, max_bytes: int = MAX_BYTES, max_sessions: int = MAX_SESSIONS
+    ) -> None:
         if max_entries < 1:
             raise ValueError(f"max_entries must be at least 1, got {max_entries}")
         if max_bytes < 1:
             raise ValueError(f"max_bytes must be at least 1, got {max_bytes}")
+        if max_sessions < 1:
+            raise ValueError(f"max_sessions must be at least 1, got {max_sessions}")
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.max_queued = MAX_QUEUED
+        self.max_sessions = max_sessions
         self.queued = 0  # requests waiting for a run or in one, now
-        self._limiters: weakref.WeakKeyDictionary[Any, anyio.CapacityLimiter] = (
-            weakref.WeakKeyDictionary()
-        )  # one per event loop: a limiter belongs to the loop it was made in
+        self._threads_of: weakref.WeakKeyDictionary[Any, _Threads] = weakref.WeakKeyDictionary()
+        self._sessions: dict[str, LiveSession] = {}  # by id, each until its stream has ended
         self.bytes = 0  # the JSON of the answers held
         self._cache: OrderedDict[str, _Entry] = OrderedDict()
         self._lock = threading.Lock()
@@ -127,16 +173,72 @@ class Runner:
         self._cancelled = threading.Event()
 
     def cancel(self) -> None:
-        """Stop the runs in progress at their next step and refuse new ones (``RunCancelled``).
+        """Stop the runs in progress at their next step, end every live session after its step
+        in progress, and refuse new ones of either kind (``RunCancelled``).
 
         The lab calls it when it starts shutting down, so that Ctrl+C does not wait for a long
-        run nobody will read. Cached answers are still given.
+        run nobody will read, nor for a session's stream, which never ends by itself. Cached
+        answers are still given.
         """
-        self._cancelled.set()
+        with self._lock:  # no session is admitted between the flag and the closing
+            self._cancelled.set()
+            sessions = list(self._sessions.values())
+        for session in sessions:
+            session.close()
 
     def resume(self) -> None:
-        """Compute again after :meth:`cancel` (an app that is started again)."""
+        """Run and admit again after :meth:`cancel` (an app that is started again)."""
         self._cancelled.clear()
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether :meth:`cancel` was called (and no :meth:`resume` since): the lab stops."""
+        return self._cancelled.is_set()
+
+    @property
+    def sessions(self) -> int:
+        """The live sessions training now (a compared run counts two)."""
+        with self._lock:
+            return self._going()
+
+    def _going(self) -> int:
+        return sum(len(s.setups) for s in self._sessions.values() if not s.closed)
+
+    def admit(self, session: LiveSession, replaces: str | None = None) -> None:
+        """Hold a slot for ``session`` until :meth:`release`, ending the session it
+        ``replaces`` first (its page opened a new setting in its place).
+
+        Raises:
+            RunCancelled: the lab is stopping.
+            RunBusy: :attr:`max_sessions` sessions train already.
+        """
+        with self._lock:
+            old = self._sessions.get(replaces) if replaces else None
+            if old is not None:
+                old.close()
+            if self._cancelled.is_set():
+                raise RunCancelled("the lab is stopping")
+            going = self._going()
+            if going + len(session.setups) > self.max_sessions:
+                raise RunBusy(
+                    f"the lab trains at most {self.max_sessions} sessions at once and {going} "
+                    "are going (a compared run counts two): close another page that trains, "
+                    "then try again"
+                )
+            self._sessions[session.id] = session
+
+    def session(self, session_id: str) -> LiveSession | None:
+        """The live session ``session_id``, or ``None`` once it has ended (or never was)."""
+        with self._lock:
+            session = self._sessions.get(session_id)
+        return None if session is None or session.closed else session
+
+    def release(self, session: LiveSession) -> None:
+        """End ``session`` and give its slot back (its stream has ended); idempotent."""
+        session.close()
+        with self._lock:
+            if self._sessions.get(session.id) is session:
+                del self._sessions[session.id]
 
     def _check(self, entry: _Entry | None) -> None:
         if self._cancelled.is_set():
@@ -267,22 +369,33 @@ class Runner:
         assert result is not None
         return result
 
+    def _threads(self) -> _Threads:
+        """This Runner's worker threads in the running event loop (made on first use)."""
+        loop = asyncio.get_running_loop()
+        threads = self._threads_of.get(loop)
+        if threads is None:
+            sessions = anyio.CapacityLimiter(self.max_sessions)
+            threads = self._threads_of[loop] = _Threads(anyio.CapacityLimiter(THREADS), sessions)
+        return threads
+
     async def _off_loop(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` in one of this Runner's own :data:`THREADS`; beyond
+        """``fn(*args)`` in one of this Runner's own :data:`THREADS` for experiments; beyond
         :attr:`max_queued` requests at once, :class:`RunBusy`."""
         with self._lock:
             if self.queued >= self.max_queued:
                 raise RunBusy(f"{self.queued} requests wait for runs already: try again shortly")
             self.queued += 1
         try:
-            loop = asyncio.get_running_loop()
-            limiter = self._limiters.get(loop)
-            if limiter is None:
-                limiter = self._limiters[loop] = anyio.CapacityLimiter(THREADS)
-            return await anyio.to_thread.run_sync(fn, *args, limiter=limiter)
+            return await anyio.to_thread.run_sync(fn, *args, limiter=self._threads().experiments)
         finally:
             with self._lock:
                 self.queued -= 1
+
+    async def in_session_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` (a live session's build, steps or frame) in one of this Runner's
+        threads kept for sessions, one per slot: a session's stream waits for one at a time,
+        so its slot bounds them and no queue is needed."""
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self._threads().sessions)
 
     def _run_json(self, name: str, params: dict[str, Any], waiter: Waiter | None) -> bytes:
         return self._body(self._run(name, params, waiter))  # rendered here, off the event loop

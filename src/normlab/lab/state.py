@@ -18,7 +18,6 @@ from fastapi import FastAPI, Request
 from normlab.lab.progress import ProgressStore
 from normlab.lab.runner import Runner
 from normlab.lab.sandbox import Sandbox
-from normlab.lab.trainruns import Runs
 from normlab.lab.watchlog import WatchLog
 
 if TYPE_CHECKING:  # site reads the state through this module: no import back at run time
@@ -30,13 +29,13 @@ class LabState:
     """Every service of one lab app, and the counters its routes keep.
 
     Args:
-        runner: the experiments' result cache (:class:`~normlab.lab.runner.Runner`).
+        runner: the one run manager (:class:`~normlab.lab.runner.Runner`): the experiments'
+            runs and their result cache, and the ``/train`` page's live sessions, bounded.
         sandbox: where the playground's and the exercises' code runs.
         watch: the :func:`normlab.watch` log that ``/watch`` follows, or ``None``.
         progress: the learner's progress database (reopened when the app starts again).
         site: the pages' Jinja environment and plotly's script.
         math_font: the OpenType math font served to the formulas, or ``None``.
-        train_runs: the ``/train`` page's live runs, bounded.
         warm: what the warm-up computes, in order (the lessons, then the ``/train`` numbers):
             functions of no arguments, each ending early when the lab stops.
         widget_streams: the ``/api/experiments/NAME/stream`` responses open now.
@@ -49,7 +48,6 @@ class LabState:
     progress: ProgressStore
     site: Site
     math_font: Path | None
-    train_runs: Runs
     warm: list[Callable[[], None]] = field(default_factory=list)
     widget_streams: int = 0
     watch_streams: int = 0

@@ -1,15 +1,16 @@
-"""The /train page's live runs: a bounded set of training sessions, each run driven by one stream.
+"""The /train page's live runs: one training session (or two, compared), driven by one stream.
 
 A :class:`Run` holds one :class:`~normlab.trainview.Session` per side (``a``; in compare mode
 ``b`` too, on the same data and seed) and what its page asked of it (play, pause, step, reset),
 and :meth:`Run.events` is its event stream: the points first, then frames while it plays, at
 most ``fps`` a second and ``speed`` optimizer steps apart. The sides step in lockstep, and an
 action is taken at the next step: between two frames, never inside a step. Every step and
-frame is computed in a worker thread (:func:`anyio.to_thread.run_sync`), so the event loop
-keeps serving pages while the runs train. :class:`Runs` is the bound: at most
-:data:`MAX_RUNS` sessions at once, each holding its slot from the moment its stream is asked for
-until the stream ends (the client went, its page opened a new run in its place, or the lab
-stops: :meth:`Runs.close`).
+frame is computed in a worker thread of the lab's run manager
+(:meth:`~normlab.lab.runner.Runner.in_session_thread`), so the event loop keeps serving pages
+while the runs train. The manager bounds the runs too: each holds its slot
+(:meth:`~normlab.lab.runner.Runner.admit`) from the moment its stream is asked for until the
+stream ends (the client went, its page opened a new run in its place, or the lab stops:
+:meth:`~normlab.lab.runner.Runner.cancel`).
 
 Events, each ``data`` one line of JSON, keyed by side where a side has its own:
 
@@ -37,18 +38,15 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import anyio
-import anyio.to_thread
 
 from normlab.experiments.base.params import param, parameters_of
 from normlab.lab import sse
 from normlab.trainview import Session, Setup
 from normlab.trainview.figures import History, layer_table, live_figure, stats_figures
 
-MAX_RUNS = 4
-"""Sessions training at once (a compared run has two); a stream beyond is refused (503)."""
 MAX_STEPS = 2000
 """The most steps a stream replays before its first frame (a shared link's step count)."""
 MAX_SPEED = 50
@@ -89,8 +87,11 @@ PLAY = parameters_of(Play)
 """The stream's own parameters, beside the setup's."""
 
 
-async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
-    return await anyio.to_thread.run_sync(fn, *args)
+class InThread(Protocol):
+    """Awaits ``fn(*args)`` computed in a worker thread, as
+    :meth:`~normlab.lab.runner.Runner.in_session_thread` does."""
+
+    def __call__(self, fn: Callable[..., T], /, *args: Any) -> Awaitable[T]: ...
 
 
 class Run:
@@ -99,9 +100,11 @@ class Run:
     Args:
         setups: the validated setup of each side (the sessions are built by :meth:`start`).
         play: the stream's settings.
+        in_thread: where its steps and frames are computed: the lab's run manager's threads
+            (:meth:`~normlab.lab.runner.Runner.in_session_thread`).
     """
 
-    def __init__(self, setups: Mapping[str, Setup], play: Play) -> None:
+    def __init__(self, setups: Mapping[str, Setup], play: Play, in_thread: InThread) -> None:
         self.id = secrets.token_urlsafe(12)  # unguessable: only its page can steer it
         self.setups = dict(setups)
         self.sessions: dict[str, Session] = {}
@@ -113,6 +116,7 @@ class Run:
         self.closed = False
         self._wake: anyio.Event | None = None  # made, set and awaited in the event loop only
         self._loop_thread = threading.get_ident()
+        self._in_thread = in_thread
 
     @property
     def control(self) -> str:
@@ -124,7 +128,9 @@ class Run:
 
     async def start(self) -> None:
         """Build the sessions (the data and the initial weights) in a worker thread."""
-        self.sessions = await _in_thread(lambda: {k: Session(v) for k, v in self.setups.items()})
+        self.sessions = await self._in_thread(
+            lambda: {k: Session(v) for k, v in self.setups.items()}
+        )
 
     def ask(self, action: str | None, speed: int | None = None, fps: int | None = None) -> None:
         """Queue ``action`` for the next step; a new ``speed`` or ``fps`` holds from the next
@@ -231,7 +237,7 @@ class Run:
         yield sse.event("run", self._first())
         async for chunk in self._replay(gone):
             yield chunk
-        yield sse.event("frame", await _in_thread(self._frames))
+        yield sse.event("frame", await self._in_thread(self._frames))
         self.playing = self.play_at_once
         yield self.status()
         quiet = time.monotonic()
@@ -246,7 +252,7 @@ class Run:
     async def _replay(self, gone: Callable[[], Awaitable[bool]]) -> AsyncIterator[str]:
         """Train the link's step count, telling how far it got, then send the curves."""
         while self.step_count < self.steps and not self.closed and not await gone():
-            await _in_thread(self._train, min(REPLAY_CHUNK, self.steps - self.step_count))
+            await self._in_thread(self._train, min(REPLAY_CHUNK, self.steps - self.step_count))
             yield sse.event("replay", {"step": self.step_count, "of": self.steps})
         if self.steps:
             losses = {k: s.losses for k, s in self.sessions.items()}
@@ -261,7 +267,7 @@ class Run:
                 yield chunk
         elif self.playing:
             started = time.monotonic()
-            yield sse.event("frame", await _in_thread(self._advance, self.speed))
+            yield sse.event("frame", await self._in_thread(self._advance, self.speed))
             await self._rest(1 / self.fps - (time.monotonic() - started))
         else:
             await self._rest(sse.KEEPALIVE_S)
@@ -274,66 +280,12 @@ class Run:
                 yield sse.event("stats", await _in_thread(self._stats))
         elif action == "step":  # exactly one step; a playing run pauses first
             self.playing = False
-            frames = await _in_thread(self._advance, 1)
+            frames = await self._in_thread(self._advance, 1)
             yield self.status()
             yield sse.event("frame", frames)
         elif action == "reset":  # back to step 0 (the same data and weights), paused
             self.playing = False
-            frames = await _in_thread(self._reset)
+            frames = await self._in_thread(self._reset)
             yield sse.event("reset", {"step": 0})
             yield self.status()
             yield sse.event("frame", frames)
-
-
-class Runs:
-    """The runs going on in one app, at most ``limit`` sessions at once."""
-
-    def __init__(self, limit: int = MAX_RUNS) -> None:
-        self.limit = limit
-        self.closed = False
-        self._runs: dict[str, Run] = {}
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        """The sessions going (a compared run has two)."""
-        with self._lock:
-            return self._live()
-
-    def _live(self) -> int:
-        return sum(len(r.setups) for r in self._runs.values() if not r.closed)
-
-    def get(self, run_id: str) -> Run | None:
-        with self._lock:
-            run = self._runs.get(run_id)
-        return None if run is None or run.closed else run
-
-    def add(self, run: Run, replaces: str | None = None) -> bool:
-        """Hold a slot for ``run`` (ending the run it ``replaces`` first); ``False`` when the
-        lab is stopping or every slot is taken."""
-        with self._lock:
-            old = self._runs.get(replaces) if replaces else None
-            if old is not None:
-                old.close()
-            if self.closed or self._live() + len(run.setups) > self.limit:
-                return False
-            self._runs[run.id] = run
-            return True
-
-    def remove(self, run: Run) -> None:
-        """Give back ``run``'s slot (its stream has ended); idempotent."""
-        run.close()
-        with self._lock:
-            if self._runs.get(run.id) is run:
-                del self._runs[run.id]
-
-    def close(self) -> None:
-        """End every run at its next look, and start no other (the lab is stopping)."""
-        with self._lock:
-            self.closed = True
-            runs = list(self._runs.values())
-        for run in runs:
-            run.close()
-
-    def resume(self) -> None:
-        """Accept runs again (the app is started again after a shutdown)."""
-        self.closed = False

@@ -28,7 +28,6 @@ worker thread so the event loop keeps serving.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from typing import Annotated, Any
 
@@ -37,7 +36,7 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse
 
 from normlab.lab import exercises, schemas
-from normlab.lab.errors import bad_input, checked_code, read_body
+from normlab.lab.errors import bad_input, checked_code, json_body, read_body
 from normlab.lab.exercises import (
     BadSubmission,
     ChoiceExercise,
@@ -65,10 +64,9 @@ async def _json_object(request: Request) -> dict[str, Any] | JSONResponse:
     raw = await read_body(request, MAX_BODY_BYTES, None)
     if isinstance(raw, JSONResponse):
         return raw
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return bad_input(None, f"request body is not valid JSON: {exc}")
+    body = json_body(raw, None, "request body is not valid JSON")
+    if isinstance(body, JSONResponse):
+        return body
     if not isinstance(body, dict):
         return bad_input(None, f"request body must be a JSON object, got {type(body).__name__}")
     return body

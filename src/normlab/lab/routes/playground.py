@@ -12,14 +12,13 @@ is named itself. A sandbox that cannot start answers 503. The sandbox is the app
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from normlab.lab import schemas
-from normlab.lab.errors import bad_input, checked_code, read_body
+from normlab.lab.errors import bad_input, checked_code, json_body, read_body
 from normlab.lab.sandbox import RunResult, SandboxError
 from normlab.lab.state import lab_state
 
@@ -55,10 +54,9 @@ async def _read_code(request: Request) -> str | JSONResponse:
     raw = await read_body(request, _MAX_BODY_BYTES, "code")
     if isinstance(raw, JSONResponse):
         return raw
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return bad_input("code", f'the body must be JSON like {{"code": "print(1)"}}: {exc}')
+    body = json_body(raw, "code", 'the body must be JSON like {"code": "print(1)"}')
+    if isinstance(body, JSONResponse):
+        return body
     if not isinstance(body, dict):
         return bad_input(
             "code", f'the body must be a JSON object {{"code": ...}}, got {type(body).__name__}'

@@ -1,7 +1,7 @@
 """The ``/train`` page: watch a real PyTorch run train, step by step, live.
 
-:func:`router` makes these routes (the runs are ``train_runs`` of the app's
-:class:`~normlab.lab.state.LabState`, a :class:`~normlab.lab.trainruns.Runs`):
+:func:`router` makes these routes (the runs are live sessions of the app's one run manager,
+``runner`` of its :class:`~normlab.lab.state.LabState`, a :class:`~normlab.lab.runner.Runner`):
 
 - ``GET /train``: the lesson and its view; its numbers come from sessions run here
   (:mod:`normlab.lab.trainlesson`); ``GET /train/embed``: the view alone, which a lesson shows
@@ -10,7 +10,8 @@
   stream's (:data:`~normlab.lab.trainruns.PLAY`), the actions, and how many runs are going;
 - ``GET /api/train/stream?<setup>&<play>``: one run as Server-Sent Events (see
   :mod:`normlab.lab.trainruns` for the events). ``replaces=RUN`` ends that run first (the page
-  opening a new setting). Beyond :data:`~normlab.lab.trainruns.MAX_RUNS` runs it answers 503;
+  opening a new setting). Beyond the runner's
+  :attr:`~normlab.lab.runner.Runner.max_sessions` sessions it answers 503;
 - ``POST /api/train/{run}/control``: ``{"action": "play" | "pause" | "step" | "reset"}``, and
   ``speed`` or ``fps`` to change how it plays; taken at the run's next step;
 - ``GET /api/train/code?<setup>&steps=N`` and ``GET /playground/train?...``: the plain PyTorch
@@ -40,8 +41,9 @@ from normlab.lab import schemas, sse, trainlesson
 from normlab.lab.errors import bad_input, busy
 from normlab.lab.lessons.markup import highlight
 from normlab.lab.requests import query_schema, read_params, script_json
+from normlab.lab.runner import MAX_SESSIONS, RunBusy, RunCancelled, Runner
 from normlab.lab.state import lab_state
-from normlab.lab.trainruns import ACTIONS, MAX_RUNS, PLAY, Play, Run, Runs
+from normlab.lab.trainruns import ACTIONS, PLAY, Play, Run
 from normlab.trainview import GROUPS, PARAMETERS, STEPS, Setup, make_setup, script
 
 CONTRAST = ("norm", ("none", "batch"))
@@ -97,15 +99,16 @@ def _setups_of(
     return setups, values
 
 
-def spec() -> dict[str, Any]:
-    """What the page builds its controls from: every parameter's schema, and the groups."""
+def spec(max_runs: int = MAX_SESSIONS) -> dict[str, Any]:
+    """What the page builds its controls from: every parameter's schema, and the groups;
+    ``max_runs``: the sessions its lab trains at once (its runner's bound)."""
     return {
         "parameters": [p.schema() for p in PARAMETERS],
         "play": [p.schema() for p in PLAY],
         "groups": {k: list(v) for k, v in GROUPS.items()},
         "contrast": {"name": CONTRAST[0], "values": list(CONTRAST[1])},
         "actions": list(ACTIONS),
-        "max_runs": MAX_RUNS,
+        "max_runs": max_runs,
         "code_steps": STEPS.schema(),
         "thresholds": {
             "vanishing": doctor.VANISHING,
@@ -118,34 +121,33 @@ def spec() -> dict[str, Any]:
 
 async def train_api(request: Request) -> dict[str, Any]:
     """``GET /api/train``: the parameters, and the runs going now."""
-    return {**spec(), "runs": len(lab_state(request).train_runs)}
+    runner = lab_state(request).runner
+    return {**spec(runner.max_sessions), "runs": runner.sessions}
 
 
 async def train_stream(request: Request) -> Any:
     """``GET /api/train/stream``: a new run, as Server-Sent Events."""
-    runs = lab_state(request).train_runs
+    runner = lab_state(request).runner
     try:
         setups, values = _setups_of(request.query_params, OWN)
         play: Play = make_params(Play, values, "a training run")
     except _REFUSED as exc:
         return bad_input(exc.param, str(exc))
-    run = Run(setups, play)
-    if not runs.add(run, replaces=request.query_params.get("replaces")):
-        if runs.closed:
-            return busy("the lab is stopping")
-        return busy(
-            f"the lab trains at most {runs.limit} sessions at once and {len(runs)} are going "
-            "(a compared run counts two): close another page that trains, then try again"
-        )
+    run = Run(setups, play, runner.in_session_thread)
+    try:
+        runner.admit(run, replaces=request.query_params.get("replaces"))
+    except (RunCancelled, RunBusy) as exc:  # the lab is stopping, or every slot is taken
+        return busy(str(exc))
     try:
         await run.start()
     except ValueError as exc:  # LSUV cannot rescale a layer that puts out nothing
-        runs.remove(run)
+        runner.release(run)
         return bad_input(getattr(exc, "param", None), str(exc))
     except BaseException:
-        runs.remove(run)
+        runner.release(run)
         raise
-    return sse.EventStream(run.events(request.is_disconnected), functools.partial(runs.remove, run))
+    ended = functools.partial(runner.release, run)
+    return sse.EventStream(run.events(request.is_disconnected), ended)
 
 
 def _control_values(body: Mapping[str, Any]) -> tuple[str | None, int | None, int | None]:
@@ -171,8 +173,8 @@ async def train_control(run_id: RUN_ID, request: Request) -> Any:
     body = await read_params(request)
     if isinstance(body, JSONResponse):
         return body
-    run = lab_state(request).train_runs.get(run_id)
-    if run is None:
+    run = lab_state(request).runner.session(run_id)
+    if not isinstance(run, Run):  # ended (or never was)
         message = f"no training run {run_id!r} is going: it ended, or its page opened another"
         return bad_input("run_id", message, status=404)
     try:
@@ -235,30 +237,33 @@ def link(values: Mapping[str, Any], **extra: Any) -> str:
 
 async def train_page(request: Request) -> HTMLResponse:
     """``GET /train``: the lesson, its numbers from sessions run here, and the view."""
-    runs = lab_state(request).train_runs
+    runner = lab_state(request).runner
     numbers = await anyio.to_thread.run_sync(trainlesson.numbers)
     exercise = link(trainlesson.CASES["plain"], compare=1, **{"b.norm": "batch"})
     page: HTMLResponse = lab_state(request).site.render(
-        "train.html", current="train", spec=script_json(spec()), numbers=numbers,
+        "train.html", current="train", spec=script_json(spec(runner.max_sessions)),
+        numbers=numbers,
         cases={k: link(v) for k, v in trainlesson.CASES.items()}, exercise=exercise,
         defaults=dataclasses.asdict(Setup()),
-        max_runs=runs.limit,
+        max_runs=runner.max_sessions,
     )  # fmt: skip
     return page
 
 
 async def train_embed(request: Request) -> HTMLResponse:
     """``GET /train/embed``: the view alone, for a lesson's frame (the same address state)."""
-    site = lab_state(request).site
-    page: HTMLResponse = site.render("train_embed.html", spec=script_json(spec()))
+    state = lab_state(request)
+    page: HTMLResponse = state.site.render(
+        "train_embed.html", spec=script_json(spec(state.runner.max_sessions))
+    )
     return page
 
 
-def warm_numbers(runs: Runs) -> None:
+def warm_numbers(runner: Runner) -> None:
     """Compute the page's numbers once (the warm-up's part), unless the lab is stopping: its
-    ``runs`` are closed then."""
+    ``runner`` is cancelled then."""
     try:
-        trainlesson.numbers(stopped=lambda: runs.closed)
+        trainlesson.numbers(stopped=lambda: runner.cancelled)
     except trainlesson.Stopped:
         return
 
@@ -352,12 +357,12 @@ def _document(r: APIRouter) -> None:
         "but the data's; the others are the first run's). `replaces=RUN` ends that run "
         "first. The run ends with the stream: when the client disconnects, when a new stream "
         "replaces it, or when the lab stops. "
-        f"At most {MAX_RUNS} sessions at once (a compared run counts two).",
+        f"At most {MAX_SESSIONS} sessions at once (a compared run counts two).",
         response_description="`run`, `replay`, `history`, `frame`, `status` and `reset` "
         "events, each data one line of JSON",
         responses={
             **sse.STREAM_RESPONSE, **bad,
-            503: schemas.error(f"{MAX_RUNS} sessions train already, or the lab is stopping"),
+            503: schemas.error(f"{MAX_SESSIONS} sessions train already, or the lab is stopping"),
         },
         openapi_extra={
             "parameters": [

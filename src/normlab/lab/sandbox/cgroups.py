@@ -19,14 +19,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
+import signal
 import time
 from pathlib import Path
 
-__all__ = ["CONTROLLERS", "CgroupsUnavailable", "RunCgroup", "parents"]
+__all__ = ["CONTROLLERS", "CgroupsUnavailable", "RunCgroup", "parents", "remove_stale"]
 
 CONTROLLERS = ("memory", "pids")
 _RMDIR_S = 2.0  # the run's last processes leave their cgroup a moment after they are reaped
+_RUN_NAME = re.compile(r"normlab-run-(\d+)-[0-9a-f]+")
+"""A run's cgroup: ``normlab-run-<the lab's pid>-<random>``."""
 
 
 class CgroupsUnavailable(OSError):
@@ -123,18 +127,59 @@ class RunCgroup:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.descriptors = []
-        deadline = time.monotonic() + _RMDIR_S
         while self._made:
-            try:
-                self._made[-1].rmdir()
-            except FileNotFoundError:
-                pass
-            except OSError:  # EBUSY: a process of the run has not left yet
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.01)
-                continue
+            _rmdir_once_empty(self._made[-1])
             self._made.pop()
+
+
+def _rmdir_once_empty(folder: Path) -> None:
+    """Remove the cgroup ``folder``, retrying for :data:`_RMDIR_S` while its last processes
+    leave it (``EBUSY``); gone already is fine."""
+    deadline = time.monotonic() + _RMDIR_S
+    while True:
+        try:
+            folder.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:  # EBUSY: a process of the run has not left yet
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def remove_stale(parents: dict[str, Path]) -> list[Path]:
+    """Remove the run cgroups that a lab which died without cleaning up (SIGKILL, a crash)
+    left in ``parents``, and return them.
+
+    A run's cgroup is named after its lab's pid (:class:`RunCgroup`); one whose lab is no
+    longer alive is stale. Any process still in it is what is left of a dead lab's run (the
+    learner's code) and is killed first, so the folder can go. A folder of a living lab is
+    never touched.
+    """
+    removed: list[Path] = []
+    for parent in parents.values():
+        for folder in sorted(parent.iterdir()):
+            match = _RUN_NAME.fullmatch(folder.name)
+            if match is None or not folder.is_dir() or _alive(int(match.group(1))):
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                for pid in (folder / "cgroup.procs").read_text().split():
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(int(pid), signal.SIGKILL)
+            _rmdir_once_empty(folder)
+            removed.append(folder)
+    return removed
 
 
 def _write(path: Path, text: str) -> None:

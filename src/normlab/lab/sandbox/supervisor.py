@@ -532,12 +532,18 @@ _FALLBACK = (
 
 
 def _cgroup_parents() -> dict[str, Path] | None:
-    """Where runs' cgroups go (:func:`cgroups.parents`), or None after a warning saying why."""
+    """Where runs' cgroups go (:func:`cgroups.parents`), or None after a warning saying why;
+    the run cgroups a lab that was killed left there are removed first."""
     try:
-        return cgroups.parents()
+        found = cgroups.parents()
     except OSError as exc:
         _warn_once(f"normlab sandbox: no per-run cgroups: {exc}; {_FALLBACK}")
         return None
+    try:
+        cgroups.remove_stale(found)
+    except OSError as exc:
+        _warn_once(f"normlab sandbox: a killed lab's run cgroups stay behind: {exc}")
+    return found
 
 
 def _remove(cgroup: cgroups.RunCgroup) -> None:

@@ -5,11 +5,12 @@
  * (a Link, trainrun.js) and each side of it a Side. In compare mode a second side shares the
  * first one's data settings and seed, and trains in lockstep with it.
  *
- * The address holds the state, as state.js does for widgets: every setting (all of them once
- * any differs from its default), steps=N (the step count: a reload replays to it), speed,
- * compare=1 with the second run's settings as b.NAME, and the classroom flags hide= and lock=
- * (comma-separated names of settings, or speed, compare, share, code), which hide or freeze
- * those controls. "Share this setup" builds such a link.
+ * The address holds the state in state.js's one table, as a lesson's widgets do: every setting
+ * (all of them once any differs from its default), steps=N (the step count: a reload replays to
+ * it), speed, compare=1 with the second run's settings as b.NAME, and the classroom flags hide=
+ * and lock= (comma-separated names of settings, or speed, compare, share, code), which hide or
+ * freeze those controls. The page's own keys are declared as settings are (`keys`), so state.js
+ * reads and writes them all; "Share this setup" builds such a link.
  *
  * For tests, the section exposes nlPage and data-compare; the buttons carry data-action.
  */
@@ -24,23 +25,29 @@
   const SPEEDS = [1, 2, 5, 10, 25, 50]; // steps per frame offered (within what the stream allows)
   const FLAGS = ["speed", "compare", "share", "code"]; // what hide= and lock= name besides settings
 
-  const list = (text) => (text ? text.split(",").map((s) => s.trim()).filter(Boolean) : []);
   const pick = (values, names) => Object.fromEntries(names.map((n) => [n, values[n]]));
 
-  /** What the address asks for: both runs' settings, the step count, speed, compare, flags. */
-  function readAddress(params, spec) {
-    const q = new URLSearchParams(location.search);
-    const read = (prefix) => Object.fromEntries(params.filter((p) => q.has(prefix + p.name))
-      .map((p) => [p.name, State.parseValue(p, q.get(prefix + p.name))]));
-    const a = { ...State.defaults(params), ...read("") };
-    const speedParam = spec.play.find((p) => p.name === "speed");
-    const steps = Number.parseInt(q.get("steps") ?? "0", 10);
-    const speed = Number.parseInt(q.get("speed") ?? String(speedParam.default), 10);
+  /** The page's own keys in the address, declared as settings are: the stream's steps and speed,
+   * compare (written compare=1), and the classroom flags hide= and lock= (lists of names). */
+  function keys(spec) {
+    const play = (name) => spec.play.find((p) => p.name === name);
     return {
-      a, b: read("b."), compare: ["1", "true"].includes(q.get("compare") ?? ""),
-      steps: Number.isFinite(steps) && steps > 0 ? steps : 0,
-      speed: Number.isFinite(speed) ? speed : speedParam.default,
-      hide: new Set(list(q.get("hide"))), lock: new Set(list(q.get("lock"))),
+      view: [play("steps"), play("speed"), { ...play("compare"), kind: "flag" }],
+      classroom: ["hide", "lock"].map((name) => ({ name, kind: "list", default: [] })),
+    };
+  }
+
+  /** What the address asks for: both runs' settings, the step count, speed, compare, flags.
+   * A step count or speed that is no whole number is the default's. */
+  function readAddress(params, { view, classroom }) {
+    const fallback = State.defaults(view);
+    const start = { ...fallback, ...State.read("", view) };
+    const whole = (name) => (Number.isInteger(start[name]) ? start[name] : fallback[name]);
+    const asked = { ...State.defaults(classroom), ...State.read("", classroom) };
+    return {
+      a: { ...State.defaults(params), ...State.read("", params) }, b: State.read("b", params),
+      steps: Math.max(0, whole("steps")), speed: whole("speed"), compare: start.compare,
+      hide: new Set(asked.hide), lock: new Set(asked.lock),
     };
   }
 
@@ -58,7 +65,8 @@
       this.params = this.spec.parameters;
       this.shared = this.spec.groups.data;
       this.own = this.params.map((p) => p.name).filter((n) => !this.shared.includes(n));
-      const asked = readAddress(this.params, this.spec);
+      this.keys = keys(this.spec);
+      const asked = readAddress(this.params, this.keys);
       Object.assign(this, { a: asked.a, speed: asked.speed, compare: asked.compare, hide: asked.hide, lock: asked.lock });
       this.b = contrast(asked.a, asked.b, this.own, this.spec.contrast);
       this.written = 0;
@@ -191,31 +199,26 @@
       this.addressTimer = setTimeout(() => this.write(), wait);
     }
 
-    /** The address's query for this view, with `flags` ({hide, lock}: Sets) of its own. */
-    query(flags) {
-      const mine = new Set([...this.params.map((p) => p.name), "steps", "speed", "compare", "hide", "lock"]);
-      const parts = [];
-      for (const [k, v] of new URLSearchParams(location.search)) {
-        if (!mine.has(k) && !k.startsWith("b.")) parts.push(`${State.encode(k)}=${State.encode(v)}`);
-      }
-      const write = (prefix, names, values) => {
-        for (const p of this.params.filter((q) => names.includes(q.name))) {
-          parts.push(`${State.encode(prefix + p.name)}=${State.encode(State.formatValue(p, values[p.name]))}`);
-        }
-      };
-      if (!State.sameParams(this.params, this.a, State.defaults(this.params))) write("", this.params.map((p) => p.name), this.a);
-      if (this.sides.a.step > 0) parts.push(`steps=${this.sides.a.step}`);
-      const speedParam = this.spec.play.find((p) => p.name === "speed");
-      if (this.speed !== speedParam.default) parts.push(`speed=${this.speed}`);
-      if (this.compare) { parts.push("compare=1"); write("b.", this.own, this.b); }
-      for (const key of ["hide", "lock"]) if (flags[key].size) parts.push(`${key}=${[...flags[key]].map(State.encode).join(",")}`);
-      return parts.length ? `?${parts.join("&")}` : "";
+    /** This view as state.js's table, in the address's order: the settings (all of them once
+     * any differs from its default), steps, speed and compare (each where it differs), the
+     * second run's own settings (b.NAME, while compare is on) and `flags` ({hide, lock}: Sets,
+     * the page's or the Share panel's). */
+    entries(flags) {
+      const { view, classroom } = this.keys;
+      const b = this.params.filter((p) => this.own.includes(p.name));
+      const now = { steps: this.sides.a.step, speed: this.speed, compare: this.compare };
+      const chosen = { hide: [...flags.hide], lock: [...flags.lock] };
+      return [
+        { id: "", params: this.params, state: this.a, initial: State.defaults(this.params) },
+        { id: "", params: view, state: now, initial: State.defaults(view), each: true },
+        { id: "b", params: b, state: this.compare ? this.b : null, initial: null },
+        { id: "", params: classroom, state: chosen, initial: State.defaults(classroom), each: true },
+      ];
     }
 
     write() {
       this.written = performance.now();
-      const search = this.query({ hide: this.hide, lock: this.lock });
-      if (search !== location.search) history.replaceState(history.state, "", location.pathname + search + location.hash);
+      State.write(this.entries({ hide: this.hide, lock: this.lock }));
       this.share.update();
     }
   }
@@ -244,7 +247,8 @@
 
     update() {
       const path = this.page.root.dataset.page ?? location.pathname; // the full page, also from a lesson's frame
-      this.output.value = `${location.origin}${path}${this.page.query({ hide: this.hide, lock: this.lock })}`;
+      const search = State.search(this.page.entries({ hide: this.hide, lock: this.lock }));
+      this.output.value = `${location.origin}${path}${search}`;
     }
 
     async copy() {
