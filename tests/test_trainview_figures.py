@@ -5,6 +5,7 @@ with each frame (the layers' at most every ``STATS_S`` while a run plays)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -141,8 +142,13 @@ def test_replayed_losses_are_drawn_at_the_steps_taken() -> None:
     assert [p["step"] for p in history.loss] == [4, 5]
 
 
+async def _here(fn: Callable[..., Any], *args: Any) -> Any:
+    """A run's "worker thread" for these tests: this one."""
+    return fn(*args)
+
+
 def _run(**play: Any) -> trainruns.Run:
-    run = trainruns.Run({"a": tv.make_setup(SMALL)}, trainruns.Play(**play))
+    run = trainruns.Run({"a": tv.make_setup(SMALL)}, trainruns.Play(**play), _here)
     anyio.run(run.start)
     return run
 

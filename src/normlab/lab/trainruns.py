@@ -277,7 +277,7 @@ class Run:
             self.playing = action == "play"
             yield self.status()
             if not self.playing and self._stats_step != self.step_count:  # catch up
-                yield sse.event("stats", await _in_thread(self._stats))
+                yield sse.event("stats", await self._in_thread(self._stats))
         elif action == "step":  # exactly one step; a playing run pauses first
             self.playing = False
             frames = await self._in_thread(self._advance, 1)
