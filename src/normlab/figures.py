@@ -198,15 +198,19 @@ class Table:
 
 
 def _plain(value: Any) -> Any:
-    """A figure as JSON-ready data: dataclasses to dicts, tuples to lists, non-finite to None."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+    """A figure as JSON-ready data: dataclasses to dicts, tuples to lists, non-finite to None.
+
+    Numbers are asked about first: a live view sends curves of thousands of them a frame."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, int | str):
+        return value
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
     return value
 
 

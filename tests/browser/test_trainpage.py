@@ -41,7 +41,12 @@ NEW_RUN = """(old) => {
   const r = document.querySelector('.nl-train').nlPage.link.run;
   return !!r && r.run !== old;
 }"""
-LOSSES = "() => document.querySelector('.nl-train-side').nlSide.history.loss"
+LOSSES = """() => {
+  const [train, test] = document.querySelector('.nl-train-side').nlSide.frame.figures[0]
+    .panels[1].series;
+  return train.x.map((step, i) => ({ step, train: train.y[i], test: test.y[i] }));
+}"""
+"""The loss curves drawn (the server's history of the side, in its last frame's figure)."""
 
 
 def _answers(url: str, timeout: float = 2) -> bool:

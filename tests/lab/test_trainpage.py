@@ -484,3 +484,31 @@ def test_compare_trains_two_setups_in_lockstep_on_the_same_data() -> None:
         finally:
             stream.close()
         _wait(lambda: _runs(app) == 0, "a compared run outlived its stream")
+
+
+def test_frames_carry_their_figures_and_a_pause_catches_the_layers_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(trainruns, "STATS_S", float("inf"))  # while playing: the first only
+    with _lab() as (_, port):
+        stream = _open(port)
+        try:
+            run = stream.until("run")
+            first = stream.until("frame")["a"]
+            assert [p["title"] for p in first["figures"][0]["panels"]] == [
+                "decision boundary at step 0",
+                "loss",
+            ]
+            assert first["stats"]["step"] == 0  # paused: the layers' figures come along
+            stream.until("status")
+            _control(port, run, {"action": "play"})
+            assert stream.until("status")["playing"] is True
+            frames = [stream.until("frame")["a"] for _ in range(3)]
+            assert all("stats" not in f for f in frames)  # sent once, and STATS_S is forever
+            _control(port, run, {"action": "pause"})
+            paused = stream.until("status")
+            name, stats = stream.next()
+            assert name == "stats" and stats["a"]["step"] == paused["step"]
+            assert stats["a"]["tables"][0]["title"] == f"Every layer at step {paused['step']}"
+        finally:
+            stream.close()

@@ -22,7 +22,9 @@ Events, each ``data`` one line of JSON, keyed by side where a side has its own:
 - ``history``: each side's :attr:`~normlab.trainview.Session.losses`, once a replay has
   ended (the curves up to there);
 - ``frame``: each side's :meth:`~normlab.trainview.Session.frame`, after the replay, then
-  one per frame;
+  one per frame, with the figures its page draws (:meth:`Run._frames`);
+- ``stats``: each side's layer figures and table (as a frame's ``stats``), once a run that
+  played pauses, when its last frame went without them;
 - ``status``: ``{"playing", "step", "speed", "fps"}``, whenever one of them was changed;
 - ``reset``: ``{"step": 0}``, before the frame of a run put back to step 0.
 """
@@ -43,6 +45,7 @@ import anyio
 from normlab.experiments.base.params import param, parameters_of
 from normlab.lab import sse
 from normlab.trainview import Session, Setup
+from normlab.trainview.figures import History, layer_table, live_figure, stats_figures
 
 MAX_STEPS = 2000
 """The most steps a stream replays before its first frame (a shared link's step count)."""
@@ -56,6 +59,9 @@ REPLAY_CHUNK = 25
 """Steps replayed between two looks at whether the client is still there."""
 POLL_S = 0.25
 """How often an idle run looks whether it was asked to end (the lab stopping, a new run)."""
+STATS_S = 1.0
+"""While a run plays, its layers' figures and table go with a frame at most this often (they
+weigh the most, and cost the page the most to draw)."""
 
 ACTIONS = ("play", "pause", "step", "reset")
 T = TypeVar("T")
@@ -102,6 +108,8 @@ class Run:
         self.id = secrets.token_urlsafe(12)  # unguessable: only its page can steer it
         self.setups = dict(setups)
         self.sessions: dict[str, Session] = {}
+        self.histories = {k: History() for k in self.setups}  # what each side's curves show
+        self._stats_at, self._stats_step = -float("inf"), -1  # when, and of which step, sent
         self.steps, self.speed, self.fps, self.playing = play.steps, play.speed, play.fps, False
         self.play_at_once = play.play
         self.asked: deque[str] = deque()
@@ -154,7 +162,40 @@ class Run:
                 session.step(measure=k == steps - 1)
 
     def _frames(self) -> dict[str, Any]:
-        return {k: s.frame() for k, s in self.sessions.items()}
+        """Each side's frame, added to its :class:`~normlab.trainview.figures.History`, with
+        what its page draws: ``figures``, the boundary and the losses
+        (:func:`~normlab.trainview.figures.live_figure`) and, unless the run plays and sent
+        them less than :data:`STATS_S` ago, ``stats`` (:meth:`_stats`).
+
+        What goes over the wire is bounded per frame and side, whatever the run's length: the
+        frame (GRID x GRID probabilities, a row per layer, 2 x depth x HIST_BINS counts), the
+        figure (the grid again, 3 numbers a point, 2 curves of at most ``MAX_POINTS`` points)
+        and the stats (a curve of at most ``MAX_POINTS`` points per layer and per weight
+        layer, 2 x depth heat maps of HIST_BINS x ``MAX_COLUMNS``, the table)."""
+        due = not self.playing or time.monotonic() - self._stats_at >= STATS_S
+        out: dict[str, Any] = {}
+        for k, s in self.sessions.items():
+            frame = s.frame()
+            self.histories[k].add(frame)
+            out[k] = {**frame, "figures": [live_figure(self.histories[k], s.data()).to_dict()]}
+        if due:
+            for k, stats in self._stats().items():
+                out[k]["stats"] = stats
+        return out
+
+    def _stats(self) -> dict[str, Any]:
+        """Each side's layer figures (:func:`~normlab.trainview.figures.stats_figures`) and
+        table, at the step of its last frame."""
+        self._stats_at, self._stats_step = time.monotonic(), self.step_count
+        return {
+            k: {
+                "step": h.last["step"],
+                "figures": [f.to_dict() for f in stats_figures(h)],
+                "tables": [layer_table(h.last).to_dict()],
+            }
+            for k, h in self.histories.items()
+            if h.last is not None
+        }
 
     def _advance(self, steps: int) -> dict[str, Any]:
         self._train(steps)
@@ -163,6 +204,8 @@ class Run:
     def _reset(self) -> dict[str, Any]:
         for session in self.sessions.values():
             session.reset()
+        for history in self.histories.values():
+            history.clear()
         return self._frames()
 
     async def _rest(self, seconds: float) -> None:
@@ -212,7 +255,10 @@ class Run:
             await self._in_thread(self._train, min(REPLAY_CHUNK, self.steps - self.step_count))
             yield sse.event("replay", {"step": self.step_count, "of": self.steps})
         if self.steps:
-            yield sse.event("history", {k: s.losses for k, s in self.sessions.items()})
+            losses = {k: s.losses for k, s in self.sessions.items()}
+            for k, history in self.histories.items():
+                history.losses(losses[k])
+            yield sse.event("history", losses)
 
     async def _turn(self) -> AsyncIterator[str]:
         """One turn of the loop: the oldest action asked, else a frame, else a rest."""
@@ -230,6 +276,8 @@ class Run:
         if action in ("play", "pause"):
             self.playing = action == "play"
             yield self.status()
+            if not self.playing and self._stats_step != self.step_count:  # catch up
+                yield sse.event("stats", await self._in_thread(self._stats))
         elif action == "step":  # exactly one step; a playing run pauses first
             self.playing = False
             frames = await self._in_thread(self._advance, 1)

@@ -17,6 +17,11 @@ Before the first step, the frame's statistics come from one look at the initiali
 same pass on the whole training set, its side effects undone: BatchNorm's running statistics
 are put back, the gradients dropped).
 
+What a view draws of the frames is described in Python, as every experiment's figures are:
+:mod:`normlab.trainview.figures` keeps a bounded :class:`~normlab.trainview.figures.History` of
+them and makes the :mod:`normlab.figures` descriptions that the lab's renderer and
+:mod:`normlab.plots` (``normlab train --plot``) draw.
+
 The view is the registry's ``training`` experiment run one step at a time: its settings are
 that experiment's :class:`Setup` (the command line ``normlab train``, the lab's HTTP validation
 and its widgets are generated from :data:`PARAMETERS`), and the computation is its plain

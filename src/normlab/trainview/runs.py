@@ -9,9 +9,10 @@ from typing import Any
 
 from normlab import figures as fig
 from normlab.experiments import script as _script
-from normlab.experiments.training import EXPERIMENT, Params, Setup, loss_and_boundary
+from normlab.experiments.training import EXPERIMENT, Params, Setup
 from normlab.figures import Table
 from normlab.probe import finite_or_none
+from normlab.trainview.figures import History, boundary_panel, loss_panel
 from normlab.trainview.session import Session
 from normlab.trainview.setup import STEPS, make_setup
 
@@ -88,13 +89,19 @@ class Run:
         return [losses, layers]
 
     def figures(self) -> list[fig.Figure]:
-        """The loss curves, and the decision boundary at the end with the points on it."""
-        steps = [float(r["step"]) for r in self.records]
-        losses = ([r["train_loss"] for r in self.records], [r["test_loss"] for r in self.records])
-        title = f"{self.title}, {len(self.records)} steps"
-        plane = {"boundary": self.final["boundary"], "extent": self.points["extent"]}
-        figure = loss_and_boundary(title, steps, losses, plane, self.points, self.final["step"])
-        return [figure]
+        """The loss curves, and the decision boundary at the end with the points on it: the
+        lab's panels of the run at its last step (:mod:`normlab.trainview.figures`)."""
+        history = History()
+        history.losses(
+            {
+                "train": [r["train_loss"] for r in self.records],
+                "test": [r["test_loss"] for r in self.records],
+                "start": self.records[0]["step"],
+            }
+        )
+        history.add(self.final)
+        panels = [loss_panel(history), boundary_panel(self.points, self.final)]
+        return [fig.Figure(f"{self.title}, {len(self.records)} steps", panels)]
 
     @property
     def title(self) -> str:

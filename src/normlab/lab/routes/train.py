@@ -34,7 +34,6 @@ import anyio.to_thread
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 
-from normlab import doctor
 from normlab.experiments import ParameterError, ParameterTypeError
 from normlab.experiments.base.params import Parameter, make_params
 from normlab.lab import schemas, sse, trainlesson
@@ -45,6 +44,7 @@ from normlab.lab.runner import MAX_SESSIONS, RunBusy, RunCancelled, Runner
 from normlab.lab.state import lab_state
 from normlab.lab.trainruns import ACTIONS, PLAY, Play, Run
 from normlab.trainview import GROUPS, PARAMETERS, STEPS, Setup, make_setup, script
+from normlab.trainview.figures import LIMITS
 
 CONTRAST = ("norm", ("none", "batch"))
 """What compare mode changes first: the second run takes the other of these two values."""
@@ -110,12 +110,7 @@ def spec(max_runs: int = MAX_SESSIONS) -> dict[str, Any]:
         "actions": list(ACTIONS),
         "max_runs": max_runs,
         "code_steps": STEPS.schema(),
-        "thresholds": {
-            "vanishing": doctor.VANISHING,
-            "exploding": doctor.EXPLODING,
-            "grad_vanishing": doctor.GRAD_VANISHING,
-            "grad_exploding": doctor.GRAD_EXPLODING,
-        },
+        "thresholds": dict(LIMITS),  # the healthy ranges the layers' figures shade
     }
 
 

@@ -2,24 +2,23 @@
  *
  * The page's run is one event stream, GET /api/train/stream?<setup>&steps&speed&play (with
  * compare=true and b.NAME for a second side, trained in lockstep on the same data): a Link
- * opens it and hands each side its part of every event. A Side draws what it is handed: the
- * points once, then frames (trainview.js describes them as figures, render.js draws them).
+ * opens it and hands each side its part of every event. A Side draws what it is handed:
+ * each frame's figures, described by the server (normlab.trainview.figures) and drawn by
+ * render.js, and now and then the layers' figures and table (its "stats"); it builds none.
  * Play, Pause, Step and Reset are POSTed to the run's control URL and taken at its next step.
  * A new setting opens a new stream in place of the old one (replaces=RUN), so the server ends
  * the old run at once; leaving the page closes the stream, which ends the run.
  *
  * For tests, each side's element (.nl-train-side) exposes data-state (loading, ready, error,
  * ended), data-run, data-step, data-frames, data-playing, data-drawn and data-stats-drawn
- * (the step whose boundary, and whose layers, were drawn last) and nlSide (its History, data,
- * last error).
+ * (the step whose boundary, and whose layers, were drawn last) and nlSide (its last frame,
+ * data, last error).
  */
 "use strict";
 
 (() => {
   const { el } = window.NLDom;
   const State = window.NLState;
-  const View = window.NLTrainView;
-  const STATS_MS = 1000; // while playing, the layers' figures and table are redrawn this often
 
   async function postJson(url, body) {
     const response = await fetch(url, { method: "POST", headers: { "Content-Type": "application/json" },
@@ -52,8 +51,7 @@
   class Side {
     constructor(page, key, root) {
       Object.assign(this, { page, key, root, data: null, error: null, values: null });
-      this.history = new View.History();
-      Object.assign(this, { step: 0, frames: 0, playing: false, statsAt: -Infinity });
+      Object.assign(this, { step: 0, frames: 0, playing: false, frame: null, layers: null });
       this.plot = root.querySelector(".nl-train-plot");
       this.stats = root.querySelector(".nl-train-stats");
       this.table = root.querySelector(".nl-table");
@@ -75,8 +73,8 @@
 
     /** A new run of `values` is starting: nothing of the old one stays. */
     begin(values, text) {
-      Object.assign(this, { values: structuredClone(values), data: null, step: 0, frames: 0, playing: false });
-      this.history.clear();
+      Object.assign(this, { values: structuredClone(values), data: null, step: 0, frames: 0, playing: false,
+        frame: null, layers: null });
       delete this.root.dataset.run;
       this.sync();
       this.clearError();
@@ -91,16 +89,15 @@
         this.root.dataset.run = data.run;
       } else if (name === "replay") {
         this.setState("loading", `replaying: step ${data.step} of ${data.of}`);
-      } else if (name === "history") {
-        this.history.losses(part);
-      } else if (name === "reset") {
-        this.history.clear();
       } else if (name === "status") {
         Object.assign(this, { playing: data.playing, step: data.step });
-        if (this.history.last) this.setState("ready", this.playing ? "training…" : "paused");
-        if (!this.playing) this.paint(); // the layers' figures catch up
+        if (this.frame) this.setState("ready", this.playing ? "training…" : "paused");
+      } else if (name === "stats") { // the layers' figures catching up with a paused run
+        this.layers = part;
+        this.paint();
       } else if (name === "frame") {
-        this.history.add(part);
+        this.frame = part;
+        if (part.stats) this.layers = part.stats;
         this.step = part.step;
         this.frames += 1;
         this.setState("ready", this.playing ? "training…" : "paused");
@@ -109,19 +106,19 @@
       this.sync();
     }
 
-    /** The boundary and the loss every time; the layers' figures and table, which cost more
-     * to draw, at most every STATS_MS while playing (so that the page stays responsive). */
+    /** The boundary and the loss every time; the layers' figures and table when new ones
+     * came (the server sends them at most once a second while the run plays). */
     async draw() {
-      const last = this.history.last;
-      if (!last || !this.data) return;
-      const [live, ...stats] = View.figures(this.history, this.data, this.page.spec.thresholds);
-      await window.NLRender.draw(this.plot, [live]);
-      this.root.dataset.drawn = last.step;
-      if (this.playing && performance.now() - this.statsAt < STATS_MS) return;
-      this.statsAt = performance.now();
-      await window.NLRender.draw(this.stats, stats);
-      window.NLRender.tables(this.table, [View.table(last)]);
-      this.root.dataset.statsDrawn = last.step;
+      const frame = this.frame;
+      if (!frame) return;
+      await window.NLRender.draw(this.plot, frame.figures);
+      this.root.dataset.drawn = frame.step;
+      const layers = this.layers;
+      if (!layers) return;
+      this.layers = null;
+      await window.NLRender.draw(this.stats, layers.figures);
+      window.NLRender.tables(this.table, layers.tables);
+      this.root.dataset.statsDrawn = layers.step;
     }
 
     fail(err, text) {
@@ -183,7 +180,7 @@
 
     on(name, data, sides) {
       if (name === "run") this.run = data;
-      const keyed = ["run", "history", "frame"].includes(name);
+      const keyed = ["run", "frame", "stats"].includes(name);
       for (const side of sides) {
         const part = name === "run" ? data.data[side.key] : keyed ? data[side.key] : null;
         side.on(name, data, part);
