@@ -1,6 +1,7 @@
 """The lab's shared input checks and its answer to every error (normlab.lab.errors)."""
 
 import sqlite3
+from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
@@ -57,3 +58,41 @@ def test_an_unexpected_error_is_a_500_in_the_lab_s_shape_never_plain_text() -> N
             "message": "the lab failed on this request: RuntimeError: something broke",
         }
         assert c.get("/api/experiments").status_code == 200
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[TestClient]:
+    with TestClient(create_app(Runner()), base_url="http://127.0.0.1") as c:
+        yield c
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("OPTIONS", "/api/listings/mine", "GET, PUT"),  # two routes: the router named only PUT
+        ("DELETE", "/api/exercises/bn-backward/code", "GET, PUT"),
+        ("OPTIONS", "/api/experiments", "GET"),
+        ("GET", "/api/run", "POST"),
+        ("PUT", "/api/experiments/drift", "POST"),
+    ],
+)
+def test_a_method_a_path_does_not_take_is_405_naming_every_one_it_does(
+    lab: TestClient, method: str, path: str, allow: str
+) -> None:
+    """``Allow`` lists every method of every route at the path (issue 32, finding 8), and the
+    answer is in the lab's shape, naming them."""
+    r = lab.request(method, path)
+    assert r.status_code == 405 and r.headers["allow"] == allow
+    assert r.json()["detail"] == {
+        "parameter": None,
+        "message": f"{method} is not allowed on {path}: use {allow}",
+    }
+    for other in allow.split(", "):  # and each one it names is taken (not a 405)
+        assert lab.request(other, path).status_code != 405
+
+
+@pytest.mark.parametrize("path", ["/api/nothing", "/nothing", "/static/nothing.js"])
+def test_no_such_path_is_404_in_the_lab_s_shape(lab: TestClient, path: str) -> None:
+    r = lab.get(path)
+    assert r.status_code == 404 and r.headers["content-type"] == "application/json"
+    assert r.json()["detail"]["parameter"] is None and path in r.json()["detail"]["message"]

@@ -12,6 +12,8 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from normlab.lab.sandbox import SandboxBusy
 
@@ -125,6 +127,37 @@ async def _database_failed(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route of the app takes at ``request``'s path: those a route matches
+    fully when the request is asked with it."""
+    routes = request.app.router.routes
+    return [
+        method
+        for method in _METHODS
+        if any(r.matches({**request.scope, "method": method})[0] is Match.FULL for r in routes)
+    ]
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    """The router's own refusals in the lab's shape: no such path (404), or a method the path
+    does not take (405, whose ``Allow`` names every method its routes take: the router's own
+    named only the first route's, so ``/api/listings/ID`` said ``PUT`` and not ``GET``)."""
+    assert isinstance(exc, HTTPException)
+    path = request.url.path
+    if exc.status_code == 404:
+        return bad_input(None, f"nothing is at {path}: GET /docs lists the lab's routes", 404)
+    if exc.status_code != 405:
+        return bad_input(None, str(exc.detail), exc.status_code)
+    allow = allowed_methods(request)
+    message = f"{request.method} is not allowed on {path}: use {', '.join(allow)}"
+    answer = bad_input(None, message, 405)
+    answer.headers["Allow"] = ", ".join(allow)
+    return answer
+
+
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     return bad_input(None, f"the lab failed on this request: {type(exc).__name__}: {exc}", 500)
 
@@ -149,6 +182,7 @@ def install(app: FastAPI) -> None:
     queue is full with 503 and ``Retry-After``, a database that failed (locked past its
     timeout, a full disk) with 503 and the reason, anything else with 500 (the lab goes on
     serving either way)."""
+    app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(SandboxBusy, _sandbox_busy)
     app.add_exception_handler(sqlite3.Error, _database_failed)
     app.add_exception_handler(Exception, _unexpected)

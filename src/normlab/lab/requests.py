@@ -25,6 +25,7 @@ from normlab.experiments import (
     UnknownExperiment,
     get_experiment,
 )
+from normlab.experiments.base.params import FLOAT_LIST
 from normlab.lab import schemas
 from normlab.lab.errors import bad_input, busy, json_body, read_body
 from normlab.lab.runner import RunAbandoned, RunBusy, RunCancelled
@@ -90,7 +91,12 @@ def query_schema(p: Parameter) -> dict[str, Any]:
     """One parameter as an OpenAPI query parameter."""
     schema = schemas.parameter(p)
     if p.kind == "float_list":  # written as the CLI takes it: 0.9,1,1.1
-        schema = {"type": "string", "description": p.help, "default": ",".join(map(str, p.default))}
+        schema = {
+            "type": "string",
+            "pattern": FLOAT_LIST,
+            "description": f"{p.help} ({p.allowed()}, comma-separated)",
+            "default": ",".join(map(str, p.default)),
+        }
     return {"name": p.name, "in": "query", "required": False, "schema": schema}
 
 

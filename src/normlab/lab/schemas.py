@@ -128,8 +128,12 @@ def shared() -> None:
 
 
 def parameter(p: Parameter) -> JSON:
-    """One parameter as JSON Schema (for OpenAPI): its type, bounds or choices, default."""
+    """One parameter as JSON Schema (for OpenAPI): its type, bounds or choices, default; a
+    bound by another parameter, which JSON Schema cannot state, is said in the description."""
     schema: JSON = {"description": p.help}
+    if p.follows is not None:
+        relation, partner = p.follows
+        schema["description"] = f"{p.help} (must be {relation} {partner})"
     if p.kind == "float_list":
         schema.update(
             type="array",

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import math
 import operator
+import re
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,17 @@ import torch
 Kind = Literal["int", "float", "bool", "choice", "float_list"]
 
 MAX_SEED = 2**31 - 1
+
+
+NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
+"""A number as a list of them is written on the command line and in a query: decimal, with an
+optional exponent (no ``inf``, ``nan`` or ``1_000``)."""
+
+
+FLOAT_LIST = rf"^\s*{NUMBER}(?:\s*,\s*{NUMBER})*\s*$"
+"""Comma-separated numbers (:data:`NUMBER`), as a regular expression (Python's and JSON
+Schema's): the text :meth:`Parameter.parse` reads as a list (how many, and each one's range,
+are checked after)."""
 
 
 class ParameterError(ValueError):
@@ -186,6 +198,8 @@ class Parameter:
                     raise ValueError(text)
                 value = _BOOL_WORDS[lowered]
             elif self.kind == "float_list":
+                if not re.fullmatch(FLOAT_LIST, text):
+                    raise ValueError(text)
                 value = [float(part) for part in text.split(",")]
             else:
                 value = text
