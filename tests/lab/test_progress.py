@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from normlab.lab import exercises
+from normlab.lab import exercises, progress
 from normlab.lab.app import create_app
 from normlab.lab.exercises import ChoiceExercise
 from normlab.lab.lessons import LESSONS
-from normlab.lab.progress import ProgressStore, ProgressStoreError, default_db_path
+from normlab.lab.progress import ProgressLimit, ProgressStore, ProgressStoreError, default_db_path
 
 from .real_server import free_port, wait_until_serving
 
@@ -312,6 +312,34 @@ def test_a_new_database_is_private_to_its_owner(tmp_path: Path) -> None:
     assert set(modes.values()) == {0o600}, modes
 
 
+def test_saved_listings_are_bounded_in_count_and_in_characters(
+    store: ProgressStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``GET /api/progress`` answers with every saved listing (59.7 MB for 23,309 of them;
+    issue 32, finding 6): what is kept is bounded, so the answer is. At a bound a new listing
+    is refused and nothing is saved; a listing already kept can still be changed (within the
+    characters) or shortened."""
+    monkeypatch.setattr(progress, "MAX_LISTINGS", 3)
+    monkeypatch.setattr(progress, "MAX_SAVED_CHARS", 100)
+    for i in range(3):
+        store.save_listing(f"l-{i}", "x" * 20)
+    with pytest.raises(ProgressLimit, match="3 listings are saved") as refused:
+        store.save_listing("l-3", "print(1)")
+    assert refused.value.param == "listing_id"
+    store.save_listing("l-0", "x" * 60)  # kept already: changed, 100 characters in all
+    with pytest.raises(ProgressLimit, match="would hold 101 characters") as refused:
+        store.save_listing("l-1", "x" * 21)
+    assert refused.value.param == "code"
+    store.save_listing("l-0", "")  # and put back short
+    assert store.listings() == {"l-0": "", "l-1": "x" * 20, "l-2": "x" * 20}
+
+
+def test_the_bounds_keep_the_progress_answer_small() -> None:
+    """The real bounds: the most ``GET /api/progress`` can hold of listings, as JSON."""
+    worst = progress.MAX_SAVED_CHARS * 6 + progress.MAX_LISTINGS * (64 + 6)  # every char \uXXXX
+    assert worst < 13 << 20
+
+
 def _on_a_read_only_mount(place: Path, code: str) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a Python whose view of ``place`` (a folder or a file) is a read-only
     bind mount, in a mount namespace of its own so nothing outside sees it: what root meets on
@@ -434,6 +462,22 @@ def test_bad_listing_requests_are_422_naming_the_parameter(
     assert fragment in r.json()["detail"]["message"]
     assert "ok" not in client.get("/api/progress").json()["listings"]
     assert client.get("/api/progress").status_code == 200  # still serving
+
+
+def test_a_listing_past_the_bounds_is_422_and_nothing_is_saved(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    saved = len(client.get("/api/progress").json()["listings"])
+    monkeypatch.setattr(progress, "MAX_LISTINGS", saved)
+    r = client.put("/api/listings/one-too-many", json={"code": "print(1)"})
+    assert r.status_code == 422 and r.json()["detail"]["parameter"] == "listing_id"
+    assert "one-too-many" not in client.get("/api/progress").json()["listings"]
+    monkeypatch.setattr(progress, "MAX_LISTINGS", saved + 1)
+    monkeypatch.setattr(progress, "MAX_SAVED_CHARS", 10)
+    r = client.put("/api/listings/one-too-many", json={"code": "x" * 11})
+    assert r.status_code == 422 and r.json()["detail"]["parameter"] == "code"
+    assert "at most 10" in r.json()["detail"]["message"]
+    assert "one-too-many" not in client.get("/api/progress").json()["listings"]
 
 
 def test_exercise_code_routes_keep_code_without_counting_an_attempt(client: TestClient) -> None:

@@ -58,7 +58,10 @@ from typing import Any
 
 __all__ = [
     "LISTING_ID",
+    "MAX_LISTINGS",
+    "MAX_SAVED_CHARS",
     "Attempt",
+    "ProgressLimit",
     "ProgressStore",
     "ProgressStoreError",
     "check_listing_id",
@@ -273,6 +276,31 @@ def _set_up(conn: sqlite3.Connection, path: str | Path) -> None:
     conn.execute("COMMIT")
 
 
+MAX_LISTINGS = 500
+"""The most listings a progress database keeps the learner's code of."""
+MAX_SAVED_CHARS = 2_000_000
+"""The most characters the saved listings hold together."""
+
+
+class ProgressLimit(ValueError):
+    """Saving would pass :data:`MAX_LISTINGS` or :data:`MAX_SAVED_CHARS`; ``param`` names the
+    request's part at fault."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+def _keep(conn: sqlite3.Connection, table: str, key_column: str, key: str, code: str) -> None:
+    """Insert or replace the code kept under ``key`` in ``table``, in ``conn``'s transaction."""
+    conn.execute(
+        f"INSERT INTO {table} ({key_column}, code, updated) VALUES (?, ?, ?) "
+        f"ON CONFLICT ({key_column}) DO UPDATE SET code = excluded.code, "
+        "updated = excluded.updated",
+        (key, code, time.time()),
+    )
+
+
 class ProgressStore:
     """A learner's progress in one SQLite file; safe to share between threads.
 
@@ -362,9 +390,36 @@ class ProgressStore:
         return cur.lastrowid or 0
 
     def save_listing(self, listing_id: str, code: str) -> None:
-        """Keep ``code`` as the learner's last version of listing ``listing_id``."""
+        """Keep ``code`` as the learner's last version of listing ``listing_id``.
+
+        What a learner keeps is bounded, so that :meth:`listings` (which ``GET /api/progress``
+        answers with) is too: at most :data:`MAX_LISTINGS` listings, and :data:`MAX_SAVED_CHARS`
+        characters in all (the lessons have a few dozen listings of a few hundred characters).
+
+        Raises:
+            ProgressLimit: saving it would pass either bound; nothing is saved.
+        """
         check_listing_id(listing_id)
-        self._keep_code("listings", "listing_id", listing_id, code)
+        if not isinstance(code, str):
+            raise TypeError(f"code must be a str, got {type(code).__name__}")
+        with self._transaction() as conn:
+            others, chars = conn.execute(
+                "SELECT COUNT(*), COALESCE(SUM(LENGTH(code)), 0) FROM listings "
+                "WHERE listing_id != ?",
+                (listing_id,),
+            ).fetchone()
+            if others >= MAX_LISTINGS:
+                raise ProgressLimit(
+                    "listing_id", f"{others:,} listings are saved, the most the lab keeps"
+                )
+            if chars + len(code) > MAX_SAVED_CHARS:
+                raise ProgressLimit(
+                    "code",
+                    f"the saved listings would hold {chars + len(code):,} characters, the lab "
+                    f"keeps at most {MAX_SAVED_CHARS:,}: put back the original of a listing "
+                    "you no longer need",
+                )
+            _keep(conn, "listings", "listing_id", listing_id, code)
 
     def save_code(self, exercise_id: str, code: str) -> None:
         """Keep ``code`` as the learner's last code in the editor of exercise ``exercise_id``."""
@@ -376,12 +431,7 @@ class ProgressStore:
         if not isinstance(code, str):
             raise TypeError(f"code must be a str, got {type(code).__name__}")
         with self._transaction() as conn:
-            conn.execute(
-                f"INSERT INTO {table} ({key_column}, code, updated) VALUES (?, ?, ?) "
-                f"ON CONFLICT ({key_column}) DO UPDATE SET code = excluded.code, "
-                "updated = excluded.updated",
-                (key, code, time.time()),
-            )
+            _keep(conn, table, key_column, key, code)
 
     # -- reads -------------------------------------------------------------------------------
 

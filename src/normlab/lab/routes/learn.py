@@ -48,7 +48,7 @@ from normlab.lab.exercises import (
 )
 from normlab.lab.lessons import LESSONS
 from normlab.lab.lessons.exercise import MAX_CODE_CHARS
-from normlab.lab.progress import LISTING_ID, ProgressStore, check_listing_id
+from normlab.lab.progress import LISTING_ID, ProgressLimit, ProgressStore, check_listing_id
 from normlab.lab.sandbox import SandboxError
 from normlab.lab.state import lab_state
 
@@ -216,7 +216,10 @@ async def save_listing(listing_id: LISTING, request: Request) -> Any:
         code = checked_code(body["code"], MAX_LISTING_CHARS)
     except (TypeError, ValueError) as exc:
         return bad_input("code", str(exc))
-    await anyio.to_thread.run_sync(_store(request).save_listing, listing_id, code)
+    try:
+        await anyio.to_thread.run_sync(_store(request).save_listing, listing_id, code)
+    except ProgressLimit as exc:
+        return bad_input(exc.param, str(exc))
     return {"id": listing_id, "saved": True}
 
 
