@@ -220,6 +220,30 @@ def driven(*argvs: list[str], cwd: Path, columns: str | None = "250") -> list[li
     return results
 
 
+def data_x() -> torch.Tensor:
+    """The input of the --data test: 48 rows of 16 at std 5."""
+    return 5.0 * torch.randn(48, 16, generator=torch.Generator().manual_seed(0))
+
+
+JSON_REPORTS = {
+    "vanishing": ["models.py:vanishing", "--input-shape", "64,16", "--json"],
+    "data": ["models.py:pair_out", "--data", "x.pt", "--steps", "1", "--json"],
+    "feature maps": ["models.py:stages_out", "--input-shape", "8,16", "--json"],
+    "tokens": ["models.py:tokens", "--input-shape", "8,6", "--tokens", "50", "--json"],
+    "pair.pt": ["models.py:two_inputs", "--data", "pair.pt", "--steps", "2", "--json"],
+    "keywords.pt": ["models.py:two_inputs", "--data", "keywords.pt", "--steps", "2", "--json"],
+}
+"""The JSON reports the tests below read, each test its own."""
+
+
+@pytest.fixture(scope="module")
+def reports(workdir: Path) -> dict[str, list[Any]]:
+    """[status, stdout, stderr] of each of :data:`JSON_REPORTS`, made in one process (the
+    DRIVER): each through its own process would cost a torch import apiece."""
+    torch.save(data_x(), workdir / "x.pt")
+    return dict(zip(JSON_REPORTS, driven(*JSON_REPORTS.values(), cwd=workdir), strict=True))
+
+
 def test_text_report_names_the_exploding_layers_and_the_cure(workdir: Path) -> None:
     out = normlab(f"{ZOO}:exploding_relu", "--input-shape", "32,32", "--steps", "2", cwd=workdir)
     assert out.returncode == 0, out.stderr
@@ -249,16 +273,22 @@ def test_piped_report_shows_every_digit_of_the_gradient_ratio(workdir: Path) -> 
     assert any(
         line.startswith("Verdict: the gradient is vanishing on its way back") for line in lines
     )
+    # the same layer table at 80 columns (no training check: the cut cells are the table's)
     narrow = normlab(
-        f"{ZOO}:vanishing_sigmoid", "--input-shape", "64,32", cwd=workdir, columns="80"
+        f"{ZOO}:vanishing_sigmoid",
+        "--input-shape",
+        "64,32",
+        "--no-check",
+        cwd=workdir,
+        columns="80",
     )
     assert "…" in narrow.stdout  # COLUMNS still rules: rich fits the table as it is told
 
 
-def test_json_has_layers_labels_verdict_and_suggestions(workdir: Path) -> None:
-    out = normlab("models.py:vanishing", "--input-shape", "64,16", "--json", cwd=workdir)
-    assert out.returncode == 0, out.stderr
-    d = json.loads(out.stdout)
+def test_json_has_layers_labels_verdict_and_suggestions(reports: dict[str, list[Any]]) -> None:
+    status, stdout, stderr = reports["vanishing"]
+    assert status == 0, stderr
+    d = json.loads(stdout)
     assert d["model"] == "models.py:vanishing" and d["problems"] == ["vanishing"]
     assert d["input_shape"] == [64, 16] and d["steps"] == 3
     assert [layer["name"] for layer in d["layers"]] == [str(i) for i in range(24)]
@@ -310,20 +340,11 @@ def test_fix_saves_a_cured_state_dict_and_an_html_report(workdir: Path, tmp_path
     assert html.count('<span class="label"') == 2 * 24
 
 
-def test_data_file_is_the_input(workdir: Path, tmp_path: Path) -> None:
-    x = 5.0 * torch.randn(48, 16, generator=torch.Generator().manual_seed(0))
-    torch.save(x, tmp_path / "x.pt")
-    out = normlab(
-        "models.py:pair_out",
-        "--data",
-        str(tmp_path / "x.pt"),
-        "--steps",
-        "1",
-        "--json",
-        cwd=workdir,
-    )
-    assert out.returncode == 0, out.stderr  # a (tensor, other) tuple output is accepted
-    d = json.loads(out.stdout)
+def test_data_file_is_the_input(reports: dict[str, list[Any]]) -> None:
+    x = data_x()
+    status, stdout, stderr = reports["data"]
+    assert status == 0, stderr  # a (tensor, other) tuple output is accepted
+    d = json.loads(stdout)
     assert d["input_shape"] == [48, 16] and d["steps"] == 1
     assert d["input_std"] == pytest.approx(x.std(unbiased=False).item(), rel=1e-5)
     assert [layer["name"] for layer in d["layers"]] == ["lin"]
@@ -451,12 +472,12 @@ def test_exit_status_2_reaches_the_shell(workdir: Path) -> None:
     assert out.stderr.count("\n") == 1 and "(8, 5)" in out.stderr
 
 
-def test_an_output_of_feature_maps_is_read_whole_and_said(workdir: Path) -> None:
+def test_an_output_of_feature_maps_is_read_whole_and_said(reports: dict[str, list[Any]]) -> None:
     """A dict (a ``ModelOutput``) whose only field is a tuple of feature maps: every map is
     read, so both layers get a gradient, and the report's notes say what was read."""
-    out = normlab("models.py:stages_out", "--input-shape", "8,16", "--json", cwd=workdir)
-    assert out.returncode == 0, out.stderr
-    d = json.loads(out.stdout)
+    status, stdout, stderr = reports["feature maps"]
+    assert status == 0, stderr
+    d = json.loads(stdout)
     assert [la["name"] for la in d["layers"]] == ["first", "second"]
     assert all(la["grad_std"] > 0 for la in d["layers"])
     assert d["notes"][0] == (
@@ -465,12 +486,10 @@ def test_an_output_of_feature_maps_is_read_whole_and_said(workdir: Path) -> None
     )
 
 
-def test_token_ids_and_a_model_output_field(workdir: Path) -> None:
-    out = normlab(
-        "models.py:tokens", "--input-shape", "8,6", "--tokens", "50", "--json", cwd=workdir
-    )
-    assert out.returncode == 0, out.stderr
-    d = json.loads(out.stdout)
+def test_token_ids_and_a_model_output_field(reports: dict[str, list[Any]]) -> None:
+    status, stdout, stderr = reports["tokens"]
+    assert status == 0, stderr
+    d = json.loads(stdout)
     assert d["input_shape"] == [8, 6] and d["problems"] == []
     assert [la["name"] for la in d["layers"]] == ["embed", "lin", "act", "head"]
     assert d["input_std"] == 1.0  # token ids have no scale: the embedding starts it
@@ -487,9 +506,9 @@ def test_traceback_shows_the_model_s_own_frames(workdir: Path) -> None:
 
 
 @pytest.mark.parametrize("data", ["pair.pt", "keywords.pt"])
-def test_positional_and_keyword_inputs_from_data(workdir: Path, data: str) -> None:
-    out = normlab("models.py:two_inputs", "--data", data, "--steps", "2", "--json", cwd=workdir)
-    assert out.returncode == 0, out.stderr
-    d = json.loads(out.stdout)
+def test_positional_and_keyword_inputs_from_data(reports: dict[str, list[Any]], data: str) -> None:
+    status, stdout, stderr = reports[data]
+    assert status == 0, stderr
+    d = json.loads(stdout)
     assert d["steps"] == 2 and d["input_shape"] == [32, 16]
     assert [la["name"] for la in d["layers"]] == ["left", "right", "act", "head"]

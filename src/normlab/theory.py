@@ -133,6 +133,15 @@ def _legendre(n: int, low: float, high: float) -> tuple[torch.Tensor, torch.Tens
     return low + half * (x + 1.0), half * w
 
 
+@functools.cache
+def _half_line() -> tuple[torch.Tensor, torch.Tensor]:
+    """Nodes :math:`x` on :math:`[0, 13]` and weights :math:`w \\varphi(x)` for
+    :math:`\\int_0^\\infty f(x) \\varphi(x)\\, dx`: the same for every expectation, so made once."""
+    x, weights = _legendre(96, 0.0, 13.0)  # (P,): mass past 13 sd (1e-38) left out
+    density = torch.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)  # (P,): phi(x)
+    return x, weights * density  # (P,), (P,)
+
+
 def gauss_expect(f: Fn, q: float = 1.0) -> float:
     """:math:`\\mathbb{E}_z[f(\\sqrt{q} z)]`, :math:`z \\sim \\mathcal{N}(0, 1)`, by quadrature.
 
@@ -146,10 +155,9 @@ def gauss_expect(f: Fn, q: float = 1.0) -> float:
     >>> round(gauss_expect(torch.relu) * math.sqrt(2 * math.pi), 12)  # E[relu(z)] = 1/sqrt(2 pi)
     1.0
     """
-    x, weights = _legendre(96, 0.0, 13.0)  # (P,): mass past 13 sd (1e-38) left out
-    density = torch.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)  # (P,): phi(x)
+    x, weights = _half_line()  # (P,), (P,): the rule times phi(x), made once
     u = math.sqrt(q) * x  # (P,)
-    return float((weights * density * (f(u) + f(-u))).sum())
+    return float((weights * (f(u) + f(-u))).sum())
 
 
 def pair_expect(f: Fn, g: Fn, q: float, c: float) -> float:
@@ -629,6 +637,7 @@ MEAN_FIELD_CODE = (
     clamp_length,
     _unit_legendre,
     _legendre,
+    _half_line,
     gauss_expect,
     pair_expect,
     q_map,
@@ -648,8 +657,8 @@ MEAN_FIELD_CODE = (
 )
 """What a script that calls the mean-field predictions pastes, in dependency order (as
 ``functional.BATCH_NORM_CODE``): an experiment's ``code`` starts with it."""
-QUADRATURE_CODE = (gelu_grad, activation_pair, _unit_legendre, _legendre, gauss_expect)
+QUADRATURE_CODE = (gelu_grad, activation_pair, _unit_legendre, _legendre, _half_line, gauss_expect)
 """The Gaussian expectations alone, for a script that needs no fixed point."""
 JACOBIAN_CODE = (*QUADRATURE_CODE, _scale_free, JacobianSpectrum, jacobian_spectrum)
 BN_GROWTH_CODE = (*QUADRATURE_CODE, bn_gradient_growth)
-RESIDUAL_CODE = (_unit_legendre, _legendre, gauss_expect, residual_stream)
+RESIDUAL_CODE = (_unit_legendre, _legendre, _half_line, gauss_expect, residual_stream)

@@ -141,13 +141,33 @@ def run_in_playground(page: Any, href: str, script: str) -> dict[str, str]:
         tab.close()
 
 
+def download_notebook(page: Any, wid: str, shown: dict[str, Any]) -> None:
+    """Press "Download notebook": a valid ``.ipynb`` whose code cells hold the shown script's
+    every function and class."""
+    with page.expect_download() as started:
+        page.locator(f'.nl-widget[data-widget="{wid}"] .nl-download-notebook').click()
+    download = started.value
+    assert download.suggested_filename.endswith(".ipynb")
+    with open(download.path(), encoding="utf-8") as f:
+        nb = nbformat.read(f, as_version=4)
+    nbformat.validate(nb)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert code.strip(), f"{wid}: the notebook has no code"
+    for line in shown["code"]["script"].splitlines():
+        if line.startswith(("def ", "class ")):
+            assert line in code, f"{wid}: {line!r} is not in the notebook"
+
+
 @pytest.mark.parametrize("slug", SLUGS)
 def test_show_the_code_runs_in_the_playground(page: Any, server: str, slug: str) -> None:
+    """One page load per lesson serves Show the code, Download notebook and the playground's
+    Run of every widget (none of them changes the widget's settings)."""
     ids = open_lesson(page, server, slug, PRESETS.get(slug, ""))
     for wid in ids:
         snap = settle(page, wid)
         shown = show_code(page, wid)
         script = check_code(server, snap, shown)
+        download_notebook(page, wid, shown)
         ran = run_in_playground(page, shown["playground"], script)
         name = snap["experiment"]
         assert ran["status"] == "ok", f"{name}: the script {ran['status']}: {ran['stderr'][-2000:]}"
@@ -168,25 +188,6 @@ def test_the_code_follows_the_settings(page: Any, server: str) -> None:
     check_code(server, snap, after)
     page.locator('.nl-widget[data-widget="drift"] .nl-code-toggle').click()  # hide it
     assert page.locator('.nl-widget[data-widget="drift"] .nl-code-panel').is_hidden()
-
-
-@pytest.mark.parametrize("slug", SLUGS)
-def test_download_notebook_is_a_valid_ipynb(page: Any, server: str, slug: str) -> None:
-    ids = open_lesson(page, server, slug, PRESETS.get(slug, ""))
-    for wid in ids:
-        shown = show_code(page, wid)
-        with page.expect_download() as started:
-            page.locator(f'.nl-widget[data-widget="{wid}"] .nl-download-notebook').click()
-        download = started.value
-        assert download.suggested_filename.endswith(".ipynb")
-        with open(download.path(), encoding="utf-8") as f:
-            nb = nbformat.read(f, as_version=4)
-        nbformat.validate(nb)
-        code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
-        assert code.strip(), f"{wid}: the notebook has no code"
-        for line in shown["code"]["script"].splitlines():
-            if line.startswith(("def ", "class ")):
-                assert line in code, f"{wid}: {line!r} is not in the notebook"
 
 
 @pytest.mark.parametrize("slug", SLUGS)

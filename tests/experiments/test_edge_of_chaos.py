@@ -19,6 +19,7 @@ float32 adds nothing at this scale (a relative 1e-7 per operation over 50 layers
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from typing import Any
@@ -32,10 +33,17 @@ from normlab.experiments import run_experiment
 from normlab.experiments.edge_of_chaos import EdgeOfChaosResult
 
 
+@functools.cache
+def _critical(activation: str, sigma_b2: float) -> float:
+    """normlab.theory's critical sigma_w2, computed once per row (ReLU's takes seconds: its
+    lengths grow without bound above the line, and the fixed point is sought up to 1e300)."""
+    return theory.critical_sigma_w2(activation, sigma_b2)
+
+
 def _edge_run(activation: str, sigma_b2: float, seed: int, **extra: Any) -> EdgeOfChaosResult:
     """One row of the grid at ``sigma_b2``: 13 weight variances within 15% of the predicted
     critical one, a width-1000 stack of depth 50 (the followed cell sits on the prediction)."""
-    critical = theory.critical_sigma_w2(activation, sigma_b2)
+    critical = _critical(activation, sigma_b2)
     params: dict[str, Any] = {
         "activation": activation,
         "sigma_w2_min": round(0.85 * critical, 3),
@@ -67,7 +75,7 @@ def _crossing_of_the_mean(results: list[EdgeOfChaosResult]) -> float:
 @pytest.mark.slow
 def test_the_measured_chi_1_of_a_width_1000_tanh_stack_crosses_1_at_the_critical_line() -> None:
     # the issue's instance: tanh, sigma_b2 = 0.05, critical sigma_w2 1.761
-    critical = theory.critical_sigma_w2("tanh", 0.05)
+    critical = _critical("tanh", 0.05)
     assert critical == pytest.approx(1.761, abs=0.0005)
     runs = [_edge_run("tanh", 0.05, seed) for seed in range(4)]
     for r in runs:  # one stack: within 5% (3.3 sd of its 1.5% scatter)
@@ -87,7 +95,7 @@ def test_the_crossing_holds_for_other_activations_bias_variances_and_seeds(
 ) -> None:
     # the same derivation; ReLU's and the identity's chi_1 = sigma_w2 E[phi'^2] does not depend
     # on the length at all (1/2 and 1), so their crossing scatters far less than tanh's
-    critical = theory.critical_sigma_w2(activation, sigma_b2)
+    critical = _critical(activation, sigma_b2)
     runs = [_edge_run(activation, sigma_b2, seed + k) for k in range(4)]
     assert _crossing_of_the_mean(runs) == pytest.approx(critical, rel=0.03)
     assert runs[0].critical[0] == pytest.approx(critical, rel=1e-4)

@@ -558,7 +558,10 @@ def _call(base: str, method: str, path: str, body: Any = None) -> tuple[int, Any
 
 
 def _lab(db: Path, port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "normlab", "lab", "--port", str(port), "--db", str(db)]
+    """A ``normlab lab`` on ``db``, serving. ``--no-warm``: these tests read progress and
+    listings, no live number, so the lab computes none in the background."""
+    flags = ["--port", str(port), "--db", str(db), "--no-warm"]
+    cmd = [sys.executable, "-m", "normlab", "lab", *flags]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
     try:
         assert wait_until_serving(proc, f"http://127.0.0.1:{port}", "/api/progress") == 200
