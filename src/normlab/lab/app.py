@@ -7,21 +7,34 @@ through :func:`~normlab.lab.state.lab_state`, and the pages render with its
 and stops what the app owns, in the order written in :func:`_lifespan`. The OpenAPI document
 (read at ``/docs`` and ``/redoc``, :mod:`normlab.lab.routes.docs`) carries each experiment's
 parameter schema, generated from the registry's declarations.
+
+:func:`serve` sets the limits a lab open to slow or hostile clients needs (issue 32, finding 5:
+1,100 slow connections took every descriptor and asyncio logged 58 MB in 40 s): a deadline on
+reading each request, a keep-alive timeout, a ceiling on open connections that a new client
+reaches by closing the connection that has waited longest for its request, and a log that says
+each repeated complaint a few times a minute.
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import contextlib
 import functools
+import logging
 import os
+import resource
 import sys
 import threading
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import h11
 import uvicorn
 from fastapi import FastAPI
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from normlab import __version__
 from normlab.lab import errors, schemas, site
@@ -48,6 +61,31 @@ __all__ = ["DOCS_ASSETS", "create_app", "serve"]
 
 WARM_STOP_TIMEOUT_S = 60.0
 """How long shutdown waits for the warm-up to end (its run in progress stops at its next step)."""
+
+REQUEST_READ_TIMEOUT_S = 10.0
+"""How long a connection has to send a whole request, head and body, once it opens or starts
+its next request; then it is closed. A browser sends a head in one packet and the lab's largest
+body (a saved listing) in well under a second; a client that dribbles bytes (slowloris) only
+holds a descriptor. uvicorn has no such timeout: its keep-alive timer runs between requests."""
+
+TIMEOUT_KEEP_ALIVE_S = 5
+"""How long an idle connection waits for its next request after an answer (uvicorn's default,
+stated here): a page's assets reuse it within that, and idle connections do not pile up."""
+
+LIMIT_CONCURRENCY = 512
+"""The most connections the lab holds (half its descriptor limit if that is lower, see
+:func:`_connection_limit`). uvicorn answers 503 to a request made at the limit; the lab keeps
+below it by closing, when a connection opens, the one that has waited longest for its request,
+so slow clients never keep a normal one out (:class:`_TimedH11Protocol`)."""
+
+BACKLOG = 64
+"""How many connections wait in the kernel to be accepted, and so how many asyncio accepts at
+once before the lab can close any (uvicorn's 2048 would overrun a 1024-descriptor limit in one
+go); a client beyond it retries its connection, as TCP does."""
+
+LOG_REPEATS_PER_MINUTE = 10
+"""How often one server complaint is logged in a minute: asyncio logs "socket.accept() out of
+system resource", with its traceback, up to 2048 times a second while descriptors run out."""
 
 
 def create_app(
@@ -160,6 +198,12 @@ def serve(app: FastAPI, host: str, port: int) -> None:
     waiting for the longest run (a 12 x 256 bn-lr of 2000 steps trains for most of a minute).
     The event streams of ``/watch`` and ``/train``, which never end by themselves, end then
     too.
+
+    Slow clients are bounded (issue 32, finding 5): a request must arrive whole within
+    :data:`REQUEST_READ_TIMEOUT_S`, an idle connection closes after
+    :data:`TIMEOUT_KEEP_ALIVE_S`, open connections stay below :data:`LIMIT_CONCURRENCY` (the
+    slowest readers make room for new clients), and a repeated complaint is logged at most
+    :data:`LOG_REPEATS_PER_MINUTE` times a minute.
     """
 
     class Server(uvicorn.Server):
@@ -167,11 +211,106 @@ def serve(app: FastAPI, host: str, port: int) -> None:
             _end_streams(app)  # uvicorn waits for open responses: the live streams end
             super().handle_exit(sig, frame)
 
-    server = Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        http=_TimedH11Protocol,
+        timeout_keep_alive=TIMEOUT_KEEP_ALIVE_S,
+        limit_concurrency=_connection_limit(),
+        backlog=BACKLOG,
+    )
+    for name in ("asyncio", "uvicorn.error"):  # after Config, which configures uvicorn's logs
+        logging.getLogger(name).addFilter(_RepeatLimit())
+    server = Server(config)
     with contextlib.suppress(KeyboardInterrupt):  # uvicorn passes the signal on after shutdown
         server.run()
     if not server.started:  # e.g. the port is taken: uvicorn has said why (uvicorn.run's 3)
         raise SystemExit(3)
+
+
+def _connection_limit() -> int:
+    """:data:`LIMIT_CONCURRENCY`, or half the process's descriptor limit if that is lower: the
+    other half holds a :data:`BACKLOG` of connections accepted at once and the lab's own files
+    (its database, the sandbox's pipes)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return LIMIT_CONCURRENCY
+    return min(LIMIT_CONCURRENCY, soft // 2)
+
+
+class _TimedH11Protocol(H11Protocol):
+    """uvicorn's h11 connection with a deadline on reading each request, and room for new ones.
+
+    A connection is *reading* from when it opens (or its next request starts) until its
+    request, head and body, has arrived whole. Reading longer than
+    :data:`REQUEST_READ_TIMEOUT_S` closes it. A connection that opens when the lab holds
+    ``limit_concurrency`` connections closes the reading connection that started first (itself
+    if no other reads), so uvicorn, which answers 503 at that limit, never does for it.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.reading_since: float | None = None  # loop time; None: not reading a request
+        self._read_deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[arg-type]
+        self._start_reading()
+        self._make_room()
+
+    def data_received(self, data: bytes) -> None:
+        if self.reading_since is None and self.conn.their_state is h11.IDLE:
+            self._start_reading()  # the next request on a kept-alive connection
+        super().data_received(data)
+        if self.conn.their_state not in (h11.IDLE, h11.SEND_BODY):  # read whole (or refused)
+            self._stop_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_reading()
+        super().connection_lost(exc)
+
+    def _start_reading(self) -> None:
+        self.reading_since = self.loop.time()
+        self._read_deadline = self.loop.call_later(REQUEST_READ_TIMEOUT_S, self.transport.close)
+
+    def _stop_reading(self) -> None:
+        self.reading_since = None
+        if self._read_deadline is not None:
+            self._read_deadline.cancel()
+            self._read_deadline = None
+
+    def _make_room(self) -> None:
+        limit = self.limit_concurrency
+        if limit is None or len(self.connections) < limit:
+            return
+        live = [c for c in self.connections if not c.transport.is_closing()]
+        reading = [
+            c for c in live if isinstance(c, _TimedH11Protocol) and c.reading_since is not None
+        ]
+        reading.sort(key=lambda c: c.reading_since or 0.0)
+        for oldest in reading[: len(live) - limit + 1]:
+            oldest.transport.close()
+
+
+class _RepeatLimit(logging.Filter):
+    """Pass each message (told apart by its first line) :data:`LOG_REPEATS_PER_MINUTE` times
+    in a clock minute, so a flood of one complaint writes kilobytes, not megabytes."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self._clock = clock
+        self._minute = 0
+        self._seen: collections.Counter[str] = collections.Counter()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        minute = int(self._clock() // 60)
+        if minute != self._minute:
+            self._minute, self._seen = minute, collections.Counter()
+        first_line = str(record.msg).partition("\n")[0]
+        self._seen[first_line] += 1
+        return self._seen[first_line] <= LOG_REPEATS_PER_MINUTE
 
 
 def _end_streams(app: FastAPI) -> None:
