@@ -215,6 +215,8 @@ def test_run_png_plot(tmp_path: Path) -> None:
         (("lab", "--port", "70000"), "'70000' is not a port"),
         (("lab", "--token", "short"), "a token needs at least 16 characters"),
         (("lab", "--token", "sixteen chars or more"), "a token needs at least 16 characters"),
+        (("lab", "--threads", "0"), "0 threads: give 1 to"),
+        (("lab", "--threads", "two"), "'two' is not a whole number of threads"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(
@@ -323,7 +325,7 @@ def fake_lab(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, object]]:
         )
 
     monkeypatch.setattr(lab_app, "create_app", create_app)
-    monkeypatch.setattr(lab_app, "serve", lambda app, host, port: None)
+    monkeypatch.setattr(lab_app, "serve", lambda app, host, port, threads=1: None)
     return made
 
 

@@ -8,6 +8,7 @@ Commands::
     normlab train [--dataset D] [--depth N] [--PARAMETER VALUE ...] [--steps N]
                   [--json] [--plot FILE] [--code]
     normlab lab [--host HOST] [--port PORT] [--db PATH] [--watch-log FILE.jsonl] [--no-warm]
+                [--threads N]
     normlab doctor FILE.py:FACTORY --input-shape N,D[,...] [--steps K] [--data FILE.pt]
                    [--seed S] [--tokens V] [--dtype D] [--output FIELD] [--json] [--html FILE]
                    [--fix METHOD --out FILE.pt [--fix-tied]] [--traceback]
@@ -185,6 +186,13 @@ def _build_parser() -> _Parser:
         "(it may not exist yet)",
     )
     p_lab.add_argument(
+        "--threads",
+        type=_threads,
+        default=1,
+        help="torch threads for each computation (default 1: runs are small and several go at "
+        "once; with more, OpenMP's idle threads sleep rather than spin: OMP_WAIT_POLICY=PASSIVE)",
+    )
+    p_lab.add_argument(
         "--no-warm",
         dest="warm",
         action="store_false",
@@ -334,6 +342,27 @@ def _names() -> str:
     return ", ".join(e.name for e in list_experiments())
 
 
+def _threads(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of threads") from None
+    most = os.cpu_count() or 1
+    if not 1 <= value <= most:
+        raise argparse.ArgumentTypeError(f"{value} threads: give 1 to {most} (the cores here)")
+    return value
+
+
+def _passive_wait(argv: Sequence[str]) -> None:
+    """Start ``normlab`` again with ``OMP_WAIT_POLICY=PASSIVE`` unless it is set: OpenMP reads
+    it once, when torch loads, and with several threads a run's idle ones would otherwise spin
+    on cores another run needs (issue 32, finding 3). ``argv``: this command's arguments."""
+    if os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE":
+        return
+    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
+    os.execve(sys.executable, [sys.executable, "-m", "normlab", *argv], env)
+
+
 def _port(text: str) -> int:
     try:
         port = int(text)
@@ -352,13 +381,15 @@ def _token(text: str) -> str:
     return text
 
 
-def _cmd_lab(args: argparse.Namespace) -> None:
+def _cmd_lab(args: argparse.Namespace, argv: Sequence[str]) -> None:
     from normlab.lab.app import create_app, serve
     from normlab.lab.progress import ProgressStoreError, default_db_path
     from normlab.lab.security import is_loopback, new_token
     from normlab.lab.state import state_of
     from normlab.lab.watchlog import WatchLogError
 
+    if args.threads > 1:
+        _passive_wait(argv)
     token: str | None = args.token
     if token is not None:
         print(
@@ -391,7 +422,7 @@ def _cmd_lab(args: argparse.Namespace) -> None:
         waits = "" if watch.path.exists() else " (waiting for it to appear)"
         page = url.replace("/?", "/watch?") if token else f"{url}watch"
         print(f"normlab lab: {page} follows {watch.path}{waits}", flush=True)
-    serve(app, args.host, args.port)
+    serve(app, args.host, args.port, threads=args.threads)
 
 
 def _check_plot_path(path: str) -> Path:
@@ -1048,13 +1079,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line on ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
     try:
         console = _stdout_console()
+        argv = list(sys.argv[1:] if argv is None else argv)
         args, extra = _build_parser().parse_known_args(argv)
         if extra:
             raise UsageError(_unknown_options(args, extra))
         if args.command == "list":
             _cmd_list(args.json, console)
         elif args.command == "lab":
-            _cmd_lab(args)
+            _cmd_lab(args, argv)
         elif args.command == "doctor":
             _cmd_doctor(args, console)
         elif args.command == "train":

@@ -60,10 +60,12 @@ def wait_until_serving(
 
 @contextlib.contextmanager
 def lab_process(data: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """A ``normlab lab --no-warm`` process on a free port, its data in ``data``, its runs on
-    one torch thread; yields its base URL and the process once it serves, and ends it."""
+    """A ``normlab lab --no-warm`` process on a free port, its data in ``data``, its threads
+    as ``normlab lab`` sets them (no OpenMP setting of the tests' passes to it); yields its
+    base URL and the process once it serves, and ends it."""
     port = free_port()
-    env = {**os.environ, "XDG_DATA_HOME": str(data), "OMP_NUM_THREADS": "1"}
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY")}
+    env["XDG_DATA_HOME"] = str(data)
     cmd = [sys.executable, "-m", "normlab", "lab", "--port", str(port), "--no-warm"]
     server = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"

@@ -9,10 +9,11 @@ printed output and JSON), and its memory the server's peak resident set above wh
 before the request (``VmHWM`` after resetting it through ``/proc/PID/clear_refs``; torch's
 allocations are resident memory like any other). Both must be within the
 :class:`Cost` that the experiment declares and its parameters' help
-states. The lab runs with one torch thread, as ``benchmarks/maxima.py`` measures: with two
-OpenMP threads on a loaded two-core machine the waiting one spins, and CPU time would measure
-the machine's load rather than the run (20 s instead of 0.8 s for a short error-surface run at
-a load average of 9).
+states. The lab runs as ``normlab lab`` starts it, one torch thread a computation (its
+``--threads`` default; ``tests/lab/test_threads.py`` holds a request to its cost under a
+competing load), as ``benchmarks/maxima.py`` measures: with two OpenMP threads on a loaded
+two-core machine the waiting one spins, and CPU time would measure the machine's load rather
+than the run (20 s instead of 0.8 s for a short error-surface run at a load average of 9).
 
 Afterwards the server's resident memory must be back within :data:`RETURNED_MIB` of where it
 started. "Started" is a lab that has answered every experiment once at its defaults (the lazy

@@ -190,14 +190,31 @@ async def _lifespan(app: FastAPI, warm: bool) -> AsyncIterator[None]:
         state.progress.close()
 
 
-def serve(app: FastAPI, host: str, port: int) -> None:
+THREADS = 1
+"""Torch's intra-op threads for every computation the lab makes (``normlab lab --threads``).
+
+One by default: the lab's runs are small, several run at once (a page's widgets, two learners),
+and with more threads than it has cores a run's OpenMP threads wait on each other; on a busy
+2-core machine ``bn-lr-sweep`` at its maxima took 87 s of CPU with torch's default of one
+thread a core, against 3.2 s with one (issue 32, finding 3). The playground's runs take the
+same count, so that they print the lab's numbers."""
+
+
+def use_threads(threads: int) -> None:
+    """Compute with ``threads`` intra-op threads from now on (:data:`THREADS`)."""
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def serve(app: FastAPI, host: str, port: int, threads: int = THREADS) -> None:
     """Serve ``app`` with uvicorn until Ctrl+C (or SIGTERM), as ``normlab lab`` does.
 
     On the signal, the runs in progress are cancelled first (their requests answer 503) and
     then uvicorn shuts down: it waits for open requests to end, which would otherwise mean
     waiting for the longest run (a 12 x 256 bn-lr of 2000 steps trains for most of a minute).
     The event streams of ``/watch`` and ``/train``, which never end by themselves, end then
-    too.
+    too. Every computation uses ``threads`` torch threads (:data:`THREADS`).
 
     Slow clients are bounded (issue 32, finding 5): a request must arrive whole within
     :data:`REQUEST_READ_TIMEOUT_S`, an idle connection closes after
@@ -211,6 +228,7 @@ def serve(app: FastAPI, host: str, port: int) -> None:
             _end_streams(app)  # uvicorn waits for open responses: the live streams end
             super().handle_exit(sig, frame)
 
+    use_threads(threads)
     config = uvicorn.Config(
         app,
         host=host,
