@@ -103,9 +103,18 @@ def test_a_request_keeps_to_its_declared_cpu_on_a_loaded_machine(
     assert cpu <= sweep.cost.cpu_s
 
 
-@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: --threads 2 is refused")
-def test_more_threads_are_asked_for_and_wait_passively(tmp_path: Path) -> None:
-    for base, pid in _lab(tmp_path, "--threads", "2"):
+@pytest.mark.parametrize("threads", [None, 2])
+def test_the_lab_and_its_playground_compute_with_the_declared_threads(
+    tmp_path: Path, threads: int | None
+) -> None:
+    """Default one; ``--threads 2`` two, with the passive wait. The playground's runs take the
+    lab's count, so that they print the lab's numbers (its fork server starts after ``serve``
+    has set it)."""
+    if threads is not None and (os.cpu_count() or 1) < threads:
+        pytest.skip(f"fewer than {threads} cores: --threads {threads} is refused")
+    flags = () if threads is None else ("--threads", str(threads))
+    for base, pid in _lab(tmp_path, *flags):
         environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        assert b"OMP_WAIT_POLICY=PASSIVE" in environ  # the lab started itself again with it
-        assert _threads_of_a_playground_run(base) == 2  # the playground computes as the lab
+        passive = b"OMP_WAIT_POLICY=PASSIVE" in environ  # the lab started itself again with it
+        assert passive == (threads is not None)
+        assert _threads_of_a_playground_run(base) == (threads or 1)
