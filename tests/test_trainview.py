@@ -10,6 +10,7 @@ import json
 import math
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from torch import nn
 from normlab import init as nlinit
 from normlab import trainview as tv
 from normlab.experiments import ParameterError, ParameterTypeError, run_experiment
+from normlab.experiments.base.registry import ENGINE
 from normlab.trainview import session as session_module
 
 SMALL = {"depth": 2, "width": 8}
@@ -74,6 +76,26 @@ def test_the_building_leaves_the_caller_s_random_state_alone() -> None:
     torch.manual_seed(123)
     session().reset()
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_a_session_is_built_while_an_experiment_holds_the_engine() -> None:
+    """The weights come from the session's own generator: building one takes no lock, so it
+    does not wait for an experiment run (here: this thread holding the engine), and draws
+    the same weights as a build with the engine free."""
+    built: list[tv.Session] = []
+    done = threading.Event()
+
+    def build() -> None:
+        built.append(session(init="lsuv", norm="batch"))
+        done.set()
+
+    with ENGINE:
+        worker = threading.Thread(target=build, daemon=True)
+        worker.start()
+        assert done.wait(60), "the build waited for the engine lock"
+    alone = session(init="lsuv", norm="batch").model.state_dict()
+    for k, v in built[0].model.state_dict().items():
+        assert torch.equal(v, alone[k]), k
 
 
 # -- what a frame holds --------------------------------------------------------------------------

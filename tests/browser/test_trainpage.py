@@ -347,6 +347,19 @@ def test_a_bad_setting_is_named(page: Any, server: str) -> None:
     assert "depth" in page.locator(".nl-train-side[data-side='a'] .nl-error").inner_text()
 
 
+def test_a_build_that_fails_after_the_stream_opened_is_named(page: Any, server: str) -> None:
+    """LSUV on a width-1 ReLU net cannot rescale a layer that puts out nothing: the stream has
+    opened (200) before the build, and the refusal it ends with is shown as a 422 would be."""
+    streams: list[int] = []
+    page.on("response", lambda r: "/api/train/stream" in r.url and streams.append(r.status))
+    page.set_default_timeout(30_000)
+    page.goto(f"{server}/train?dataset=blobs&points=40&depth=3&width=1&init=lsuv")
+    _wait(page, "s.state === 'error'")
+    error = page.locator(".nl-train-side[data-side='a'] .nl-error").inner_text()
+    assert "lsuv_ cannot rescale" in error
+    assert streams == [200]
+
+
 def test_leaving_the_page_stops_the_run(page: Any, server: str) -> None:
     _open(page, server)
     _press(page, "play")

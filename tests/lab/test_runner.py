@@ -134,3 +134,33 @@ def test_admit_release_and_cancel_keep_the_slots() -> None:
     assert runner.sessions == 1
     with pytest.raises(ValueError, match="max_sessions"):
         Runner(max_sessions=0)
+
+
+def test_a_build_holds_a_place_its_release_frees_and_admit_turns_into_a_slot() -> None:
+    """A session being built books a place (counted against the bound, not as a session);
+    released during its build it frees it; admitted once built, its place is its slot; the
+    lab stopping ends the builds too, and a build that ends after it is not admitted."""
+    runner = Runner(max_sessions=2)
+    setup = trainview.make_setup({"points": 40, "depth": 1, "width": 4})
+
+    def new_run() -> Run:
+        return Run({"a": setup}, Play(), runner.in_session_thread)
+
+    gone, built = new_run(), new_run()
+    runner.book(gone)
+    runner.book(built)
+    assert (runner.building, runner.sessions) == (2, 0)
+    with pytest.raises(RunBusy, match="at most 2 sessions at once and 2 are going"):
+        runner.book(new_run())
+    runner.release(gone)  # its client left during the build
+    assert gone.closed and (runner.building, runner.sessions) == (1, 0)
+    runner.admit(built)
+    assert (runner.building, runner.sessions) == (0, 1) and runner.session(built.id) is built
+    late = new_run()
+    runner.book(late)
+    with pytest.raises(RunBusy):
+        runner.admit(new_run())  # one that booked nothing finds no free slot
+    runner.cancel()
+    assert late.closed and built.closed and runner.building == 0
+    with pytest.raises(RunCancelled, match="stopping"):
+        runner.admit(late)

@@ -15,6 +15,7 @@ import dataclasses
 import html
 import json
 import re
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -33,6 +34,7 @@ from fastapi import FastAPI
 
 from normlab import trainview
 from normlab.experiments import ParameterError
+from normlab.experiments.base.registry import ENGINE
 from normlab.lab import app as lab_app
 from normlab.lab import runner, site, trainlesson, trainruns
 from normlab.lab.app import create_app
@@ -40,7 +42,7 @@ from normlab.lab.lessons.markup import num
 from normlab.lab.state import state_of
 
 from .real_server import EventStream, serving
-from .steps import Gate, at_each_step
+from .steps import WAIT_S, Gate, at_each_step
 
 LAB = "http://127.0.0.1"
 SMALL = "dataset=blobs&points=40&depth=1&width=4"
@@ -512,3 +514,126 @@ def test_frames_carry_their_figures_and_a_pause_catches_the_layers_up(
             assert stats["a"]["tables"][0]["title"] == f"Every layer at step {paused['step']}"
         finally:
             stream.close()
+
+
+# -- a stream waits on no other work, and its place goes with its client ------------------------
+
+
+def _post_experiment(port: int, name: str, body: dict[str, Any]) -> int:
+    """``POST /api/experiments/NAME``: the status it answered."""
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/api/experiments/{name}",
+        data=json.dumps(body).encode(),
+        headers={"content-type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=300) as r:
+            r.read()
+            return int(r.status)
+    except urllib.error.HTTPError as err:
+        with err:
+            return err.code
+
+
+def test_a_stream_opens_and_sends_its_first_frame_while_an_experiment_holds_the_engine() -> None:
+    """An experiment run holds the engine lock, held inside an optimizer step: a training
+    stream is built (its own generator, no lock) and sends its points and first frame (step
+    0, which takes no optimizer step) all the same."""
+    gate = Gate()
+    answers: list[int] = []
+    with _lab() as (_, port), at_each_step(gate):
+        gate.close()
+        request = threading.Thread(
+            target=lambda: answers.append(_post_experiment(port, "bn-lr", {"steps": 20}))
+        )
+        request.start()
+        try:
+            gate.wait_for(1)  # the experiment is inside its first step, the engine its own
+            free = ENGINE.acquire(blocking=False)
+            if free:
+                ENGINE.release()
+            assert not free, "the experiment should hold the engine lock"
+            stream = _open(port)
+            try:
+                assert stream.response.status == 200
+                assert stream.until("run")["sides"] == ["a"]
+                assert stream.until("frame")["a"]["step"] == 0
+            finally:
+                stream.close()
+            assert gate.waiting == 1  # the experiment still held: the stream waited on nothing
+        finally:
+            gate.open()
+            request.join(timeout=300)
+    assert answers == [200]
+
+
+class _HeldBuild:
+    """Sessions whose build waits until :attr:`go_on` is set (in their build thread), telling
+    when a build waits (:attr:`building`) and when one has ended (:attr:`built`)."""
+
+    def __init__(self) -> None:
+        self.building, self.go_on, self.built = (threading.Event() for _ in range(3))
+
+    def session(self, setup: trainview.Setup) -> trainview.Session:
+        self.building.set()
+        assert self.go_on.wait(WAIT_S), "the build was never let go on"
+        made = trainview.Session(setup)
+        self.built.set()
+        return made
+
+
+def test_a_client_gone_during_the_build_frees_its_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stream opens before its session is built; its client leaving during the build
+    gives its place back at once (the build, held here, is dropped when it ends) and no slot
+    is ever taken for it: the next client of a one-session lab is served."""
+    held = _HeldBuild()
+    monkeypatch.setattr(trainruns, "Session", held.session)
+    one = runner.Runner(max_sessions=1)
+    released = threading.Event()
+    release = one.release
+
+    def release_and_tell(session: Any) -> None:
+        release(session)
+        released.set()
+
+    monkeypatch.setattr(one, "release", release_and_tell)
+    with serving(create_app(one)) as port:
+        stream = _open(port)
+        assert stream.response.status == 200  # the stream is open: its headers came
+        assert held.building.wait(WAIT_S)
+        assert (one.building, one.sessions) == (1, 0)  # a place while built, no slot yet
+        stream.close()
+        assert released.wait(WAIT_S), "the stream did not end with its client"
+        assert (one.building, one.sessions) == (0, 0) and not held.built.is_set()
+        held.go_on.set()
+        assert held.built.wait(WAIT_S)
+        assert one.sessions == 0  # the build ended, and nothing took a slot for it
+        released.clear()
+        after = _open(port)
+        try:
+            assert after.response.status == 200 and after.until("run")["sides"] == ["a"]
+            assert one.sessions == 1
+        finally:
+            after.close()
+        assert released.wait(WAIT_S)
+        assert one.sessions == 0
+
+
+def test_a_build_that_fails_ends_the_open_stream_with_its_refusal() -> None:
+    """LSUV on a width-1 ReLU net: a layer puts out nothing, so the build fails after the
+    stream has opened; the stream ends with the 422 it would have answered, and frees its
+    place."""
+    with _lab() as (app, port):
+        stream = _open(port, SMALL.replace("depth=1&width=4", "depth=3&width=1") + "&init=lsuv")
+        try:
+            assert stream.response.status == 200
+            name, refused = stream.next()
+            assert name == "refused" and refused["status"] == 422
+            assert "lsuv_ cannot rescale" in refused["detail"]["message"]
+            with pytest.raises(AssertionError, match="the stream ended"):
+                stream.next()
+        finally:
+            stream.close()
+        lab_runner = state_of(app).runner
+        _wait(lambda: lab_runner.building == 0, "the failed build kept its place")
+        assert _runs(app) == 0

@@ -147,21 +147,47 @@ def make_data(
     return x_t[keep], y_t[keep], x_t[held], y_t[held]
 
 
-def make_model(depth: int, width: int, activation: str, norm: str, bias: bool) -> nn.Sequential:
+def make_model(
+    depth: int,
+    width: int,
+    activation: str,
+    norm: str,
+    bias: bool,
+    generator: torch.Generator | None = None,
+) -> nn.Sequential:
     """``depth`` blocks Linear -> [norm] -> activation, then a Linear to one logit, in one flat
-    ``Sequential`` (every layer has its own name: ``0``, ``1``, ... as the view labels them)."""
+    ``Sequential`` (every layer has its own name: ``0``, ``1``, ... as the view labels them),
+    with PyTorch's default initialization drawn from ``generator`` (torch's global one when
+    ``None``): the layers are made on the meta device (shapes only, nothing drawn), then
+    allocated and reset in order, which draws what ``nn.Linear(...)`` itself would."""
     dims = [2] + [width] * depth
-    blocks = [block(dims[k], width, norm, activation, bias) for k in range(depth)]
-    layers = [layer for b in blocks for layer in b]  # the blocks' layers, unpacked in order
-    return nn.Sequential(*layers, nn.Linear(dims[-1], 1, bias=bias))
+    with torch.device("meta"):
+        blocks = [block(dims[k], width, norm, activation, bias) for k in range(depth)]
+        layers = [layer for b in blocks for layer in b]  # the blocks' layers, unpacked in order
+        model = nn.Sequential(*layers, nn.Linear(dims[-1], 1, bias=bias))
+    model.to_empty(device="cpu")
+    for layer in model:
+        if isinstance(layer, nn.Linear):  # nn.Linear.reset_parameters, from `generator`
+            nn.init.kaiming_uniform_(layer.weight, a=math.sqrt(5), generator=generator)
+            if layer.bias is not None:
+                bound = 1 / math.sqrt(layer.in_features)
+                nn.init.uniform_(layer.bias, -bound, bound, generator=generator)
+        elif hasattr(layer, "reset_parameters"):  # a norm: ones and zeros, nothing drawn
+            layer.reset_parameters()
+    return model
 
 
-def init_weights(model: nn.Sequential, init: str, x: torch.Tensor) -> None:
+def init_weights(
+    model: nn.Sequential, init: str, x: torch.Tensor, generator: torch.Generator | None = None
+) -> None:
     """Set every Linear weight by ``init`` and every bias to 0 (``default`` keeps PyTorch's
     own initialization); ``lsuv`` measures on the inputs ``x``. ``zeros`` makes every unit 0,
-    ``constant`` (0.1, as the symmetry lesson) makes a layer's units equal."""
+    ``constant`` (0.1, as the symmetry lesson) makes a layer's units equal. The random ones
+    draw from ``generator`` (torch's global one when ``None``)."""
     if init == "lsuv":
-        lsuv_(model, x)  # orthogonal, then each Linear rescaled to unit output variance on x
+        lsuv_(
+            model, x, generator=generator
+        )  # orthogonal, then each Linear rescaled to unit output variance on x
         return
     if init == "default":
         return
@@ -174,15 +200,15 @@ def init_weights(model: nn.Sequential, init: str, x: torch.Tensor) -> None:
             elif init == "constant":
                 layer.weight.fill_(0.1)  # every unit of a layer the same: they stay the same
             elif init == "small":
-                layer.weight.normal_(0.0, 0.02)
+                layer.weight.normal_(0.0, 0.02, generator=generator)
             elif init == "large":
-                layer.weight.normal_(0.0, 0.30)
+                layer.weight.normal_(0.0, 0.30, generator=generator)
             elif init == "xavier":
-                nn.init.xavier_uniform_(layer.weight)
+                nn.init.xavier_uniform_(layer.weight, generator=generator)
             elif init == "he":
-                nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
+                nn.init.kaiming_normal_(layer.weight, nonlinearity="relu", generator=generator)
             else:
-                nn.init.orthogonal_(layer.weight)
+                nn.init.orthogonal_(layer.weight, generator=generator)
             if layer.bias is not None:
                 layer.bias.zero_()
 
@@ -231,11 +257,13 @@ def build(
 ) -> tuple[tuple[torch.Tensor, ...], nn.Sequential, torch.optim.Optimizer, Iterator[Any]]:
     """Everything a run needs, from ``seed`` in a fixed order: the data, the net (PyTorch's
     default initialization, then ``init``), its optimizer and the stream of batches; all drawn
-    on the CPU, then moved to ``device``."""
+    on the CPU, then moved to ``device``. The weights come from a generator of their own,
+    seeded as ``torch.manual_seed(seed)`` seeds the global one (the same numbers), so a run
+    leaves torch's global random state alone and runs beside others without taking turns."""
     data = make_data(dataset, noise, points, test_frac, seed)
-    torch.manual_seed(seed)
-    model = make_model(depth, width, activation, norm, bias)
-    init_weights(model, init, data[0])
+    weights = torch.Generator().manual_seed(seed)  # the stream torch.manual_seed(seed) starts
+    model = make_model(depth, width, activation, norm, bias, weights)
+    init_weights(model, init, data[0], weights)
     model.to(device)
     x_train, y_train, x_test, y_test = (t.to(device) for t in data)
     opt = make_optimizer(model, optimizer, lr)

@@ -6,10 +6,12 @@ it starts again). Two kinds of run:
 
 - an experiment run: validated, cached by the full parameter set (below), queued with
   :attr:`Runner.max_queued`, abandoned when every client has gone;
-- a live session of the ``/train`` page (:class:`~normlab.lab.trainruns.Run`): the Runner holds
-  its slot, at most :attr:`Runner.max_sessions` at once (:meth:`Runner.admit`,
-  :meth:`Runner.release`), and its steps take the Runner's threads kept for sessions
-  (:meth:`Runner.in_session_thread`). What its stream sends is :mod:`normlab.lab.trainruns`'s.
+- a live session of the ``/train`` page (:class:`~normlab.lab.trainruns.Run`): the Runner
+  holds a place for it while it is built (:meth:`Runner.book`), then its slot once it is built
+  (:meth:`Runner.admit`), at most :attr:`Runner.max_sessions` of both at once, until its
+  client leaves (:meth:`Runner.release`, during the build too); its build and steps take the
+  Runner's threads kept for sessions (:meth:`Runner.in_session_thread`). What its stream
+  sends is :mod:`normlab.lab.trainruns`'s.
 
 The cache key is the experiment name plus every parameter *after* validation and defaults, so
 ``{}`` and ``{"depth": 10}`` for ``drift`` share one entry. Concurrent requests for the same key
@@ -80,6 +82,11 @@ class LiveSession(Protocol):
     def closed(self) -> bool: ...
 
     def close(self) -> None: ...
+
+
+def _sides(sessions: Mapping[str, LiveSession]) -> int:
+    """The sides ``sessions`` train (a compared run counts two), the ended ones aside."""
+    return sum(len(s.setups) for s in sessions.values() if not s.closed)
 
 
 @dataclass(eq=False)
@@ -164,6 +171,7 @@ class Runner:
         self.queued = 0  # requests waiting for a run or in one, now
         self._threads_of: weakref.WeakKeyDictionary[Any, _Threads] = weakref.WeakKeyDictionary()
         self._sessions: dict[str, LiveSession] = {}  # by id, each until its stream has ended
+        self._booked: dict[str, LiveSession] = {}  # by id, each while it is built
         self.bytes = 0  # the JSON of the answers held
         self._cache: OrderedDict[str, _Entry] = OrderedDict()
         self._lock = threading.Lock()
@@ -182,7 +190,7 @@ class Runner:
         """
         with self._lock:  # no session is admitted between the flag and the closing
             self._cancelled.set()
-            sessions = list(self._sessions.values())
+            sessions = [*self._sessions.values(), *self._booked.values()]
         for session in sessions:
             session.close()
 
@@ -199,32 +207,57 @@ class Runner:
     def sessions(self) -> int:
         """The live sessions training now (a compared run counts two)."""
         with self._lock:
-            return self._going()
+            return _sides(self._sessions)
 
-    def _going(self) -> int:
-        return sum(len(s.setups) for s in self._sessions.values() if not s.closed)
+    @property
+    def building(self) -> int:
+        """The sessions being built now, each with a place booked (:meth:`book`)."""
+        with self._lock:
+            return _sides(self._booked)
 
-    def admit(self, session: LiveSession, replaces: str | None = None) -> None:
-        """Hold a slot for ``session`` until :meth:`release`, ending the session it
-        ``replaces`` first (its page opened a new setting in its place).
+    def _refuse(self, session: LiveSession, replaces: str | None) -> None:
+        """End the session ``session`` replaces; raise if ``session`` may not have a place."""
+        old = (self._sessions.get(replaces) or self._booked.get(replaces)) if replaces else None
+        if old is not None:
+            old.close()
+        if self._cancelled.is_set():
+            raise RunCancelled("the lab is stopping")
+        going = _sides(self._sessions) + _sides(self._booked)
+        if going + len(session.setups) > self.max_sessions:
+            raise RunBusy(
+                f"the lab trains at most {self.max_sessions} sessions at once and {going} "
+                "are going (a compared run counts two): close another page that trains, "
+                "then try again"
+            )
+
+    def book(self, session: LiveSession, replaces: str | None = None) -> None:
+        """Hold a place for ``session`` while it is built, ending the session it ``replaces``
+        first (its page opened a new setting in its place). A place counts against
+        :attr:`max_sessions` as a slot does, so that a full lab refuses before a stream
+        starts; :meth:`admit` makes it the session's slot once built, :meth:`release` gives it
+        back (its client went during the build).
 
         Raises:
             RunCancelled: the lab is stopping.
-            RunBusy: :attr:`max_sessions` sessions train already.
+            RunBusy: :attr:`max_sessions` sessions train or are built already.
         """
         with self._lock:
-            old = self._sessions.get(replaces) if replaces else None
-            if old is not None:
-                old.close()
-            if self._cancelled.is_set():
+            self._refuse(session, replaces)
+            self._booked[session.id] = session
+
+    def admit(self, session: LiveSession, replaces: str | None = None) -> None:
+        """Hold a slot for the built ``session`` until :meth:`release`: its booked place
+        (:meth:`book`), or a new one, ending the session it ``replaces`` first.
+
+        Raises:
+            RunCancelled: the lab is stopping.
+            RunBusy: :attr:`max_sessions` sessions train already (one that booked no place).
+        """
+        with self._lock:
+            if self._booked.pop(session.id, None) is not session:
+                self._refuse(session, replaces)
+            elif self._cancelled.is_set():
                 raise RunCancelled("the lab is stopping")
-            going = self._going()
-            if going + len(session.setups) > self.max_sessions:
-                raise RunBusy(
-                    f"the lab trains at most {self.max_sessions} sessions at once and {going} "
-                    "are going (a compared run counts two): close another page that trains, "
-                    "then try again"
-                )
             self._sessions[session.id] = session
 
     def session(self, session_id: str) -> LiveSession | None:
@@ -234,11 +267,12 @@ class Runner:
         return None if session is None or session.closed else session
 
     def release(self, session: LiveSession) -> None:
-        """End ``session`` and give its slot back (its stream has ended); idempotent."""
+        """End ``session`` and give its slot or place back (its stream has ended); idempotent."""
         session.close()
         with self._lock:
-            if self._sessions.get(session.id) is session:
-                del self._sessions[session.id]
+            for held in (self._sessions, self._booked):
+                if held.get(session.id) is session:
+                    del held[session.id]
 
     def _check(self, entry: _Entry | None) -> None:
         if self._cancelled.is_set():
@@ -391,11 +425,13 @@ class Runner:
             with self._lock:
                 self.queued -= 1
 
-    async def in_session_thread(self, fn: Callable[..., T], *args: Any) -> T:
+    async def in_session_thread(self, fn: Callable[..., T], *args: Any, abandon: bool = False) -> T:
         """``fn(*args)`` (a live session's build, steps or frame) in one of this Runner's
         threads kept for sessions, one per slot: a session's stream waits for one at a time,
-        so its slot bounds them and no queue is needed."""
-        return await anyio.to_thread.run_sync(fn, *args, limiter=self._threads().sessions)
+        so its slot bounds them and no queue is needed. With ``abandon``, a stream cancelled
+        meanwhile (its client gone) stops waiting at once, and ``fn`` ends on its own."""
+        limiter = self._threads().sessions
+        return await anyio.to_thread.run_sync(fn, *args, limiter=limiter, abandon_on_cancel=abandon)
 
     def _run_json(self, name: str, params: dict[str, Any], waiter: Waiter | None) -> bytes:
         return self._body(self._run(name, params, waiter))  # rendered here, off the event loop

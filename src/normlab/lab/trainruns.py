@@ -7,10 +7,12 @@ most ``fps`` a second and ``speed`` optimizer steps apart. The sides step in loc
 action is taken at the next step: between two frames, never inside a step. Every step and
 frame is computed in a worker thread of the lab's run manager
 (:meth:`~normlab.lab.runner.Runner.in_session_thread`), so the event loop keeps serving pages
-while the runs train. The manager bounds the runs too: each holds its slot
-(:meth:`~normlab.lab.runner.Runner.admit`) from the moment its stream is asked for until the
-stream ends (the client went, its page opened a new run in its place, or the lab stops:
-:meth:`~normlab.lab.runner.Runner.cancel`).
+while the runs train. The manager bounds the runs too: each holds a place while its sessions
+are built (:meth:`~normlab.lab.runner.Runner.book`), then its slot
+(:meth:`~normlab.lab.runner.Runner.admit`) until the stream ends (the client went, its page
+opened a new run in its place, or the lab stops: :meth:`~normlab.lab.runner.Runner.cancel`).
+A build takes no lock: each session draws from a generator of its own
+(:func:`normlab.trainview.build`), so a stream never waits for an experiment run.
 
 Events, each ``data`` one line of JSON, keyed by side where a side has its own:
 
@@ -126,11 +128,14 @@ class Run:
     def step_count(self) -> int:
         return min((s.step_count for s in self.sessions.values()), default=0)
 
+    def build(self) -> None:
+        """Build the sessions (the data and the initial weights): in a worker thread. It takes
+        no lock (each session draws from a generator of its own), so it waits on nothing."""
+        self.sessions = {k: Session(v) for k, v in self.setups.items()}
+
     async def start(self) -> None:
-        """Build the sessions (the data and the initial weights) in a worker thread."""
-        self.sessions = await self._in_thread(
-            lambda: {k: Session(v) for k, v in self.setups.items()}
-        )
+        """:meth:`build` in a worker thread of the run's."""
+        await self._in_thread(self.build)
 
     def ask(self, action: str | None, speed: int | None = None, fps: int | None = None) -> None:
         """Queue ``action`` for the next step; a new ``speed`` or ``fps`` holds from the next
@@ -232,8 +237,8 @@ class Run:
         }
 
     async def events(self, gone: Callable[[], Awaitable[bool]]) -> AsyncIterator[str]:
-        """The run's stream: the points, a replay when asked, then frames until it ends."""
-        yield sse.retry()
+        """The built run's stream: the points, a replay when asked, then frames until it
+        ends."""
         yield sse.event("run", self._first())
         async for chunk in self._replay(gone):
             yield chunk

@@ -13,7 +13,6 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from normlab.experiments.base.registry import ENGINE
 from normlab.experiments.training import (
     Setup,
     boundary,
@@ -131,11 +130,9 @@ class Session:
         self.reset()
 
     def reset(self) -> None:
-        """Back to step 0: the same data and initial weights, rebuilt from the seed."""
-        with ENGINE, torch.random.fork_rng():  # the seed is torch's global one: take turns
-            data, self.model, self.optimizer, self._batches = build(
-                **dataclasses.asdict(self.setup)
-            )
+        """Back to step 0: the same data and initial weights, rebuilt from the seed (by a
+        generator of the run's own: no lock, no turn to wait for while an experiment runs)."""
+        data, self.model, self.optimizer, self._batches = build(**dataclasses.asdict(self.setup))
         self.x_train, self.y_train, self.x_test, self.y_test = data
         self.step_count = 0
         self._train: deque[float] = deque(maxlen=KEEP)

@@ -11,7 +11,10 @@
 - ``GET /api/train/stream?<setup>&<play>``: one run as Server-Sent Events (see
   :mod:`normlab.lab.trainruns` for the events). ``replaces=RUN`` ends that run first (the page
   opening a new setting). Beyond the runner's
-  :attr:`~normlab.lab.runner.Runner.max_sessions` sessions it answers 503;
+  :attr:`~normlab.lab.runner.Runner.max_sessions` sessions (built or being built) it answers
+  503. The stream opens before the run is built (a build waits on nothing else: no lock), a
+  client gone during the build frees its place, and a build that fails ends the stream with
+  a ``refused`` event (``{"status", "detail"}``, the answer it would have been);
 - ``POST /api/train/{run}/control``: ``{"action": "play" | "pause" | "step" | "reset"}``, and
   ``speed`` or ``fps`` to change how it plays; taken at the run's next step;
 - ``GET /api/train/code?<setup>&steps=N`` and ``GET /playground/train?...``: the plain PyTorch
@@ -27,7 +30,7 @@ import functools
 import hashlib
 import types
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Annotated, Any
 
 import anyio.to_thread
@@ -130,19 +133,39 @@ async def train_stream(request: Request) -> Any:
         return bad_input(exc.param, str(exc))
     run = Run(setups, play, runner.in_session_thread)
     try:
-        runner.admit(run, replaces=request.query_params.get("replaces"))
+        runner.book(run, replaces=request.query_params.get("replaces"))
     except (RunCancelled, RunBusy) as exc:  # the lab is stopping, or every slot is taken
         return busy(str(exc))
-    try:
-        await run.start()
+    ended = functools.partial(runner.release, run)  # however the stream ends, build or not
+    return sse.EventStream(_built_then_run(run, runner, request.is_disconnected), ended)
+
+
+async def _built_then_run(
+    run: Run, runner: Runner, gone: Callable[[], Awaitable[bool]]
+) -> AsyncIterator[str]:
+    """The stream of ``run``: its first line at once (the client sees it open), then its
+    build, its slot taken (:meth:`~normlab.lab.runner.Runner.admit`) and its events. A client
+    gone during the build ends the stream there; a build the setting makes impossible, or
+    the lab stopping meanwhile, ends it with a ``refused`` event in the lab's error shape."""
+    yield sse.retry()
+    try:  # a client gone meanwhile ends the stream at once; the build ends on its own
+        await runner.in_session_thread(run.build, abandon=True)
+        runner.admit(run)
     except ValueError as exc:  # LSUV cannot rescale a layer that puts out nothing
-        runner.release(run)
-        return bad_input(getattr(exc, "param", None), str(exc))
-    except BaseException:
-        runner.release(run)
-        raise
-    ended = functools.partial(runner.release, run)
-    return sse.EventStream(run.events(request.is_disconnected), ended)
+        yield _refused(422, getattr(exc, "param", None), str(exc))
+        return
+    except (RunCancelled, RunBusy) as exc:
+        yield _refused(503, None, str(exc))
+        return
+    async for chunk in run.events(gone):
+        yield chunk
+
+
+def _refused(status: int, parameter: str | None, message: str) -> str:
+    """The event that ends a stream whose run could not start: the answer it would have been
+    had its headers not gone out yet."""
+    detail = {"parameter": parameter, "message": message}
+    return sse.event("refused", {"status": status, "detail": detail})
 
 
 def _control_values(body: Mapping[str, Any]) -> tuple[str | None, int | None, int | None]:
@@ -352,9 +375,12 @@ def _document(r: APIRouter) -> None:
         "but the data's; the others are the first run's). `replaces=RUN` ends that run "
         "first. The run ends with the stream: when the client disconnects, when a new stream "
         "replaces it, or when the lab stops. "
-        f"At most {MAX_SESSIONS} sessions at once (a compared run counts two).",
+        f"At most {MAX_SESSIONS} sessions at once (a compared run counts two). The stream "
+        "opens before the session is built: a build that fails (LSUV on a layer that puts "
+        "out nothing) or the lab stopping meanwhile ends it with one `refused` event, "
+        "`{status, detail}` as the answer would have been.",
         response_description="`run`, `replay`, `history`, `frame`, `status` and `reset` "
-        "events, each data one line of JSON",
+        "events (or one `refused`), each data one line of JSON",
         responses={
             **sse.STREAM_RESPONSE, **bad,
             503: schemas.error(f"{MAX_SESSIONS} sessions train already, or the lab is stopping"),

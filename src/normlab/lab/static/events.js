@@ -3,7 +3,8 @@
  * EventSource hides a refused stream's answer; the /train page needs it (a 422 names the
  * setting at fault, a 503 says how many runs are going). read() calls onEvent(name, data) for
  * every event whose data is JSON, in order, and resolves when the stream ends; it rejects with
- * an Error carrying the lab's {parameter, message} and the status when the answer is not 200.
+ * an Error carrying the lab's {parameter, message} and the status when the answer is not 200,
+ * or when a stream that opened ends with a `refused` event ({status, detail}) instead.
  * Aborting the signal closes the connection, which is how the server learns the page is gone.
  */
 "use strict";
@@ -34,6 +35,14 @@
     return err;
   }
 
+  /** A stream that opened, then could not start its run: the refusal its answer would be. */
+  function refused({ status, detail }) {
+    const err = new Error(detail.message);
+    err.parameter = detail.parameter ?? null;
+    err.status = status;
+    return err;
+  }
+
   async function read(url, { signal, onEvent }) {
     const response = await fetch(url, { signal, headers: { Accept: "text/event-stream" } });
     if (!response.ok) throw await refusal(response);
@@ -47,6 +56,7 @@
       while (cut >= 0) {
         const found = parse(buffer.slice(0, cut));
         buffer = buffer.slice(cut + 2);
+        if (found?.name === "refused") throw refused(JSON.parse(found.data));
         if (found) onEvent(found.name, JSON.parse(found.data));
         cut = buffer.indexOf("\n\n");
       }
