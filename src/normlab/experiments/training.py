@@ -185,9 +185,8 @@ def init_weights(
     ``constant`` (0.1, as the symmetry lesson) makes a layer's units equal. The random ones
     draw from ``generator`` (torch's global one when ``None``)."""
     if init == "lsuv":
-        lsuv_(
-            model, x, generator=generator
-        )  # orthogonal, then each Linear rescaled to unit output variance on x
+        # orthogonal, then each Linear rescaled to unit output variance on x
+        lsuv_(model, x, generator=generator)
         return
     if init == "default":
         return
