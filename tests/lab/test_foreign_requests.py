@@ -9,6 +9,7 @@ whose client has gone stops its run at its next step; a GET from another site st
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 from collections.abc import Iterator
@@ -18,11 +19,11 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from normlab.lab import lessons, site
+from normlab.lab import lessons, site, trainlesson
 from normlab.lab.app import create_app
 from normlab.lab.runner import RunAbandoned, Runner
 
-from .real_server import serving
+from .real_server import EventStream, serving
 from .steps import at_each_step
 
 LAB = "http://127.0.0.1"  # the lab answers loopback Host names only
@@ -150,3 +151,29 @@ def test_ad_hoc_runs_never_evict_a_lesson_s_answers(
         assert runner.misses == misses + 8 and runner.hits > hits  # answered from the cache
         loose = [e for e in runner._cache.values() if not e.kept]
         assert len(loose) == (3 if bound == "max_entries" else 1)  # the rest stays bounded
+
+
+def test_the_train_page_computes_its_numbers_for_no_other_site(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(trainlesson, "_done", {})  # not trained yet in this process
+    for headers in FOREIGN:
+        r = client.get("/train", headers=headers)
+        assert r.status_code == 403 and r.json()["detail"]["parameter"] == "origin"
+    assert not trainlesson._done  # nothing trained
+
+
+def test_a_training_session_starts_for_no_other_site() -> None:
+    runner = Runner()
+    path = "/api/train/stream?dataset=blobs&points=40&depth=1&width=4"  # milliseconds a step
+    with serving(create_app(runner)) as port:
+        for headers in FOREIGN:
+            refused = EventStream(port, path, headers=headers)
+            assert refused.response.status == 403
+            assert json.loads(refused.response.read())["detail"]["parameter"] == "origin"
+            refused.close()
+        assert runner.sessions == 0
+        own_page = {"Origin": f"http://127.0.0.1:{port}", "Sec-Fetch-Site": "same-origin"}
+        own = EventStream(port, path, headers=own_page)  # the lab's own /train page
+        assert own.response.status == 200
+        own.close()
