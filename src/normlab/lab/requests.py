@@ -1,7 +1,8 @@
 """What the lab's routes share: reading an experiment's parameters from a request (a JSON
 body, or a query string of CLI-style values), declaring them in OpenAPI, answering what a run
-refuses with the lab's error shape, noticing that a client has gone, binding a generated
-route's name, and JSON safe inside a page's ``<script>``.
+refuses with the lab's error shape, noticing that a client has gone (and leaving a page's runs
+then: :func:`in_visit`), binding a generated route's name, and JSON safe inside a page's
+``<script>``.
 
 Used by the modules of :mod:`normlab.lab.routes` and by :mod:`normlab.lab.site`; it imports
 none of them.
@@ -10,9 +11,12 @@ none of them.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
+import anyio
+import anyio.to_thread
 from fastapi import Request
 from fastapi.responses import JSONResponse
 from markupsafe import Markup
@@ -28,13 +32,17 @@ from normlab.experiments import (
 from normlab.experiments.base.params import FLOAT_LIST
 from normlab.lab import schemas
 from normlab.lab.errors import bad_input, busy, json_body, read_body
-from normlab.lab.runner import RunAbandoned, RunBusy, RunCancelled
+from normlab.lab.runner import RunAbandoned, RunBusy, RunCancelled, Runner, RunRefused, Waiter
+from normlab.lab.security import FOREIGN
+
+T = TypeVar("T")
 
 MAX_PARAMS_BYTES = 64 << 10
 """The largest body ``POST /api/experiments/NAME`` reads (the longest allowed one is a few
 hundred bytes)."""
 
 REFUSED = (
+    RunRefused,
     RunCancelled,
     RunAbandoned,
     RunBusy,
@@ -62,7 +70,10 @@ async def read_params(request: Request) -> dict[str, Any] | JSONResponse:
 
 
 def refusal(exc: Exception) -> JSONResponse:
-    """422 naming the parameter (or the experiment's name); 503 for a run that was stopped."""
+    """422 naming the parameter (or the experiment's name); 503 for a run that was stopped;
+    403 naming ``origin`` for a run a request from another site may not start."""
+    if isinstance(exc, RunRefused):
+        return bad_input("origin", str(exc), status=403)
     if isinstance(exc, RunBusy):
         return busy(str(exc))  # 503 with Retry-After
     if isinstance(exc, RunCancelled | RunAbandoned):  # (abandoned: nobody is there to read it)
@@ -109,6 +120,76 @@ async def client_gone(request: Request) -> None:
     """
     while (await request.receive())["type"] != "http.disconnect":
         pass
+
+
+def foreign(request: Request) -> str | None:
+    """Why ``request`` may start no run (it came from another site, see
+    :mod:`normlab.lab.security`), or ``None``: pass it on as a run's ``refuse``."""
+    reason: str | None = request.scope.get(FOREIGN)
+    return reason
+
+
+Run = Callable[[str, dict[str, Any]], dict[str, Any]]
+"""What a page renders with: ``run(name, params)`` -> the answer (see :class:`Visit`)."""
+
+
+class Visit:
+    """The runs one page request asks for (a lesson asks for several): each waits with a
+    :class:`~normlab.lab.runner.Waiter` of its own, and :meth:`leave` (its client has gone)
+    leaves them all, so each stops at its next step unless someone else waits for it.
+
+    Args:
+        runner: the lab's runner.
+        refuse: why the request may start no run (:func:`foreign`), or ``None``.
+        keep: the runs are a lesson's, kept in the cache for good.
+    """
+
+    def __init__(self, runner: Runner, refuse: str | None = None, keep: bool = False) -> None:
+        self.runner, self.refuse, self.keep = runner, refuse, keep
+        self._lock = threading.Lock()  # run() is called in a worker thread, leave() on the loop
+        self._waiters: list[Waiter] = []
+        self.gone = False
+
+    def run(self, name: str, params: dict[str, Any]) -> dict[str, Any]:
+        waiter = Waiter(self.runner)
+        with self._lock:
+            self._waiters.append(waiter)
+            if self.gone:
+                waiter.leave()  # the run refuses to start for it
+        return self.runner.run(name, params, waiter, refuse=self.refuse, keep=self.keep)
+
+    def leave(self) -> None:
+        with self._lock:
+            self.gone = True
+            waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            waiter.leave()
+
+
+async def in_visit(
+    request: Request, runner: Runner, render: Callable[[Run], T], keep: bool = False
+) -> T:
+    """``render(run)`` in a worker thread, its runs those of one :class:`Visit` of ``runner``
+    for ``request``: they stop when its client has gone (:class:`RunAbandoned`), and a request
+    from another site starts none (:class:`RunRefused`)."""
+    visit = Visit(runner, foreign(request), keep)
+    result: list[T] = []
+    error: Exception | None = None
+
+    async def watch() -> None:
+        await client_gone(request)
+        visit.leave()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(watch)
+        try:
+            result.append(await anyio.to_thread.run_sync(render, visit.run))
+        except Exception as exc:  # raised below, not wrapped in the group's ExceptionGroup
+            error = exc
+        group.cancel_scope.cancel()
+    if error is not None:
+        raise error
+    return result[0]
 
 
 def bound(

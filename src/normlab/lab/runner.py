@@ -22,6 +22,12 @@ A run that every one of its requests has given up on stops at its next step: a l
 drags a slider past a long setting (a bn-lr at its maxima trains for several seconds) would
 otherwise wait for it before the run they now want gets the CPU. After a computation the freed
 memory goes back to the system (:func:`trim`).
+
+A request that came from another site (``refuse``, see :mod:`normlab.lab.security`) is given
+a finished answer the cache holds and nothing else: it starts no run and joins none
+(:class:`RunRefused`). The lessons' answers are *kept* (``keep``): never evicted, and outside
+the bounds, so that ad-hoc requests, however many, never make a lesson page compute again;
+they are a fixed set (the lesson templates' calls), so the cache stays bounded.
 """
 
 from __future__ import annotations
@@ -62,6 +68,11 @@ class RunAbandoned(Exception):
     """Every request waiting for the run has gone (its client disconnected): it stopped."""
 
 
+class RunRefused(Exception):
+    """The request came from another site and the cache holds no finished answer for it: no
+    run starts for it (its message says why)."""
+
+
 class RunBusy(Exception):
     """:attr:`Runner.max_queued` requests wait for runs already, or :attr:`Runner.max_sessions`
     sessions train already: this one is refused."""
@@ -96,6 +107,7 @@ class _Entry:
     future: Future[dict[str, Any]] = field(default_factory=Future)
     waiters: int = 0  # requests waiting that may leave (see Waiter)
     pinned: bool = False  # someone waits who never leaves (the warm-up, a plain run() call)
+    kept: bool = False  # a lesson's answer: never evicted, outside the bounds
     abandoned: threading.Event = field(default_factory=threading.Event)
     body: bytes | None = None  # the value as JSON, rendered once (see Runner.arun_json)
     watched: bool = False  # a stream reads its frames (see Runner.astream): make them
@@ -286,7 +298,13 @@ class Runner:
         return _key(name, get_experiment(name).make_params(params))
 
     def run(
-        self, name: str, params: dict[str, Any], waiter: Waiter | None = None
+        self,
+        name: str,
+        params: dict[str, Any],
+        waiter: Waiter | None = None,
+        *,
+        refuse: str | None = None,
+        keep: bool = False,
     ) -> dict[str, Any]:
         """The answer for the run (see the module docstring), computed once per distinct full
         parameter set.
@@ -294,10 +312,20 @@ class Runner:
         ``waiter``: this request's :class:`Waiter`; when it and every other request waiting for
         the same run have left, the run stops at its next step and this call raises
         :class:`RunAbandoned`. Without one, the caller waits for good (the warm-up does).
+        ``refuse``: why this request may start no run (it came from another site): only a
+        finished cached answer is given, else :class:`RunRefused`. ``keep``: a lesson's answer,
+        never evicted.
         """
-        return self._run(name, params, waiter).future.result()
+        return self._run(name, params, waiter, refuse, keep).future.result()
 
-    def _run(self, name: str, params: dict[str, Any], waiter: Waiter | None) -> _Entry:
+    def _run(
+        self,
+        name: str,
+        params: dict[str, Any],
+        waiter: Waiter | None,
+        refuse: str | None = None,
+        keep: bool = False,
+    ) -> _Entry:
         """:meth:`run`, returning the finished cache entry (its future raises a failed run's
         error here)."""
         if waiter is not None and waiter._runner is not self:
@@ -309,6 +337,8 @@ class Runner:
             entry = self._cache.get(key)
             if entry is not None and entry.abandoned.is_set():
                 entry = None  # stopping: start afresh (its clean-up spares the new entry)
+            if refuse is not None and (entry is None or not entry.future.done()):
+                raise RunRefused(refuse)
             if entry is not None:
                 self._cache.move_to_end(key)
                 self.hits += 1
@@ -317,9 +347,10 @@ class Runner:
                 entry = _Entry()
                 self._cache[key] = entry
                 owner = True
-                while len(self._cache) > self.max_entries:
-                    _, old = self._cache.popitem(last=False)
-                    self.bytes -= len(old.body or b"")
+                self._evict(entry, math.inf)  # one more entry (its bytes come later)
+            if keep and not entry.kept:
+                entry.kept = True
+                self.bytes -= len(entry.body or b"")  # counted no more
             # Counted before the lock is let go, so the run cannot be abandoned under a caller
             # still waiting: RunAbandoned reaches only callers whose waiter has left.
             if waiter is None:
@@ -364,23 +395,21 @@ class Runner:
         name: str,
         params: dict[str, Any],
         gone: Callable[[], Awaitable[None]] | None = None,
+        refuse: str | None = None,
     ) -> bytes:
         """:meth:`run` in a worker thread, so the event loop keeps answering meanwhile, and the
         answer as UTF-8 JSON, rendered once per cache entry (a cached answer is sent as is).
 
         ``gone``: an async function that returns when the request's client has disconnected;
         the run is then left (see :class:`Waiter`), and this raises :class:`RunAbandoned`
-        if it stopped.
+        if it stopped. ``refuse``: as for :meth:`run`.
         """
         key = self.key(name, params)  # validate on the loop: bad input answers at once
-        with self._lock:
-            entry = self._cache.get(key)
-        if entry is not None and entry.future.done() and entry.future.exception() is None:
-            with self._lock:
-                self.hits += 1
-                if key in self._cache:
-                    self._cache.move_to_end(key)
+        entry = self._finished(key)
+        if entry is not None:
             return self._body(entry)
+        if refuse is not None:
+            raise RunRefused(refuse)
         if gone is None:
             return await self._off_loop(self._run_json, name, params, None)
         waiter = Waiter(self)
@@ -436,10 +465,40 @@ class Runner:
     def _run_json(self, name: str, params: dict[str, Any], waiter: Waiter | None) -> bytes:
         return self._body(self._run(name, params, waiter))  # rendered here, off the event loop
 
+    def _finished(self, key: str) -> _Entry | None:
+        """The finished entry of ``key`` (a hit, now the most recently used), or ``None``."""
+        with self._lock:
+            entry = self._cache.get(key)
+            if entry is None or not entry.future.done() or entry.future.exception() is not None:
+                return None
+            self.hits += 1
+            self._cache.move_to_end(key)
+            return entry
+
+    def cached(self, name: str, params: dict[str, Any]) -> bytes | None:
+        """The run's answer as :meth:`arun_json` gives it, if the cache holds it finished (a
+        hit), else ``None``: computes nothing (validates ``params``)."""
+        entry = self._finished(self.key(name, params))
+        return None if entry is None else self._body(entry)
+
+    def _evict(self, newest: _Entry, max_bytes: float) -> None:
+        """Drop the least recently used entries, kept ones aside, until at most
+        :attr:`max_entries` are left and, of the finished ones, ``max_bytes`` (``newest``,
+        the one just asked for or rendered, always stays). Called with the lock held."""
+        loose = [(key, e) for key, e in self._cache.items() if not e.kept]
+        count = len(loose)
+        for key, old in loose:
+            if count <= self.max_entries and self.bytes <= max_bytes:
+                break
+            if old is not newest and (count > self.max_entries or old.future.done()):
+                del self._cache[key]
+                self.bytes -= len(old.body or b"")
+                count -= 1
+
     def _body(self, entry: _Entry) -> bytes:
         """``entry``'s value as JSON, rendered on first use (two threads at once render the
-        same), then counted against :attr:`max_bytes`: the oldest finished answers go until
-        the rest fit (the newest one always stays)."""
+        same), then counted against :attr:`max_bytes` (unless kept): the oldest finished
+        answers go until the rest fit (the newest one always stays)."""
         body = entry.body
         if body is not None:
             return body
@@ -455,14 +514,9 @@ class Runner:
             if entry.body is not None:  # another thread rendered it meanwhile
                 return entry.body
             entry.body = body
-            if any(e is entry for e in self._cache.values()):
+            if not entry.kept and any(e is entry for e in self._cache.values()):
                 self.bytes += len(body)
-            for key, old in list(self._cache.items()):
-                if self.bytes <= self.max_bytes:
-                    break
-                if old is not entry and old.future.done():
-                    del self._cache[key]
-                    self.bytes -= len(old.body or b"")
+            self._evict(entry, self.max_bytes)
         return body
 
     async def astream(
@@ -477,9 +531,8 @@ class Runner:
         once nobody else waits for it. Bad parameters raise before the first item.
         """
         key = self.key(name, params)  # validate first: bad input raises at once
-        with self._lock:
-            entry = self._cache.get(key)
-        if entry is not None and entry.future.done() and entry.future.exception() is None:
+        entry = self._finished(key)
+        if entry is not None:
             yield "result", self._body(entry)
             return
         waiter = Waiter(self, watches=True)

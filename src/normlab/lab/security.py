@@ -1,7 +1,7 @@
 """Who may talk to the lab: a token off loopback, and same-origin checks for state changes.
 
 The lab runs code a learner types, so a request that reaches it can run code on this machine.
-Three rules keep strangers out, the first two as Jupyter has them:
+Four rules keep strangers out, the first two as Jupyter has them:
 
 - **Loopback by default.** Bound to 127.0.0.1 (or ``localhost``/``::1``) the lab trusts local
   users, as any local process could run code anyway. The ``Host`` header must then name a
@@ -15,6 +15,13 @@ Three rules keep strangers out, the first two as Jupyter has them:
   not the lab's own (or whose ``Sec-Fetch-Site`` says ``cross-site``) are refused, so another web
   page open in the learner's browser cannot make it run code, even with the cookie. Clients
   that send no ``Origin`` (curl, scripts) are not browsers acting for a page and may proceed.
+- **No runs for other sites.** A ``GET`` may compute (a notebook download, a page's live
+  results), and a page elsewhere can send one with an ``<img>`` tag. A reading request whose
+  ``Sec-Fetch-Site`` is ``cross-site`` or ``same-site`` (another port of this machine is
+  another origin), or whose ``Origin`` is not the lab's own, passes with the reason noted in
+  its scope (:data:`FOREIGN`): the routes that compute give it only what the cache already
+  holds (that costs nothing, and a link from a course page to a lesson still opens) and
+  refuse it with 403 rather than start a run (:class:`~normlab.lab.runner.RunRefused`).
 
 A state-changing request that carries a body must say ``Content-Type: application/json``
 (415 otherwise): a form or ``text/plain`` POST, which a page elsewhere can send without a CORS
@@ -53,6 +60,9 @@ HEADERS = [
 ]
 """What every answer of the lab says, refusals included."""
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+FOREIGN = "normlab.foreign"
+"""The scope key where :class:`LabGuard` notes why a reading request came from another site
+(``None`` when it came from the lab's own page or a plain client): it may start no run."""
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
 
@@ -87,7 +97,7 @@ def _split_host(value: str) -> tuple[str, str]:
 
 
 class LabGuard:
-    """ASGI middleware enforcing the three rules above.
+    """ASGI middleware enforcing the four rules above.
 
     Args:
         app: the application to guard.
@@ -138,7 +148,9 @@ class LabGuard:
                     "(…/?token=...) or send 'Authorization: token ...'",
                 ), False
             set_cookie = given[1] == "query"
-        if scope.get("method", "GET") not in SAFE_METHODS:
+        if scope.get("method", "GET") in SAFE_METHODS:
+            scope[FOREIGN] = _foreign_read(headers, host_header)
+        else:
             refusal = _cross_origin(headers, host_header)
             if refusal is not None:
                 return ("origin", refusal), False
@@ -220,6 +232,18 @@ def _cross_origin(headers: dict[str, str], host_header: str) -> str | None:
             "only the lab's own pages may change state or run code"
         )
     return None
+
+
+def _foreign_read(headers: dict[str, str], host_header: str) -> str | None:
+    """Why a reading request came from another site (see :data:`FOREIGN`), or ``None``."""
+    site = headers.get("sec-fetch-site", "")
+    if site in ("cross-site", "same-site"):
+        where = f"Sec-Fetch-Site {site!r}: a page of another site"
+    elif "origin" in headers and _cross_origin(headers, host_header) is not None:
+        where = f"Origin {headers['origin']!r} is not this lab ({host_header!r}): its page"
+    else:
+        return None
+    return f"{where} may start no run in the lab, only read what it has computed"
 
 
 async def _refuse(send: Send, refusal: Refusal) -> None:

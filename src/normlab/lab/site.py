@@ -24,6 +24,7 @@ Every lesson template can call these helpers:
 
 from __future__ import annotations
 
+import functools
 import html
 import importlib.util
 import json
@@ -228,7 +229,8 @@ class Site:
 
 
 def warm_lessons(app: FastAPI) -> None:
-    """Render every lesson once, so their live results sit in the cache.
+    """Render every lesson once, so their live results sit in the cache, kept there for good
+    (:meth:`~normlab.lab.runner.Runner.run`'s ``keep``: ad-hoc runs never evict them).
 
     Ends early when the lab shuts down: the runner is cancelled then
     (:meth:`~normlab.lab.runner.Runner.cancel`), so the run in progress stops at its next
@@ -238,6 +240,6 @@ def warm_lessons(app: FastAPI) -> None:
     state = state_of(app)
     try:
         for found in lessons.LESSONS:
-            state.site.render_lesson(found, state.runner.run)
+            state.site.render_lesson(found, functools.partial(state.runner.run, keep=True))
     except RunCancelled:
         return

@@ -49,6 +49,11 @@ def numbers(stopped: Callable[[], bool] = lambda: False) -> dict[str, dict[str, 
         return dict(_done)
 
 
+def ready() -> bool:
+    """Whether every case is trained already: :func:`numbers` then computes nothing."""
+    return len(_done) == len(CASES)
+
+
 def _layers(frame: Mapping[str, Any]) -> list[dict[str, Any]]:
     keep = ("name", "kind", "act_std", "grad_ratio", "labels")
     return [{k: layer[k] for k in keep} for layer in frame["layers"]]

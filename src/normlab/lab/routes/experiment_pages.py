@@ -25,7 +25,8 @@ from markupsafe import Markup, escape
 from normlab.experiments import Experiment, UnknownExperiment, get_experiment, list_experiments
 from normlab.lab import lessons
 from normlab.lab.lessons.markup import tex
-from normlab.lab.site import PageContext
+from normlab.lab.requests import REFUSED, Run, in_visit, refusal
+from normlab.lab.site import PageContext, Site
 from normlab.lab.state import lab_state
 
 _ROLE = re.compile(r":math:`([^`]+)`|:\w+:`(~?)([^`]+)`|``([^`]+)``")
@@ -67,7 +68,9 @@ def index(request: Request) -> HTMLResponse:
     )
 
 
-def experiment_page(name: str, request: Request) -> HTMLResponse:
+async def experiment_page(name: str, request: Request) -> Any:
+    """The page, its defaults' run stopped when its client has gone (refused, when it would
+    compute, for a request from another site)."""
     state = lab_state(request)
     try:
         experiment = get_experiment(name)
@@ -79,11 +82,20 @@ def experiment_page(name: str, request: Request) -> HTMLResponse:
             experiments=list_experiments(),
             current="experiments",
         )
-    ctx = PageContext(state.runner.run)
+    try:
+        return await in_visit(
+            request, state.runner, lambda run: _render(state.site, experiment, run)
+        )
+    except REFUSED as exc:
+        return refusal(exc)
+
+
+def _render(site: Site, experiment: Experiment, run: Run) -> HTMLResponse:
+    ctx = PageContext(run)
     widget = ctx.widget(experiment.name)  # the defaults' run, from the runner's cache
     initial: dict[str, Any] = ctx.result(experiment.name)
     names = [e.name for e in list_experiments()]
-    return state.site.render(
+    return site.render(
         "experiment.html",
         experiment=experiment,
         number=names.index(experiment.name) + 1,

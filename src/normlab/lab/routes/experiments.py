@@ -25,6 +25,7 @@ from normlab.lab.requests import (
     REFUSED,
     bound,
     client_gone,
+    foreign,
     query_params,
     query_schema,
     read_params,
@@ -83,7 +84,9 @@ async def download(name: str, request: Request) -> Any:
     """``GET /api/experiments/NAME/notebook``: the script as a notebook, with its output."""
     try:
         experiment, params = query_params(name, request)
-        body = await lab_state(request).runner.arun_json(name, params_dict(params))
+        body = await lab_state(request).runner.arun_json(
+            name, params_dict(params), gone=lambda: client_gone(request), refuse=foreign(request)
+        )
     except REFUSED as exc:
         return refusal(exc)
     nb = notebook.notebook(experiment, params, json.loads(body)["output"])

@@ -17,6 +17,7 @@ its prefix). The pages render with the app's :class:`~normlab.lab.site.Site` (``
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import urllib.parse
 from typing import Any
@@ -29,6 +30,7 @@ from normlab.experiments import ParameterError, get_experiment, script
 from normlab.experiments.base.params import params_dict
 from normlab.lab import lessons
 from normlab.lab.errors import bad_input
+from normlab.lab.requests import REFUSED, in_visit, refusal
 from normlab.lab.site import MATH_FONTS, STATIC
 from normlab.lab.state import lab_state
 
@@ -45,12 +47,18 @@ def home(request: Request) -> HTMLResponse:
     return lab_state(request).site.render("home.html")
 
 
-def lesson(slug: str, request: Request) -> HTMLResponse:
+async def lesson(slug: str, request: Request) -> Any:
+    """A lesson, its live results kept in the cache (a lesson's set is fixed), stopped when its
+    client has gone; a request from another site is given it only when they are cached."""
     state = lab_state(request)
     found = lessons.find(slug)
     if found is None:
         return state.site.render("404.html", status=404, slug=slug)
-    return state.site.render_lesson(found, state.runner.run)
+    render = functools.partial(state.site.render_lesson, found)
+    try:
+        return await in_visit(request, state.runner, render, keep=True)
+    except REFUSED as exc:
+        return refusal(exc)
 
 
 def playground(request: Request) -> HTMLResponse:

@@ -9,7 +9,8 @@ the POST's, and ends the stream. The run is the Runner's, cached and shared like
 cached answer comes at once, and a run that several pages ask for is computed once. When every
 client of a run has gone, it stops at its next step. Query values are written as the CLI takes
 them, as for ``/code``; a bad one is a 422 before the stream starts. At most :data:`MAX_STREAMS`
-are open at once (503 beyond).
+are open at once (503 beyond). A request from another site (see :mod:`normlab.lab.security`)
+is sent a cached answer and starts no run (403).
 """
 
 from __future__ import annotations
@@ -23,18 +24,27 @@ from fastapi.responses import StreamingResponse
 from normlab.experiments import Experiment, list_experiments, params_dict
 from normlab.lab import schemas, sse
 from normlab.lab.errors import busy
-from normlab.lab.requests import REFUSED, bound, query_params, query_schema, refusal
-from normlab.lab.runner import Runner
+from normlab.lab.requests import REFUSED, bound, foreign, query_params, query_schema, refusal
+from normlab.lab.runner import RunRefused
 from normlab.lab.state import lab_state
 
 MAX_STREAMS = 16
 """Streamed runs open at once, over every page: each holds a worker thread while it trains."""
 
 
-async def _events(runner: Runner, name: str, params: dict[str, Any]) -> AsyncIterator[str]:
+Items = AsyncIterator[tuple[str, str | bytes]]
+"""What a stream sends: :meth:`~normlab.lab.runner.Runner.astream`'s ``(kind, data)``."""
+
+
+async def _given(body: bytes) -> Items:
+    """A cached answer, all a request from another site may be sent."""
+    yield "result", body
+
+
+async def _events(items: Items) -> AsyncIterator[str]:
     yield sse.retry()
     try:
-        async for kind, data in runner.astream(name, params):
+        async for kind, data in items:
             # JSON made off the event loop (the answer's once per cache entry): sent as it is
             text = data.decode() if isinstance(data, bytes) else data
             yield f"event: {kind}\ndata: {text}\n\n"
@@ -49,6 +59,14 @@ async def stream(name: str, request: Request) -> Any:
     except REFUSED as exc:
         return refusal(exc)
     state = lab_state(request)
+    refuse = foreign(request)
+    if refuse is None:
+        items: Items = state.runner.astream(name, params_dict(params))
+    else:  # from another site: the cached answer, or no run
+        body = state.runner.cached(name, params_dict(params))
+        if body is None:
+            return refusal(RunRefused(refuse))
+        items = _given(body)
     if state.widget_streams >= MAX_STREAMS:
         return busy(f"{MAX_STREAMS} widgets are training already: wait for one to finish")
     state.widget_streams += 1
@@ -56,7 +74,7 @@ async def stream(name: str, request: Request) -> Any:
     def release() -> None:
         state.widget_streams -= 1
 
-    return sse.EventStream(_events(state.runner, name, params_dict(params)), release)
+    return sse.EventStream(_events(items), release)
 
 
 def _route(r: APIRouter, e: Experiment) -> None:

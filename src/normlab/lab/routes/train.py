@@ -42,7 +42,7 @@ from normlab.experiments.base.params import Parameter, make_params
 from normlab.lab import schemas, sse, trainlesson
 from normlab.lab.errors import bad_input, busy
 from normlab.lab.lessons.markup import highlight
-from normlab.lab.requests import query_schema, read_params, script_json
+from normlab.lab.requests import foreign, query_schema, read_params, script_json
 from normlab.lab.runner import MAX_SESSIONS, RunBusy, RunCancelled, Runner
 from normlab.lab.state import lab_state
 from normlab.lab.trainruns import ACTIONS, PLAY, Play, Run
@@ -131,6 +131,8 @@ async def train_stream(request: Request) -> Any:
         play: Play = make_params(Play, values, "a training run")
     except _REFUSED as exc:
         return bad_input(exc.param, str(exc))
+    if (refuse := foreign(request)) is not None:  # another site's page: a session is a run
+        return bad_input("origin", refuse, status=403)
     run = Run(setups, play, runner.in_session_thread)
     try:
         runner.book(run, replaces=request.query_params.get("replaces"))
@@ -253,9 +255,11 @@ def link(values: Mapping[str, Any], **extra: Any) -> str:
     return "/train?" + urllib.parse.urlencode({**text, **{k: str(v) for k, v in extra.items()}})
 
 
-async def train_page(request: Request) -> HTMLResponse:
+async def train_page(request: Request) -> Any:
     """``GET /train``: the lesson, its numbers from sessions run here, and the view."""
     runner = lab_state(request).runner
+    if (refuse := foreign(request)) is not None and not trainlesson.ready():
+        return bad_input("origin", refuse, status=403)  # its numbers would be computed
     numbers = await anyio.to_thread.run_sync(trainlesson.numbers)
     exercise = link(trainlesson.CASES["plain"], compare=1, **{"b.norm": "batch"})
     page: HTMLResponse = lab_state(request).site.render(
