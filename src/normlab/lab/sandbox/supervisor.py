@@ -558,8 +558,10 @@ class _Budget:
         The weakref's callback is ``list.append``, which runs no Python code: the interpreter
         cannot switch threads between it and the freeing of the result's figures that follows
         in the same deallocation, so no :meth:`take` counts bytes that are still allocated (a
-        Python callback let other runs take 40 MiB more while 8 results were being dropped).
+        Python callback may let another thread run, and take them, in between).
         """
+        if not n:
+            return
         ref = weakref.ref(result, self._dropped.append)
         with self._lock:
             self._held[id(ref)] = (ref, n)
