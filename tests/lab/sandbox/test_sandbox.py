@@ -325,6 +325,89 @@ def test_concurrent_runs_overlap_and_are_isolated(sandbox: Sandbox) -> None:
     assert all(int(u) in sandbox.uids for u in uids)
 
 
+# -- the lab's memory for figures ---------------------------------------------------------------
+
+FIGURE = (8 << 20) - (8 << 10)  # the largest figure a run may report, less room for the JSON
+FORGED_MAXIMUM = f"""
+import json, os
+report = {{"status": "ok", "figures": [chr(65 + i) * {FIGURE} for i in range(8)], "notes": []}}
+with open(3, "wb", closefd=False) as channel:  # the report channel: 64 MiB, its old maximum
+    channel.write(json.dumps(report).encode())
+os._exit(0)  # before the learner writes its own report
+"""
+
+
+def _kib(field: str) -> int:
+    """A ``/proc/self/status`` line of this process (the lab's: it hosts the Sandbox), in KiB."""
+    found = re.search(rf"^{field}:\s+(\d+) kB$", Path("/proc/self/status").read_text(), re.M)
+    assert found is not None
+    return int(found.group(1))
+
+
+def test_eight_runs_reporting_their_maximum_stay_within_the_memory_bound(
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """8 runs at once each report 64 MiB of figures: the lab's peak grows by less than the bound
+    :attr:`Sandbox.memory_bound` states (the figures in sum, each run's answer line, what
+    malloc keeps); before it, this test measured 413 to 478 MiB against 213."""
+    monkeypatch.setattr(sandbox, "limits", Limits(output_bytes=64 << 10))  # a short text bound
+    seen: dict[int, tuple[str, list[tuple[str, int]], str]] = {}
+
+    def one(i: int) -> None:
+        r = sandbox.run(FORGED_MAXIMUM)  # kept only as counts: a route answers and drops it
+        kept = [(f[0], len(f)) for f in r.figures if f.count(f[0]) == len(f)]
+        seen[i] = (r.status, kept, r.stderr)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+    Path("/proc/self/clear_refs").write_text("5")  # the peak (VmHWM) starts again from now
+    before = _kib("VmRSS")
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    growth = (_kib("VmHWM") - before) << 10
+    assert growth < sandbox.memory_bound, f"{growth >> 20} MiB"
+    total = 0
+    for status, kept, stderr in seen.values():
+        assert status == "ok", stderr
+        letters = [letter for letter, _ in kept]
+        assert letters == sorted(set(letters)) and {n for _, n in kept} <= {FIGURE}  # intact
+        left = re.search(r"(\d+) of the run's figures \(([\d,]+) bytes\) were left out", stderr)
+        if len(kept) < 8:  # the figures that did not fit are named, never silently dropped
+            assert left is not None and int(left.group(1)) == 8 - len(kept), stderr
+            assert int(left.group(2).replace(",", "")) == (8 - len(kept)) * FIGURE
+            assert f"at most {sandbox.figure_bytes >> 20} MiB of figures" in stderr
+        else:
+            assert left is None, stderr
+        total += len(kept)
+    assert 1 <= total < 8 * 8  # some came back; not all 512 MiB
+    budget = sandbox._figures  # every result is dropped: the whole budget is free again
+    assert budget.take(budget.total)
+    budget.give(budget.total)
+
+
+def test_a_lone_run_keeps_the_figures_that_fit_and_says_which_did_not() -> None:
+    with pytest.raises(ValueError, match="figure_bytes must be an int >= 0, got -1"):
+        Sandbox(figure_bytes=-1)
+    with Sandbox(figure_bytes=512 << 10, max_runs=2) as small:
+        code = (
+            "import matplotlib.pyplot as plt, numpy as np\n"
+            "for seed in range(6):\n"
+            "    plt.figure(figsize=(2, 2), dpi=100)\n"
+            "    plt.imshow(np.random.default_rng(seed).random((200, 200)))\n"  # ~100 KiB each
+            "plt.show()\n"
+        )
+        r = small.run(code)
+        assert r.status == "ok", r.stderr
+        assert 1 <= len(r.figures) < 6
+        assert sum(len(f) for f in r.figures) <= 512 << 10
+        for encoded in r.figures:
+            assert base64.b64decode(encoded, validate=True).startswith(b"\x89PNG")
+        n = 6 - len(r.figures)
+        assert f"[normlab sandbox: {n} of the run's figures (" in r.stderr
+        assert "at most 512 KiB of figures of all the runs it answers at once" in r.stderr
+
+
 # -- life cycle --------------------------------------------------------------------------------
 
 

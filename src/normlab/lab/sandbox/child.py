@@ -22,7 +22,11 @@ Protocol with the lab: the first message on the control socket (descriptor ``FD`
 seccomp filter); the server then prints :data:`READY` on stdout. Every later message carries one
 stream socket (``SCM_RIGHTS``), then the run's cgroup descriptors where it has a cgroup; the lab
 writes the run's JSON request on the socket and shuts its side down, the supervisor answers one
-JSON object and closes it. An empty message (the lab closed the control socket) stops the
+line of JSON (``figure_sizes`` in place of the figures), then the figures' bytes (ASCII base64,
+one after the other, as many bytes as each size says), and closes it once the run is gone. The
+lab reads the figures one by one, and keeps only those that fit its budget (the lab holds the
+figures of all runs at once in one bounded sum), so no run's report is ever held in it whole
+at a size of the run's choosing. An empty message (the lab closed the control socket) stops the
 server.
 """
 
@@ -59,8 +63,10 @@ SOURCE_NAME = "<playground>"
 SCRATCH = os.environ.get("TMPDIR", "/tmp")
 """Where each run gets its private tmpfs (its working folder); the lab sets it."""
 
-_FIGURE_LIMIT = 20
-_FIGURE_BYTES = 8 << 20  # one figure's base64 PNG (a 640 x 480 one is about 50 KiB)
+FIGURE_LIMIT = 20
+"""The most figures a run reports (the lab checks the supervisor's answer against it)."""
+FIGURE_BYTES = 8 << 20
+"""The largest figure a run reports, its base64 PNG (a 640 x 480 one is about 50 KiB)."""
 _REPORT_LIMIT = 64 << 20  # bytes of figures (base64) a learner may report
 _NOTE_LIMIT, _NOTE_CHARS = 20, 1000  # notes go to stderr, past the output limit: few and short
 _DRAIN_S = 5.0  # after the init is gone every writer is dead; reading the rest is quick
@@ -288,7 +294,11 @@ def _supervise(fd: int, cgroup: list[int]) -> None:
         while chunk := conn.recv(1 << 16):
             chunks.append(chunk)
         reply, killed = _contain(json.loads(b"".join(chunks)), cgroup)
+        figures = reply.pop("figures")
+        reply["figure_sizes"] = [len(f) for f in figures]  # ASCII: one byte a character
         conn.sendall(json.dumps(reply).encode() + b"\n")
+        for figure in figures:
+            conn.sendall(figure.encode("ascii"))
         if killed is not None:  # answered at the limit; the slot is the lab's once all are gone
             os.waitpid(killed, 0)
 
@@ -490,7 +500,7 @@ def _read_report(rep: _Capture) -> tuple[str, list[str], list[str]]:
 
     The report channel is the code's descriptor 3, so the code could write anything there
     (a forged report with 63 figures of 1 MiB, JSON nested too deep to parse): any error
-    raises, and only :data:`_FIGURE_LIMIT` ASCII figures of at most :data:`_FIGURE_BYTES` each
+    raises, and only :data:`FIGURE_LIMIT` ASCII figures of at most :data:`FIGURE_BYTES` each
     and :data:`_NOTE_LIMIT` short notes that encode as UTF-8 (JSON allows lone surrogates) pass.
     """
     if rep.total > rep.limit:
@@ -507,14 +517,14 @@ def _read_report(rep: _Capture) -> tuple[str, list[str], list[str]]:
     for figure in _list(report.get("figures")):
         if not isinstance(figure, str) or not figure.isascii():
             continue
-        if len(figures) == _FIGURE_LIMIT:
-            note = f"only the first {_FIGURE_LIMIT} figures are shown"
+        if len(figures) == FIGURE_LIMIT:
+            note = f"only the first {FIGURE_LIMIT} figures are shown"
             if note not in notes:
                 notes.append(note)
             break
-        if len(figure) > _FIGURE_BYTES:
+        if len(figure) > FIGURE_BYTES:
             notes.append(f"a figure of {len(figure):,} bytes was left out (the limit is "
-                         f"{_FIGURE_BYTES:,})")  # fmt: skip
+                         f"{FIGURE_BYTES:,})")  # fmt: skip
             continue
         figures.append(figure)
     reported = report.get("status")
@@ -723,8 +733,8 @@ def _render(figures: list[str], notes: list[str]) -> None:
     if plt is None:
         return
     for number in plt.get_fignums():
-        if len(figures) >= _FIGURE_LIMIT:
-            note = f"only the first {_FIGURE_LIMIT} figures are shown"
+        if len(figures) >= FIGURE_LIMIT:
+            note = f"only the first {FIGURE_LIMIT} figures are shown"
             if note not in notes:
                 notes.append(note)
             break

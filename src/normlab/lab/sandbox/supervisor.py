@@ -43,6 +43,11 @@ Design, from the outside in:
 - **A seccomp filter** (:mod:`normlab.lab.sandbox.seccomp`) on every learner process refuses
   new user namespaces, ``io_uring``, the kernel keyring (so no key outlives a run), ``bpf``,
   ``perf_event_open``, ``ptrace`` and the mount calls.
+- **The lab's memory.** What runs report comes back into the lab's process, outside every
+  cgroup, so it is bounded in sum: a run's answer line (status, output, notes) is at most
+  :func:`_line_bytes`, and its figures follow it one by one, each kept only while the figures
+  of all the runs being answered stay within ``figure_bytes`` (the rest are named in a note on
+  ``stderr``). :attr:`Sandbox.memory_bound` states the bound with its arithmetic.
 - **The OOM score.** Every run process has ``oom_score_adj`` 1000, so if the machine runs short
   the kernel's OOM killer takes a run, never the lab first; the run's ``/proc`` is read-only,
   so no process of the run (an exec'd one could before) can lower it.
@@ -69,7 +74,9 @@ import base64
 import collections
 import contextlib
 import functools
+import io
 import json
+import mmap
 import os
 import queue
 import secrets
@@ -80,6 +87,7 @@ import subprocess
 import sys
 import threading
 import warnings
+import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path, PurePosixPath
@@ -124,6 +132,9 @@ _CAPABILITIES = ("CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_KILL")
 _ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "fonts", "mime.types")
 _SCRIPT = "/run/normlab/forkserver.py"  # where bubblewrap shows the fork server's script
 _GRACE_S = 30.0  # beyond the wall clock: draining output and answering
+_ESCAPED = 6  # JSON bytes per byte of output at most: a control byte or an invalid one is \uXXXX
+_NOTES_BYTES = 256 << 10  # the notes in an answer line (20 of 1,000 characters, 12 bytes each)
+_CHAR_BYTES = 4  # bytes per character of a str at most (one wide character makes all wide)
 
 
 @dataclass(frozen=True)
@@ -226,6 +237,9 @@ class Sandbox:
             :class:`SandboxBusy`. They wait in the event loop, holding no thread.
         backend: ``"bwrap"`` or ``"unshare"``; ``None`` picks bwrap when installed.
         start_timeout_s: how long a run waits for the fork server's imports at start.
+        figure_bytes: the figures (base64) of all the runs being answered, together. A figure
+            that does not fit is left out and the run's ``stderr`` says so; a lone run may use
+            it all (the figure being read counts twice: its bytes, then its text).
     """
 
     def __init__(
@@ -236,6 +250,7 @@ class Sandbox:
         max_waiting: int = 32,
         backend: str | None = None,
         start_timeout_s: float = 300.0,
+        figure_bytes: int = 64 << 20,
     ) -> None:
         if not isinstance(limits, Limits):
             raise TypeError(f"limits must be a Limits, got {type(limits).__name__}")
@@ -249,11 +264,15 @@ class Sandbox:
             raise ValueError(f"backend {backend!r} not supported, use one of {BACKENDS}")
         if not start_timeout_s > 0:
             raise ValueError(f"start_timeout_s must be positive, got {start_timeout_s!r}")
+        if isinstance(figure_bytes, bool) or not isinstance(figure_bytes, int) or figure_bytes < 0:
+            raise ValueError(f"figure_bytes must be an int >= 0, got {figure_bytes!r}")
         self.limits = limits
         self.max_runs = max_runs
         self.max_waiting = max_waiting
         self.backend = backend
         self.start_timeout_s = start_timeout_s
+        self.figure_bytes = figure_bytes
+        self._figures = _Budget(figure_bytes)
         self._uid_base = RUN_UID_BASE + _UID_BLOCK * secrets.randbelow(_UID_BLOCKS)
         self._slots: queue.SimpleQueue[int] = queue.SimpleQueue()
         for slot in range(max_runs):
@@ -286,6 +305,36 @@ class Sandbox:
     def uids(self) -> range:
         """The uids this sandbox's runs use, one per slot."""
         return range(self._uid_base, self._uid_base + self.max_runs)
+
+    @property
+    def memory_bound(self) -> int:
+        """The most resident memory the lab's process uses for the answers of this sandbox's
+        runs at once, whatever the runs report, the results its callers hold included.
+
+        .. math::
+            B = F + R \\cdot (2 L + 8 o + 128\\,\\text{KiB} + 2 m), \\quad
+            L = 12 o + 256\\,\\text{KiB}
+
+        ``F`` is ``figure_bytes``: every figure read is charged to it, twice while its bytes
+        become text, once after, for as long as its :class:`RunResult` lives (a route answers
+        with the result's JSON and drops it; that JSON is the route's). Each of the ``R`` runs
+        (``max_runs``) holds an answer line of at most ``L`` bytes (:func:`_line_bytes`: stdout
+        and stderr of at most ``o = limits.output_bytes`` bytes each, escaped in JSON to 6 bytes
+        a byte at worst, and the notes) twice while it is parsed (its bytes, then their text),
+        and the strings parsed from it: at most ``2 o`` characters of output and 24,000 of
+        notes, 4 bytes each at worst. ``m`` is the largest figure (8 MiB): glibc's malloc keeps
+        up to its trim threshold (twice the largest block freed) at the top of each thread's
+        arena for reuse, so the thread reading a run's figures may keep ``2 m`` beyond them.
+
+        At the defaults (64 MiB, 8 runs, 1 MiB of output) that is 64 + 8 * 48.6 = 453 MiB,
+        most of it for output no one prints (a MiB of control characters beside an emoji) and
+        for what malloc keeps; 8 runs that each report 64 MiB of figures and print little grow
+        the lab by 64 to 90 MiB. Before this bound 8 such runs raised its peak by 919 MiB (each
+        report was read whole, three times over: chunks, bytes, text).
+        """
+        o = self.limits.output_bytes
+        line = 2 * _line_bytes(self.limits) + 2 * o * _CHAR_BYTES + (128 << 10)
+        return self.figure_bytes + self.max_runs * (line + 2 * child.FIGURE_BYTES)
 
     def start(self) -> None:
         """Start the fork server (idempotent; returns before its imports finish)."""
@@ -332,7 +381,9 @@ class Sandbox:
             self.start()  # it finds where runs' cgroups go
             cgroup = self._run_cgroup()
             fds = [] if cgroup is None else cgroup.descriptors
-            reply, conn = self._exchange(json.dumps(request).encode(), wall + _GRACE_S, fds)
+            reply, conn, charged = self._exchange(
+                json.dumps(request).encode(), wall + _GRACE_S, fds
+            )
         except BaseException:
             self._release(None, cgroup, slot)
             raise
@@ -346,13 +397,19 @@ class Sandbox:
                 daemon=True,
             )
             release.start()
-        return RunResult(
-            status=str(reply["status"]),
-            stdout=str(reply["stdout"]),
-            stderr=str(reply["stderr"]),
-            duration_s=float(reply["duration_s"]),
-            figures=[str(f) for f in reply["figures"]],
-        )
+        try:
+            result = RunResult(
+                status=str(reply["status"]),
+                stdout=str(reply["stdout"]),
+                stderr=str(reply["stderr"]),
+                duration_s=float(reply["duration_s"]),
+                figures=reply["figures"],
+            )
+        except BaseException:
+            self._figures.give(charged)
+            raise
+        self._figures.hold(result, charged)  # while the caller holds the result: all is counted
+        return result
 
     def _release(
         self, conn: socket.socket | None, cgroup: cgroups.RunCgroup | None, slot: int
@@ -415,9 +472,11 @@ class Sandbox:
 
     def _exchange(
         self, payload: bytes, timeout: float, fds: list[int]
-    ) -> tuple[dict[str, Any], socket.socket]:
-        """Send a run to the fork server: its reply (one line of JSON) and the connection, which
-        its supervisor closes once every process of the run is gone."""
+    ) -> tuple[dict[str, Any], socket.socket, int]:
+        """Send a run to the fork server: its reply (a line of JSON, then the figures that fit
+        the budget, with a note on ``stderr`` for those that did not), the connection, which its
+        supervisor closes once every process of the run is gone, and the bytes of the budget
+        the figures hold (given back when their result is dropped)."""
         for attempt in range(2):
             self.start()
             worker = self._worker
@@ -439,20 +498,153 @@ class Sandbox:
                 try:
                     ours.sendall(payload)
                     ours.shutdown(socket.SHUT_WR)
-                    data = _read_line(ours)
+                    with ours.makefile("rb") as reader:
+                        reply = self._receive(reader, worker)
                 except TimeoutError:
                     raise SandboxError("the sandbox did not answer in time") from None
-                except OSError as exc:
+                except (OSError, ValueError) as exc:
                     raise SandboxError(f"the sandbox stopped during the run: {exc}") from None
-                if not data:
-                    why = worker.diagnostics()
-                    raise SandboxError(f"the sandbox stopped during the run: {why}")
             except BaseException:
                 ours.close()
                 raise
-            reply: dict[str, Any] = json.loads(data)
-            return reply, ours
+            return reply, ours, reply.pop("charged")
         raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _receive(self, reader: io.BufferedIOBase, worker: _Worker) -> dict[str, Any]:
+        """A run's reply from ``reader``: its line, then its figures (``"charged"``: the bytes
+        of the budget they hold, to give back once their result is dropped)."""
+        limit = _line_bytes(self.limits)
+        line = reader.readline(limit + 1)
+        if not line:
+            raise SandboxError(f"the sandbox stopped during the run: {worker.diagnostics()}")
+        if not line.endswith(b"\n"):
+            raise SandboxError(f"the sandbox's answer was cut or over {limit:,} bytes")
+        reply: dict[str, Any] = json.loads(line)
+        del line  # its text is parsed: only the values stay
+        figures, charged, note = _read_figures(reader, reply.pop("figure_sizes"), self._figures)
+        if note:
+            stderr = str(reply["stderr"])
+            sep = "" if not stderr or stderr.endswith("\n") else "\n"
+            reply["stderr"] = f"{stderr}{sep}[normlab sandbox: {note}]\n"
+        reply["figures"], reply["charged"] = figures, charged
+        return reply
+
+
+class _Budget:
+    """Bytes shared by concurrent runs: each takes what it holds and gives it back after."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.free = total
+        self._lock = threading.Lock()
+        self._held: dict[int, tuple[weakref.ref[RunResult], int]] = {}
+        self._dropped: list[weakref.ref[RunResult]] = []  # filled by the weakrefs' callback
+
+    def take(self, n: int) -> bool:
+        """Take ``n`` bytes if they are free (never waits: a run that waited could wait on
+        runs that wait on it)."""
+        with self._lock:
+            while self._dropped:  # results gone since: their bytes are free again
+                _, held = self._held.pop(id(self._dropped.pop()))
+                self.free += held
+            if n > self.free:
+                return False
+            self.free -= n
+            return True
+
+    def hold(self, result: RunResult, n: int) -> None:
+        """Keep ``n`` bytes taken until ``result`` is dropped.
+
+        The weakref's callback is ``list.append``, which runs no Python code: the interpreter
+        cannot switch threads between it and the freeing of the result's figures that follows
+        in the same deallocation, so no :meth:`take` counts bytes that are still allocated (a
+        Python callback may let another thread run, and take them, in between).
+        """
+        if not n:
+            return
+        ref = weakref.ref(result, self._dropped.append)
+        with self._lock:
+            self._held[id(ref)] = (ref, n)
+
+    def give(self, n: int) -> None:
+        with self._lock:
+            self.free += n
+
+
+def _line_bytes(limits: Limits) -> int:
+    """The longest answer line a run can send: its stdout and stderr of ``output_bytes`` each,
+    every byte escaped in JSON (6 bytes at most), and the notes."""
+    return 2 * _ESCAPED * limits.output_bytes + _NOTES_BYTES
+
+
+def _read_figures(
+    reader: io.BufferedIOBase, sizes: object, budget: _Budget
+) -> tuple[list[str], int, str]:
+    """The figures that follow an answer line (``sizes`` bytes each), each kept only if
+    ``budget`` has room for it: ``(figures, bytes of the budget they hold, note)``.
+
+    A figure is charged twice while it is read (its bytes, then its text) and once after; one
+    that does not fit is read and dropped, and the note says how many were left out.
+    """
+    if (
+        not isinstance(sizes, list)
+        or len(sizes) > child.FIGURE_LIMIT
+        or not all(type(n) is int and 0 <= n <= child.FIGURE_BYTES for n in sizes)
+    ):
+        raise SandboxError(f"the sandbox answered figure sizes {sizes!r:.80}")
+    figures: list[str] = []
+    charged = left = left_bytes = 0
+    try:
+        for size in sizes:
+            if not budget.take(2 * size):
+                _skip(reader, size)
+                left, left_bytes = left + 1, left_bytes + size
+                continue
+            charged += 2 * size
+            figures.append(_read_text(reader, size))
+            budget.give(size)
+            charged -= size
+    except BaseException:
+        budget.give(charged)
+        raise
+    if not left:
+        return figures, charged, ""
+    note = (
+        f"{left} of the run's figures ({left_bytes:,} bytes) were left out: the lab holds at "
+        f"most {_amount(budget.total)} of figures of all the runs it answers at once (show "
+        f"fewer or smaller figures, or run it again)"
+    )
+    return figures, charged, note
+
+
+def _read_text(reader: io.BufferedIOBase, size: int) -> str:
+    """``size`` bytes of ``reader`` as ASCII text, read through an anonymous mapping: its pages
+    go back to the kernel when it closes, where a freed ``bytes`` of megabytes can stay in a
+    thread's malloc arena and add to the lab's resident memory."""
+    if size == 0:
+        return ""
+    with mmap.mmap(-1, size) as scratch:
+        if reader.readinto(scratch) != size:
+            raise SandboxError("the sandbox's answer ended within a figure")
+        with memoryview(scratch) as view:
+            return str(view, "ascii")
+
+
+def _skip(reader: io.BufferedIOBase, size: int) -> None:
+    """Read ``size`` bytes of ``reader`` and drop them, 64 KiB at a time."""
+    while size:
+        chunk = reader.read(min(size, 1 << 16))
+        if not chunk:
+            raise SandboxError("the sandbox's answer ended within a figure")
+        size -= len(chunk)
+
+
+def _amount(n: int) -> str:
+    """``n`` bytes for a reader: ``64 MiB``, ``512 KiB``, or ``1,000 bytes``."""
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if n and n % (1 << shift) == 0:
+            return f"{n >> shift:,} {unit}"
+    return f"{n:,} bytes"
 
 
 class _Worker:
@@ -600,16 +792,6 @@ def _children(pid: int) -> list[int]:
         with contextlib.suppress(OSError):
             found += [int(c) for c in task.read_text().split()]
     return found
-
-
-def _read_line(conn: socket.socket) -> bytes:
-    """What ``conn`` sends up to its first newline (or its end)."""
-    chunks = []
-    while chunk := conn.recv(1 << 16):
-        chunks.append(chunk)
-        if chunk.endswith(b"\n"):
-            break
-    return b"".join(chunks)
 
 
 def _read_all(conn: socket.socket) -> bytes:
