@@ -577,7 +577,7 @@ def test_a_lab_started_with_no_warm_computes_each_lesson_on_its_first_visit(
     from normlab.lab import app as lab_app
 
     served: list[Any] = []
-    monkeypatch.setattr(lab_app, "serve", lambda app, host, port: served.append(app))
+    monkeypatch.setattr(lab_app, "serve", lambda app, host, port, threads: served.append(app))
     assert cli.main(["lab", "--no-warm", "--db", str(tmp_path / "p.db")]) == 0
     (app,) = served
     runner: Runner = state_of(app).runner

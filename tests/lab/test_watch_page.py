@@ -235,7 +235,7 @@ def test_cli_serves_a_log_that_does_not_exist_yet(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     served: list[FastAPI] = []
-    monkeypatch.setattr(lab_app, "serve", lambda app, host, port: served.append(app))
+    monkeypatch.setattr(lab_app, "serve", lambda app, host, port, threads: served.append(app))
     monkeypatch.chdir(tmp_path)
     assert cli.main(["lab", "--watch-log", "run.jsonl", "--db", str(tmp_path / "p.db")]) == 0
     (app,) = served
