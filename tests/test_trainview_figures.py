@@ -8,7 +8,6 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-import anyio
 import pytest
 
 from normlab import figures as fig
@@ -149,7 +148,7 @@ async def _here(fn: Callable[..., Any], *args: Any) -> Any:
 
 def _run(**play: Any) -> trainruns.Run:
     run = trainruns.Run({"a": tv.make_setup(SMALL)}, trainruns.Play(**play), _here)
-    anyio.run(run.start)
+    run.build()  # (what start() runs in a worker thread)
     return run
 
 

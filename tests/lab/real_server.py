@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import json
 import os
 import socket
 import subprocess
@@ -75,6 +76,22 @@ def lab_process(data: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     finally:
         server.terminate()
         server.wait(timeout=60)
+
+
+def post_experiment(port: int, name: str, body: dict[str, Any]) -> tuple[int, Any]:
+    """``POST /api/experiments/NAME`` on the lab at ``port``: its status and JSON answer (an
+    HTTP error is an answer too)."""
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/api/experiments/{name}",
+        data=json.dumps(body).encode(),
+        headers={"content-type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=300) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        with err:
+            return err.code, json.loads(err.read())
 
 
 @contextlib.contextmanager

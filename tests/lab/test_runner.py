@@ -21,28 +21,13 @@ from normlab.lab.app import create_app
 from normlab.lab.runner import RunBusy, RunCancelled, Runner
 from normlab.lab.trainruns import Play, Run
 
-from .real_server import EventStream, serving
+from .real_server import EventStream, post_experiment, serving
 from .steps import at_each_step
 
 SMALL = "dataset=blobs&points=40&depth=1&width=4"
 """A setup that trains in a few milliseconds a step."""
 LONG_BN_LR = {"steps": 500, "hidden_layers": 6, "width": 128}
 """A bn-lr that trains for seconds: still going when the lab shuts down at its 2nd step."""
-
-
-def _post(port: int, name: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    """(status, JSON answer) of ``POST /api/experiments/NAME``; HTTP errors are answers too."""
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{port}/api/experiments/{name}",
-        data=json.dumps(body).encode(),
-        headers={"content-type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=300) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as err:
-        with err:
-            return err.code, json.loads(err.read())
 
 
 def _read_to_its_end(stream: EventStream) -> None:
@@ -68,7 +53,7 @@ def test_cancel_ends_an_experiment_run_and_a_live_session() -> None:
 
             with at_each_step(shut_down):
                 request = threading.Thread(
-                    target=lambda: answers.append(_post(port, "bn-lr", LONG_BN_LR))
+                    target=lambda: answers.append(post_experiment(port, "bn-lr", LONG_BN_LR))
                 )
                 request.start()
                 request.join(timeout=300)
@@ -81,7 +66,7 @@ def test_cancel_ends_an_experiment_run_and_a_live_session() -> None:
             assert refused.response.status == 503  # and neither kind starts again
             assert "stopping" in json.loads(refused.response.read())["detail"]["message"]
             refused.close()
-            assert _post(port, "drift", {"seed": 5})[0] == 503
+            assert post_experiment(port, "drift", {"seed": 5})[0] == 503
         finally:
             session.close()
 

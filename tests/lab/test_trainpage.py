@@ -41,7 +41,7 @@ from normlab.lab.app import create_app
 from normlab.lab.lessons.markup import num
 from normlab.lab.state import state_of
 
-from .real_server import EventStream, serving
+from .real_server import EventStream, post_experiment, serving
 from .steps import WAIT_S, Gate, at_each_step
 
 LAB = "http://127.0.0.1"
@@ -519,22 +519,6 @@ def test_frames_carry_their_figures_and_a_pause_catches_the_layers_up(
 # -- a stream waits on no other work, and its place goes with its client ------------------------
 
 
-def _post_experiment(port: int, name: str, body: dict[str, Any]) -> int:
-    """``POST /api/experiments/NAME``: the status it answered."""
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{port}/api/experiments/{name}",
-        data=json.dumps(body).encode(),
-        headers={"content-type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=300) as r:
-            r.read()
-            return int(r.status)
-    except urllib.error.HTTPError as err:
-        with err:
-            return err.code
-
-
 def test_a_stream_opens_and_sends_its_first_frame_while_an_experiment_holds_the_engine() -> None:
     """An experiment run holds the engine lock, held inside an optimizer step: a training
     stream is built (its own generator, no lock) and sends its points and first frame (step
@@ -544,7 +528,7 @@ def test_a_stream_opens_and_sends_its_first_frame_while_an_experiment_holds_the_
     with _lab() as (_, port), at_each_step(gate):
         gate.close()
         request = threading.Thread(
-            target=lambda: answers.append(_post_experiment(port, "bn-lr", {"steps": 20}))
+            target=lambda: answers.append(post_experiment(port, "bn-lr", {"steps": 20})[0])
         )
         request.start()
         try:
