@@ -110,6 +110,7 @@ class Run:
         self.id = secrets.token_urlsafe(12)  # unguessable: only its page can steer it
         self.setups = dict(setups)
         self.sessions: dict[str, Session] = {}
+        self.points: dict[str, dict[str, Any]] = {}  # each side's Session.data(), made once
         self.histories = {k: History() for k in self.setups}  # what each side's curves show
         self._stats_at, self._stats_step = -float("inf"), -1  # when, and of which step, sent
         self.steps, self.speed, self.fps, self.playing = play.steps, play.speed, play.fps, False
@@ -132,6 +133,9 @@ class Run:
         """Build the sessions (the data and the initial weights): in a worker thread. It takes
         no lock (each session draws from a generator of its own), so it waits on nothing."""
         self.sessions = {k: Session(v) for k, v in self.setups.items()}
+        # the points never change within a run (a reset draws the same ones): listed once,
+        # not at every frame
+        self.points = {k: s.data() for k, s in self.sessions.items()}
 
     async def start(self) -> None:
         """:meth:`build` in a worker thread of the run's."""
@@ -182,7 +186,8 @@ class Run:
         for k, s in self.sessions.items():
             frame = s.frame()
             self.histories[k].add(frame)
-            out[k] = {**frame, "figures": [live_figure(self.histories[k], s.data()).to_dict()]}
+            figure = live_figure(self.histories[k], self.points[k])
+            out[k] = {**frame, "figures": [figure.to_dict()]}
         if due:
             for k, stats in self._stats().items():
                 out[k]["stats"] = stats
@@ -232,7 +237,7 @@ class Run:
             "control": self.control,
             "sides": list(self.sessions),
             "setup": {k: dataclasses.asdict(v) for k, v in self.setups.items()},
-            "data": {k: s.data() for k, s in self.sessions.items()},
+            "data": self.points,
             "max_steps": MAX_STEPS,
         }
 
