@@ -28,7 +28,7 @@ from normlab.lab.runner import RunAbandoned, RunCancelled, Runner, Waiter
 from normlab.lab.state import state_of
 from tests.experiments import expectations
 
-from .real_server import free_port, serving, wait_until_serving
+from .real_server import free_port, post_experiment, serving, wait_until_serving
 from .steps import HELD, at_each_step
 
 STEPS = Path(__file__).with_name("steps.py")
@@ -393,16 +393,7 @@ def test_ctrl_c_cancels_a_long_run_in_progress(tmp_path: Path) -> None:
     answers: list[int] = []
 
     def long_request() -> None:
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{port}/api/experiments/bn-lr",
-            data=json.dumps(LONG_BN_LR).encode(),
-            headers={"content-type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=300) as response:
-                answers.append(response.status)
-        except urllib.error.HTTPError as exc:
-            answers.append(exc.code)
+        answers.append(post_experiment(port, "bn-lr", LONG_BN_LR)[0])
 
     # ``with``: the stderr pipe is closed even when the test fails (left to the garbage
     # collector, it fails whichever later test is running with a ResourceWarning)

@@ -12,6 +12,7 @@ import json
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -90,15 +91,17 @@ def test_the_session_bound_is_the_runner_s() -> None:
             compared.close()
 
 
+def _small_runs(runner: Runner) -> Callable[[], Run]:
+    """A maker of small one-side runs whose steps take ``runner``'s session threads."""
+    setup = trainview.make_setup({"points": 40, "depth": 1, "width": 4})
+    return lambda: Run({"a": setup}, Play(), runner.in_session_thread)
+
+
 def test_admit_release_and_cancel_keep_the_slots() -> None:
     """The slots alone, no server: a replaced session ends and frees its slot; cancel ends
     every session and admits none until resumed."""
     runner = Runner(max_sessions=2)
-    setup = trainview.make_setup({"points": 40, "depth": 1, "width": 4})
-
-    def new_run() -> Run:
-        return Run({"a": setup}, Play(), runner.in_session_thread)
-
+    new_run = _small_runs(runner)
     first, second = new_run(), new_run()
     runner.admit(first)
     runner.admit(second)
@@ -126,11 +129,7 @@ def test_a_build_holds_a_place_its_release_frees_and_admit_turns_into_a_slot() -
     released during its build it frees it; admitted once built, its place is its slot; the
     lab stopping ends the builds too, and a build that ends after it is not admitted."""
     runner = Runner(max_sessions=2)
-    setup = trainview.make_setup({"points": 40, "depth": 1, "width": 4})
-
-    def new_run() -> Run:
-        return Run({"a": setup}, Play(), runner.in_session_thread)
-
+    new_run = _small_runs(runner)
     gone, built = new_run(), new_run()
     runner.book(gone)
     runner.book(built)
