@@ -153,7 +153,7 @@ def test_choice_right_passes_and_each_wrong_one_fails_with_its_own_feedback(
         (4, "choice index 4 is not in [0, 3]"),
         (-1, "is not in [0, 3]"),
         (True, "(bool) is not a choice"),
-        (1.0, "(float) is not a choice"),
+        (1.5, "(float) is not a choice"),
         (None, "(NoneType) is not a choice"),
     ],
 )
@@ -161,6 +161,13 @@ def test_choice_refuses_what_is_not_a_choice(answer: object, fragment: str) -> N
     with pytest.raises(BadSubmission, match=None) as info:
         choice("bn-eval-statistics").check(answer)
     assert info.value.parameter == "answer" and fragment in str(info.value)
+
+
+def test_an_index_written_as_a_whole_float_is_that_index() -> None:
+    """JSON has one kind of number (JSON Schema's ``integer`` takes ``2.0``): the document
+    declares the index an integer, so 2.0 picks what 2 picks."""
+    ex = choice("bn-eval-statistics")
+    assert [ex.pick(float(i)) for i in range(len(ex.choices))] == list(ex.choices)
 
 
 def test_answer_key_plain_stack_shrinks_and_stays_small() -> None:
@@ -1107,8 +1114,19 @@ def test_a_broken_sandbox_answers_503_and_records_nothing(tmp_path: Path) -> Non
 
 
 def test_openapi_lists_the_learning_routes(client: TestClient) -> None:
+    """Each exercise's submit route is documented with the body its kind takes (a templated
+    path could state only their union, which would call a code body valid for a choice)."""
     paths = client.get("/openapi.json").json()["paths"]
-    assert "/api/exercises/{exercise_id}/submit" in paths and "/api/progress" in paths
+    assert "/api/progress" in paths and "/api/exercises/{exercise_id}/code" in paths
+    assert "/api/exercises/{exercise_id}/submit" not in paths
+    for exercise in exercises.EXERCISES:
+        body = paths[f"/api/exercises/{exercise.id}/submit"]["post"]["requestBody"]
+        schema = body["content"]["application/json"]["schema"]
+        assert schema["required"] == (["code"] if exercise.kind == "code" else ["answer"])
+        if isinstance(exercise, ChoiceExercise):
+            texts, index = schema["properties"]["answer"]["oneOf"]
+            assert texts["enum"] == [c.text for c in exercise.choices]
+            assert (index["minimum"], index["maximum"]) == (0, len(exercise.choices) - 1)
 
 
 def test_progress_db_is_the_one_given(client: TestClient, tmp_path: Path) -> None:

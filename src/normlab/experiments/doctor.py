@@ -27,6 +27,7 @@ from normlab.experiments.base.results import Result
 from normlab.figures import Table
 
 INITS = ("default", *doctor.FIX_METHODS)
+_TAKE_NORM = ", ".join(m.name for m in zoo.MODELS.values() if m.takes_norm)
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,9 @@ class Params:
     model: str = param("vanishing-tanh", "the zoo model to examine", choices=tuple(zoo.MODELS))
     init: str = param("default", "re-initialize first (default: as built)", choices=INITS)
     norm: str = param(
-        "none", "normalization after each hidden Linear (MLP models only)", choices=zoo.NORMS
+        "none",
+        f"normalization after each hidden Linear ('none' unless model is an MLP: {_TAKE_NORM})",
+        choices=zoo.NORMS,
     )
     steps: int = param(
         3, "forward and backward passes (a fresh random batch each)", min=1, max=4, step=1

@@ -74,8 +74,8 @@ class Setup:
     optimizer: str = param("sgd", "sgd, sgd with momentum 0.9, or Adam", choices=OPTIMIZERS)
     lr: float = param(0.3, "learning rate", min=1e-4, max=10.0, step=1e-4)
     batch_size: int = param(
-        0, "points per step (0: the whole training set, as the seeds train)", min=0, max=2000,
-        step=1,
+        0, "points per step (0: the whole training set, as the seeds train; not 1 with norm "
+        "'batch')", min=0, max=2000, step=1,
     )  # fmt: skip
 
     @classmethod

@@ -29,7 +29,6 @@ from normlab.experiments import (
     UnknownExperiment,
     get_experiment,
 )
-from normlab.experiments.base.params import FLOAT_LIST
 from normlab.lab import schemas
 from normlab.lab.errors import bad_input, busy, json_body, read_body
 from normlab.lab.runner import RunAbandoned, RunBusy, RunCancelled, Runner, RunRefused, Waiter
@@ -99,16 +98,15 @@ def query_params(name: str, request: Request) -> tuple[Experiment, Any]:
 
 
 def query_schema(p: Parameter) -> dict[str, Any]:
-    """One parameter as an OpenAPI query parameter."""
+    """One parameter as an OpenAPI query parameter. A list is an array written as the CLI
+    takes it, its items joined by commas (``0.9,1,1.1``: OpenAPI's ``form`` style, not
+    exploded), so that the document states each item's range and how many there may be."""
+    declared: dict[str, Any] = {"name": p.name, "in": "query", "required": False}
     schema = schemas.parameter(p)
-    if p.kind == "float_list":  # written as the CLI takes it: 0.9,1,1.1
-        schema = {
-            "type": "string",
-            "pattern": FLOAT_LIST,
-            "description": f"{p.help} ({p.allowed()}, comma-separated)",
-            "default": ",".join(map(str, p.default)),
-        }
-    return {"name": p.name, "in": "query", "required": False, "schema": schema}
+    if p.kind == "float_list":
+        schema["description"] = f"{schema['description']} ({p.allowed()}, comma-separated)"
+        declared.update(style="form", explode=False)
+    return {**declared, "schema": schema}
 
 
 async def client_gone(request: Request) -> None:

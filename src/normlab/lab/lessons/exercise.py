@@ -201,6 +201,8 @@ class ChoiceExercise(Exercise):
             raise BadSubmission(
                 "answer", f"{_short(answer)} is not one of the {n} choices of {self.id!r}"
             )
+        if isinstance(answer, float) and answer.is_integer():
+            answer = int(answer)  # JSON has one kind of number: 2.0 is the index 2
         if isinstance(answer, int) and not isinstance(answer, bool):
             if 0 <= answer < n:
                 return self.choices[answer]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import re
 
-__all__ = ["EXAMPLES", "MAX_CHARS", "parse_number"]
+__all__ = ["EXAMPLES", "MAX_CHARS", "TYPED", "parse_number"]
 
 EXAMPLES = "like 10355, 10,355, -0.5 or 1e-3"
 """How the messages show what an answer may look like."""
@@ -40,6 +40,23 @@ _NUMBER = re.compile(
     r"(?:\.(?P<frac>[0-9]*))?"
     rf"(?:[eE](?P<exp>[+\-{_MINUS}]?[0-9]+))?"
 )
+
+
+def _grouped(sep: str) -> str:
+    return rf"[1-9][0-9]{{0,2}}(?:{sep}[0-9]{{3}})+"
+
+
+TYPED = (
+    rf"^\s*[+\-{_MINUS}]?"
+    rf"(?:(?:{'|'.join(_grouped(sep) for sep in ',' + _SPACES)}|[0-9]+)(?:\.[0-9]*)?|\.[0-9]+)"
+    rf"(?:[eE][+\-{_MINUS}]?[0-9]{{1,2}})?\s*$"
+)
+"""Typed answers as a regular expression that Python and JSON Schema both read (no named
+groups, no back-references: each kind of thousands separator is its own alternative), for the
+OpenAPI document. It is :data:`_NUMBER` with exponents of at most two digits, so that all it
+matches is finite (64 digits times 1e99 is far below float's 1.8e308); :func:`parse_number`
+reads longer exponents too, when the number is finite."""
+
 _NOT_FINITE = re.compile(r"[+\-\u2212]?\s*(inf|infinity|nan|∞)", re.IGNORECASE)
 _DECIMAL_COMMA = re.compile(r"[+\-\u2212]?[0-9]+,[0-9]+")
 

@@ -29,6 +29,7 @@ worker thread so the event loop keeps serving.
 from __future__ import annotations
 
 import sqlite3
+import sys
 from typing import Annotated, Any
 
 import anyio.to_thread
@@ -48,7 +49,10 @@ from normlab.lab.exercises import (
 )
 from normlab.lab.lessons import LESSONS
 from normlab.lab.lessons.exercise import MAX_CODE_CHARS
+from normlab.lab.lessons.numbers import EXAMPLES, TYPED
+from normlab.lab.lessons.numbers import MAX_CHARS as MAX_NUMBER_CHARS
 from normlab.lab.progress import LISTING_ID, ProgressLimit, ProgressStore, check_listing_id
+from normlab.lab.requests import bound
 from normlab.lab.sandbox import SandboxError
 from normlab.lab.state import lab_state
 
@@ -110,7 +114,6 @@ def progress_report(store: ProgressStore) -> dict[str, Any]:
     return {"lessons": lessons, "listings": store.listings(), "exercise_code": store.codes()}
 
 
-ANY_ID = Annotated[str, Path(json_schema_extra={"enum": [e.id for e in exercises.EXERCISES]})]
 CODE_ID = Annotated[
     str,
     Path(json_schema_extra={
@@ -149,7 +152,7 @@ async def _check(request: Request, exercise: Exercise, submission: Any) -> Verdi
     raise TypeError(f"exercise kind {exercise.kind!r} has no checker")
 
 
-async def submit(exercise_id: ANY_ID, request: Request) -> Any:
+async def submit(exercise_id: str, request: Request) -> Any:
     """``POST /api/exercises/{id}/submit``: check the submission and record the attempt.
 
     Answers ``{"passed", "feedback", "saved"}`` with ``"attempts"`` and ``"solved"`` as the
@@ -287,23 +290,39 @@ def _code_body(limit: int) -> schemas.JSON:
     }
 
 
-_SUBMISSION: schemas.JSON = {
-    "oneOf": [
-        {
-            "type": "object",
-            "required": ["answer"],
-            "additionalProperties": False,
-            "properties": {
-                "answer": {
-                    "type": ["string", "integer", "number"],
-                    "description": "a choice's text or its index in this learner's order; a "
-                    "number, or its text as typed",
-                }
-            },
-        },
-        {**_code_body(MAX_CODE_CHARS), "description": "a code exercise's code"},
-    ]
-}
+def _submission(exercise: Exercise) -> schemas.JSON:
+    """The body ``exercise``'s submit route takes, as JSON Schema: a code exercise's code; a
+    choice exercise's answer, a choice's text or its index (in this learner's order); a number
+    exercise's answer, a finite JSON number or the text as typed (:data:`TYPED`)."""
+    if isinstance(exercise, CodeExercise):
+        return {**_code_body(MAX_CODE_CHARS), "description": "the code to check"}
+    if isinstance(exercise, ChoiceExercise):
+        last = len(exercise.choices) - 1
+        answer: schemas.JSON = {
+            "oneOf": [
+                {"enum": [choice.text for choice in exercise.choices]},
+                {"type": "integer", "minimum": 0, "maximum": last},
+            ],
+            "description": "a choice's text, or its index in this learner's order "
+            "(GET /api/exercises)",
+        }
+    else:
+        answer = {
+            "oneOf": [
+                {"type": "number", "minimum": -sys.float_info.max, "maximum": sys.float_info.max},
+                {"type": "string", "pattern": TYPED, "maxLength": MAX_NUMBER_CHARS},
+            ],
+            "description": f"a number, or its text as typed ({EXAMPLES}); the text may also "
+            "have a longer exponent, if the number is finite",
+        }
+    return {
+        "type": "object",
+        "required": ["answer"],
+        "additionalProperties": False,
+        "properties": {"answer": answer},
+    }
+
+
 _EXERCISE: schemas.JSON = {
     "type": "object",
     "required": ["id", "lesson", "kind", "prompt"],
@@ -393,18 +412,23 @@ def router() -> APIRouter:
         summary="Every exercise (without answers)",
         responses=ok({"type": "array", "items": _EXERCISE}),
     )
-    r.add_api_route(
-        "/api/exercises/{exercise_id}/submit",
-        submit,
-        methods=["POST"],
-        tags=["exercises"],
-        summary="Check an answer (or code) and record the attempt",
-        responses=ok(
-            _VERDICT,
-            "the verdict (with its explanation once it passes), and the exercise's standing "
-            "after it",
-        ),
-        openapi_extra=_body(_SUBMISSION),
+    for exercise in exercises.EXERCISES:  # one each: the body it takes depends on its kind
+        r.add_api_route(
+            f"/api/exercises/{exercise.id}/submit",
+            bound(submit, exercise.id),
+            methods=["POST"],
+            tags=["exercises"],
+            summary=f"Check an answer to {exercise.id} ({exercise.kind}) and record the attempt",
+            name=f"submit_{exercise.id}",
+            responses=ok(
+                _VERDICT,
+                "the verdict (with its explanation once it passes), and the exercise's "
+                "standing after it",
+            ),
+            openapi_extra=_body(_submission(exercise)),
+        )
+    r.add_api_route(  # any other id: a 422 naming the valid ones (left out of the document)
+        "/api/exercises/{exercise_id}/submit", submit, methods=["POST"], include_in_schema=False
     )
     r.add_api_route(
         "/api/exercises/{exercise_id}/code",
