@@ -320,6 +320,10 @@ def test_compare_starts_from_run_a_as_it_is_and_lines_the_two_up(page: Any, serv
     page.wait_for_function(f"() => ({PLOT})('a').getBoundingClientRect().width < 390")
     stacked = [_plot_box(page, k) for k in "ab"]
     assert stacked[0]["width"] == stacked[1]["width"] and stacked[0]["y"] < stacked[1]["y"]
+    page.locator(f"{b_side} select[data-param='dataset']").select_option("xor")  # both runs'
+    assert page.locator(f"{side} select[data-param='dataset']").input_value() == "xor"
+    query = parse_qs(urlsplit(page.url).query)
+    assert query["dataset"] == ["xor"] and "b.dataset" not in query
 
 
 HOLD = """() => {
