@@ -165,6 +165,20 @@ def test_an_unmeasured_step_trains_the_same_and_keeps_the_last_measured_pass() -
     assert plain.frame()["layers"] == before and plain.step_count == 5
 
 
+def test_a_look_measures_the_current_weights_and_changes_no_step() -> None:
+    """What a frame cut short shows (a pause between two measured steps)."""
+    looked, plain = session(norm="batch"), session(norm="batch")
+    for _ in range(3):
+        assert looked.step(measure=False) == plain.step(measure=False)
+    looked.look()
+    now = [la["act_std"] for la in looked.frame()["layers"]]
+    assert now != [la["act_std"] for la in plain.frame()["layers"]]  # plain: still step 0's
+    assert looked.step() == plain.step()  # weights, batches, running statistics untouched
+    # full batch: that step's pass saw the weights the look saw
+    assert [la["act_std"] for la in looked.frame()["layers"]] == now
+    assert looked.frame() == plain.frame()
+
+
 def test_the_doctor_labels_what_the_initializers_do() -> None:
     # tanh: the doctor reads the unit spread on the batch's first point, where a ReLU may be 0
     constant = session(init="constant", width=16, activation="tanh")

@@ -262,6 +262,124 @@ def test_compare_mode_shows_two_runs_on_the_same_data(page: Any, server: str) ->
     assert "BatchNorm1d" in kinds.all_inner_texts()
 
 
+CHOSEN = {"activation": "tanh", "norm": "batch", "optimizer": "adam", "dataset": "circles"}
+"""What a learner sets on run A before ticking compare (a data setting among them)."""
+PLOT = "(k) => document.querySelector(`.nl-train-side[data-side='${k}'] .nl-train-plot`)"
+
+
+def _plot_box(page: Any, key: str) -> dict[str, float]:
+    rect = f"(k) => ({PLOT})(k).getBoundingClientRect().toJSON()"
+    box: dict[str, float] = page.evaluate(rect, key)
+    return box
+
+
+def test_compare_starts_from_run_a_as_it_is_and_lines_the_two_up(page: Any, server: str) -> None:
+    """Ticking compare makes run B run A's whole current setup, data included, with one
+    difference (the normalization); B shows every group A shows, the link's b. keys are B's
+    real setup and bring both runs back; the two boundaries line up at the same size, side by
+    side at 1280 px and one above the other at 390 px."""
+    _open(page, server)
+    side = ".nl-train-side[data-side='a']"
+    for name, value in CHOSEN.items():
+        page.locator(f"{side} select[data-param='{name}']").select_option(value)
+    noise = next(p for p in PARAMETERS if p.name == "noise")
+    chosen = {**CHOSEN, "noise": _change(page, noise, noise.default)}
+    page.locator("input.nl-compare").check()
+    _ready(page, "a")
+    _ready(page, "b")
+    run = page.evaluate(RUN)
+    a, b = run["setup"]["a"], run["setup"]["b"]
+    assert {k: a[k] for k in chosen} == pytest.approx(chosen)
+    assert b == {**a, "norm": "none"} and run["data"]["a"] == run["data"]["b"]
+    b_side = ".nl-train-side[data-side='b']"
+    groups = page.locator(f"{b_side} fieldset.nl-train-group").evaluate_all(
+        "(fs) => fs.map((f) => f.dataset.group)"
+    )
+    assert groups == list(GROUPS)  # the data group too
+    for name in ("activation", "norm", "optimizer", "dataset"):
+        assert page.locator(f"{b_side} select[data-param='{name}']").input_value() == b[name]
+    page.locator(".nl-share summary").click()
+    link = page.locator("input.nl-share-link").input_value()
+    query = {k: v[0] for k, v in parse_qs(urlsplit(link).query).items()}
+    own = [p.name for p in PARAMETERS if p.name not in GROUPS["data"]]
+    assert {k: v for k, v in query.items() if k.startswith("b.")} == {
+        f"b.{name}": _text(b[name]) for name in own
+    }
+    assert query["b.norm"] == "none" and query["norm"] == "batch"
+    lined_up = [_plot_box(page, k) for k in "ab"]
+    assert lined_up[0]["y"] == lined_up[1]["y"] and lined_up[0]["x"] < lined_up[1]["x"]
+    assert lined_up[0]["width"] == lined_up[1]["width"]
+    page.goto(link)  # the link brings both runs back
+    _ready(page, "a")
+    _ready(page, "b")
+    again = page.evaluate(RUN)["setup"]
+    assert again == {"a": pytest.approx(a), "b": pytest.approx(b)}
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.locator(".nl-train").screenshot(path=str(SCREENSHOTS / "train_compare.png"))
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.wait_for_function(f"() => ({PLOT})('a').getBoundingClientRect().width < 390")
+    stacked = [_plot_box(page, k) for k in "ab"]
+    assert stacked[0]["width"] == stacked[1]["width"] and stacked[0]["y"] < stacked[1]["y"]
+    page.locator(f"{b_side} select[data-param='dataset']").select_option("xor")  # both runs'
+    assert page.locator(f"{side} select[data-param='dataset']").input_value() == "xor"
+    query = parse_qs(urlsplit(page.url).query)
+    assert query["dataset"] == ["xor"] and "b.dataset" not in query
+
+
+HOLD = """() => {
+  // A slow lab, as the page sees it: the held requests never answer (a held stream fails
+  // only when the page gives up on it). Every stream the page opens is listed in `opened`.
+  const real = window.fetch;
+  Object.assign(window, { opened: [], hold: { streams: false, control: false } });
+  window.fetch = (url, init) => {
+    const stream = String(url).includes("/api/train/stream");
+    if (stream) window.opened.push(String(url));
+    const held = stream ? window.hold.streams && window.opened.length % 2 === 1
+      : String(url).endsWith("/control") && window.hold.control;
+    if (!held) return real(url, init);
+    return new Promise((_, reject) => init.signal?.addEventListener("abort",
+      () => reject(new DOMException("gone", "AbortError"))));
+  };
+}"""
+"""The page's fetch, wrapped: its streams listed, and every other one (or a control) held."""
+
+
+def _changed(page: Any, select: Any, value: str) -> dict[str, list[str]]:
+    """Set ``select`` to ``value`` and wait until the page opens a stream: the stream's query."""
+    count = page.evaluate("() => window.opened.length")
+    select.select_option(value)
+    page.wait_for_function(f"() => window.opened.length > {count}")
+    return parse_qs(urlsplit(page.evaluate("() => window.opened.at(-1)")).query)
+
+
+def test_rapid_changes_leave_one_run_playing_as_the_learner_asked(page: Any, server: str) -> None:
+    """Ten setting changes, each once the page opened a new run, every other one of those
+    runs held on its way (a slow lab: it never says it plays): the run that stays is the last
+    one, alone on the server, and it plays, because the learner pressed Play. Then Pause, held
+    on its way too, and a change: the new run does not play."""
+    _open(page, server)
+    page.evaluate(HOLD)
+    _press(page, "play")
+    _wait(page, "s.playing === 'true'")
+    select = page.locator(".nl-train-side[data-side='a'] select[data-param='activation']")
+    page.evaluate("() => { window.hold.streams = true; }")
+    opened = [_changed(page, select, v) for v in ["tanh", "relu"] * 5]
+    assert all(q["play"] == ["true"] for q in opened)  # not what a held run last said
+    _wait(page, "s.playing === 'true' && Number(s.step) > 0")
+    last = page.evaluate(RUN)["run"]
+    deadline = time.monotonic() + 120  # a hang guard: a bug fails, a slow machine waits
+    while _runs(server) != 1:
+        assert time.monotonic() < deadline, "a replaced run outlived its page's change"
+        time.sleep(0.1)
+    frames = int(_side(page)["frames"])
+    _wait(page, f"Number(s.frames) > {frames + 2} && s.run === '{last}'")  # the same run plays
+    page.evaluate("() => { window.hold = { streams: false, control: true }; }")
+    _press(page, "pause")  # held: the run's status still says it plays
+    assert _changed(page, select, "tanh")["play"] == ["false"]  # as the learner asked
+    _ready(page)
+    assert _side(page)["playing"] == "false"
+
+
 def _text(value: Any) -> str:
     """A setting as the address writes it (``true``/``false`` for a switch)."""
     return str(value).lower() if isinstance(value, bool) else str(value)

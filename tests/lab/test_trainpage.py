@@ -260,6 +260,82 @@ def test_a_stream_sends_the_points_then_frames_while_playing() -> None:
             stream.close()
 
 
+def test_a_pause_at_the_highest_speed_stops_the_run_at_its_next_step() -> None:
+    """At :data:`~normlab.lab.trainruns.MAX_SPEED` steps a frame, a pause posted (and answered)
+    from inside an optimizer step in the middle of a frame stops the run after that step: the
+    frame is cut short and sent as it stands, then the paused status, and no step follows (the
+    old loop finished the frame's other steps first)."""
+    speed = trainruns.MAX_SPEED
+    at = speed + 10  # the 10th step of the second frame
+    steps: list[int] = []
+    answered: list[int] = []
+    with _lab() as (_, port):
+        stream = _open(port, f"{SMALL}&speed={speed}&play=true")
+        run = stream.until("run")
+
+        def pause_inside(step: int) -> None:
+            steps.append(step)
+            if step == at:  # the pause reaches the run while this step trains
+                answered.append(_control(port, run, {"action": "pause"})[0])
+
+        try:
+            with at_each_step(pause_inside):
+                shown, (name, data) = -1, stream.next()
+                while name != "status" or data["playing"]:  # until the paused status
+                    shown = data["a"]["step"] if name == "frame" else shown
+                    name, data = stream.next()
+                assert answered == [200] and data["step"] == at
+                assert shown == at  # the frame cut short, sent before the pause took effect
+                _control(port, run, {"action": "step"})  # the next step is the step's own
+                assert stream.until("frame")["a"]["step"] == at + 1
+            assert steps == list(range(1, at + 2))  # no step between the pause and the step
+        finally:
+            stream.close()
+
+
+def test_a_client_gone_in_the_middle_of_a_frame_ends_its_run_at_its_next_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A page that opens a new run before the old one said its id (so it cannot name it to
+    replace) drops the old stream: the lab releases that run while its step still trains, and
+    the run takes no step after it (the old loop finished the frame's 40 others)."""
+    speed = trainruns.MAX_SPEED
+    at = speed + 10
+    steps: list[int] = []
+    waited: list[bool] = []
+    released, ended = threading.Event(), threading.Event()
+    play = trainruns.Run._play
+
+    def play_and_tell(run: trainruns.Run) -> Any:
+        frames = play(run)
+        if run.closed:
+            ended.set()
+        return frames
+
+    monkeypatch.setattr(trainruns.Run, "_play", play_and_tell)
+    with _lab() as (app, port):
+        lab_runner = state_of(app).runner
+        release = lab_runner.release
+
+        def release_and_tell(session: Any) -> None:
+            release(session)
+            released.set()
+
+        monkeypatch.setattr(lab_runner, "release", release_and_tell)
+        stream = _open(port, f"{SMALL}&speed={speed}&play=true")
+        stream.until("run")
+
+        def leave_inside(step: int) -> None:
+            steps.append(step)
+            if step == at:  # the page goes while this step trains
+                stream.close()
+                waited.append(released.wait(WAIT_S))  # (in vain if it waits for this step)
+
+        with at_each_step(leave_inside):
+            assert ended.wait(WAIT_S), "the run went on after its client had gone"
+        assert waited == [True] and steps == list(range(1, at + 1)) and _runs(app) == 0
+
+
 def test_step_takes_exactly_one_step_and_reset_goes_back_to_step_0() -> None:
     with _lab() as (_, port):
         stream = _open(port)

@@ -4,7 +4,9 @@ A :class:`Run` holds one :class:`~normlab.trainview.Session` per side (``a``; in
 ``b`` too, on the same data and seed) and what its page asked of it (play, pause, step, reset),
 and :meth:`Run.events` is its event stream: the points first, then frames while it plays, at
 most ``fps`` a second and ``speed`` optimizer steps apart. The sides step in lockstep, and an
-action is taken at the next step: between two frames, never inside a step. Every step and
+action is taken at the next step, never inside one: a frame's steps stop as soon as an action
+is asked (a pause at 50 steps a frame stops after the step in progress, not 49 later), and a
+closed run stops there too. Every step and
 frame is computed in a worker thread of the lab's run manager
 (:meth:`~normlab.lab.runner.Runner.in_session_thread`), so the event loop keeps serving pages
 while the runs train. The manager bounds the runs too: each holds a place while its sessions
@@ -164,11 +166,17 @@ class Run:
             self._wake = anyio.Event()
         return self._wake
 
-    def _train(self, steps: int) -> None:
-        """``steps`` steps of each side; only the last is measured (the frame shows it)."""
-        for session in self.sessions.values():  # side after side: the same steps for each
-            for k in range(steps):
+    def _train(self, steps: int, stop: Callable[[], bool] | None = None) -> int:
+        """Up to ``steps`` steps of every side, in lockstep; only the last is measured (the
+        frame shows it). Before each step it looks whether the run was closed, or ``stop()``
+        says so: a run ends (or pauses) at its next step, not after its frame's ``steps``.
+        Returns the steps taken."""
+        for k in range(steps):
+            if self.closed or (stop is not None and stop()):
+                return k
+            for session in self.sessions.values():  # each its own generator: no order matters
                 session.step(measure=k == steps - 1)
+        return steps
 
     def _frames(self) -> dict[str, Any]:
         """Each side's frame, added to its :class:`~normlab.trainview.figures.History`, with
@@ -209,6 +217,20 @@ class Run:
 
     def _advance(self, steps: int) -> dict[str, Any]:
         self._train(steps)
+        return self._frames()
+
+    def _play(self) -> dict[str, Any] | None:
+        """A playing run's frame: :attr:`speed` steps, or fewer once an action is asked (read
+        between two steps, from this worker thread: the deque is only appended to). A frame
+        cut short measures the weights it stopped at (:meth:`~normlab.trainview.Session.look`);
+        ``None`` when no step was taken or the run was closed: nothing to show."""
+        speed = self.speed
+        taken = self._train(speed, stop=lambda: bool(self.asked))
+        if taken == 0 or self.closed:
+            return None
+        if taken < speed:
+            for session in self.sessions.values():
+                session.look()
         return self._frames()
 
     def _reset(self) -> dict[str, Any]:
@@ -277,7 +299,9 @@ class Run:
                 yield chunk
         elif self.playing:
             started = time.monotonic()
-            yield sse.event("frame", await self._in_thread(self._advance, self.speed))
+            frames = await self._in_thread(self._play)
+            if frames is not None:
+                yield sse.event("frame", frames)
             await self._rest(1 / self.fps - (time.monotonic() - started))
         else:
             await self._rest(sse.KEEPALIVE_S)

@@ -171,6 +171,13 @@ class Session:
         )
         return out
 
+    def look(self) -> None:
+        """Measure the current weights for the next :meth:`frame`, as at step 0 (one pass on
+        the training set, undone): a run stopped between two measured steps (a pause in the
+        middle of a frame's steps) shows its layers as they are, not as some steps ago. The
+        losses, the weights and the batches to come are untouched."""
+        self._last = self._look()
+
     def _look(self) -> _Pass:
         """The statistics of the initialization: one forward and backward pass on the whole
         training set, as a step's, undone (buffers put back, gradients dropped, no update)."""

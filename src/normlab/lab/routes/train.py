@@ -31,7 +31,7 @@ import hashlib
 import types
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import anyio.to_thread
 from fastapi import APIRouter, Path, Request
@@ -45,7 +45,7 @@ from normlab.lab.lessons.markup import highlight
 from normlab.lab.requests import foreign, query_schema, read_params, script_json
 from normlab.lab.runner import MAX_SESSIONS, RunBusy, RunCancelled, Runner
 from normlab.lab.state import lab_state
-from normlab.lab.trainruns import ACTIONS, PLAY, Play, Run
+from normlab.lab.trainruns import ACTIONS, PLAY, InThread, Play, Run
 from normlab.trainview import GROUPS, PARAMETERS, STEPS, Setup, make_setup, script
 from normlab.trainview.figures import LIMITS
 
@@ -54,6 +54,7 @@ CONTRAST = ("norm", ("none", "batch"))
 SETUP = {p.name: p for p in PARAMETERS}
 OWN = {p.name: p for p in PLAY}
 _REFUSED = (ParameterError, ParameterTypeError)
+T = TypeVar("T")
 
 
 def _unknown(key: str, where: str, valid: Mapping[str, Parameter]) -> ParameterError:
@@ -133,13 +134,24 @@ async def train_stream(request: Request) -> Any:
         return bad_input(exc.param, str(exc))
     if (refuse := foreign(request)) is not None:  # another site's page: a session is a run
         return bad_input("origin", refuse, status=403)
-    run = Run(setups, play, runner.in_session_thread)
+    run = Run(setups, play, _abandoning(runner))
     try:
         runner.book(run, replaces=request.query_params.get("replaces"))
     except (RunCancelled, RunBusy) as exc:  # the lab is stopping, or every slot is taken
         return busy(str(exc))
     ended = functools.partial(runner.release, run)  # however the stream ends, build or not
     return sse.EventStream(_built_then_run(run, runner, request.is_disconnected), ended)
+
+
+def _abandoning(runner: Runner) -> InThread:
+    """A run's worker threads: the runner's for sessions, left at once when the stream is
+    cancelled (its client gone). The stream's end closes the run, and the step in progress is
+    its last (:meth:`~normlab.lab.trainruns.Run.close`): not the rest of its frame's steps."""
+
+    async def in_thread(fn: Callable[..., T], /, *args: Any) -> T:
+        return await runner.in_session_thread(fn, *args, abandon=True)
+
+    return in_thread
 
 
 async def _built_then_run(
@@ -415,10 +427,11 @@ def _document_control(r: APIRouter, bad: dict[int | str, dict[str, Any]]) -> Non
         "/api/train/{run_id}/control", train_control, methods=["POST"], tags=["train"],
         summary="Play, pause, step or reset a run",
         description="Taken at the run's next step, in the order sent: `play` trains a frame "
-        "after another, `pause` stops after the current one, `step` takes exactly one optimizer "
-        "step and sends its frame (a playing run pauses first), `reset` puts the run back to "
-        "step 0 (the same data and initial weights; paused). `speed` and `fps` change how "
-        "it plays from the next frame. Only the lab's own pages may send it (Origin check).",
+        "after another, `pause` stops after the optimizer step in progress (a frame cut short "
+        "is sent as it stands), `step` takes exactly one optimizer step and sends its frame "
+        "(a playing run pauses first), `reset` puts the run back to step 0 (the same data "
+        "and initial weights; paused). `speed` and `fps` change how it plays from the next "
+        "frame. Only the lab's own pages may send it (Origin check).",
         responses=schemas.responses(
             _CONTROLLED, "what the run was asked", _403=schemas.error("sent from another "
             "site's page"), _404=schemas.error("no such run is going"),

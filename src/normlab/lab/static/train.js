@@ -2,8 +2,15 @@
  *
  * The controls are built from the setup's parameter declarations (embedded by the server,
  * the same as GET /api/train), grouped as data, network and training. The run is one stream
- * (a Link, trainrun.js) and each side of it a Side. In compare mode a second side shares the
- * first one's data settings and seed, and trains in lockstep with it.
+ * (a Link, trainrun.js) and each side of it a Side. Ticking compare makes run B a copy of run
+ * A's setup as it is then, with one difference to start from (the spec's contrast: the other
+ * normalization); the learner changes what else they want to compare. Both sides show every
+ * group, so their boundaries line up; the data group is one setting shown twice (the runs
+ * train in lockstep on the same points and seed): a change on either side is both runs'.
+ *
+ * Play, Pause, Step and Reset are what the learner asked for, kept here (`wanted`): a new run
+ * (a changed setting) plays or not as they last asked, not as the old run's last status said,
+ * which may not have come yet.
  *
  * The address holds the state in state.js's one table, as a lesson's widgets do: every setting
  * (all of them once any differs from its default), steps=N (the step count: a reload replays to
@@ -52,7 +59,8 @@
   }
 
   /** The second run's start: the first one's settings with the spec's contrast switched
-   * (the normalization: none against batch), then what the address says. */
+   * (the normalization: none against batch, any other against none), then what the address
+   * says (nothing, when compare is ticked). */
   function contrast(a, b, names, { name, values }) {
     const other = a[name] === values[0] ? values[1] : values[0];
     return { ...pick(a, names), [name]: other, ...b };
@@ -70,6 +78,7 @@
       Object.assign(this, { a: asked.a, speed: asked.speed, compare: asked.compare, hide: asked.hide, lock: asked.lock });
       this.b = contrast(asked.a, asked.b, this.own, this.spec.contrast);
       this.written = 0;
+      this.wanted = false; // playing, as the learner last asked (Play; Pause, Step or Reset)
       this.sides = Object.fromEntries(["a", "b"].map((k) =>
         [k, new window.NLTrainRun.Side(this, k, root.querySelector(`.nl-train-side[data-side="${k}"]`))]));
       this.link = new window.NLTrainRun.Link(this);
@@ -87,22 +96,29 @@
     /** Each side's full setup: the second one shares the first one's data and seed. */
     values() {
       const out = { a: { ...this.a } };
-      if (this.compare) out.b = { ...this.b, ...pick(this.a, this.shared) };
+      if (this.compare) out.b = this.setup("b");
       return out;
     }
 
     open(steps, play) { this.link.open(this.values(), { steps, play }); }
 
-    /** The controls of one side, in fieldsets by group (the second side has no data group). */
+    /** Each side's full setup as its controls show it: the second one with the first one's
+     * data. */
+    setup(key) {
+      return key === "a" ? this.a : { ...this.b, ...pick(this.a, this.shared) };
+    }
+
+    /** The controls of one side, in fieldsets by group: the same groups on both sides, so
+     * that what follows them (the boundary) sits at the same height. */
     build(key) {
       const box = this.sides[key].root.querySelector(".nl-train-controls");
       const controls = new Map();
       for (const [group, names] of Object.entries(this.spec.groups)) {
-        if (key === "b" && group === "data") continue;
         const grid = el("div", { class: "nl-controls" });
-        box.append(el("fieldset", { class: "nl-train-group", "data-group": group }, el("legend", { text: group }), grid));
+        const title = key === "b" && group === "data" ? `${group} (the same for both runs)` : group;
+        box.append(el("fieldset", { class: "nl-train-group", "data-group": group }, el("legend", { text: title }), grid));
         const params = this.params.filter((p) => names.includes(p.name));
-        const built = window.NLControls.build(grid, params, this[key], null, `train-${key}`,
+        const built = window.NLControls.build(grid, params, this.setup(key), null, `train-${key}`,
           (name, v, typing) => this.change(key, name, v, typing));
         for (const [name, control] of built) controls.set(name, control);
       }
@@ -114,7 +130,10 @@
       const root = this.root;
       this.buttons = [...root.querySelectorAll(".nl-train-bar button[data-action]")];
       for (const button of this.buttons) {
-        button.addEventListener("click", () => this.link.control({ action: button.dataset.action }));
+        button.addEventListener("click", () => {
+          this.wanted = button.dataset.action === "play";
+          this.link.control({ action: button.dataset.action });
+        });
       }
       this.speedBox = root.querySelector("select.nl-speed");
       const top = this.spec.play.find((p) => p.name === "speed").max;
@@ -143,11 +162,18 @@
       }
     }
 
-    /** A setting changed: a new run (both sides from step 0), once the hand rests. */
+    /** A setting changed: a new run (both sides from step 0), once the hand rests, playing
+     * if the learner last asked it to. A data setting is both sides': the other side's
+     * control shows it too. */
     change(key, name, value, typing) {
-      this[key][name] = value;
+      if (this.shared.includes(name)) {
+        this.a[name] = value;
+        this.controls[key === "a" ? "b" : "a"].get(name).set(value);
+      } else {
+        this[key][name] = value;
+      }
       clearTimeout(this.timer);
-      this.timer = setTimeout(() => this.open(0, this.sides.a.playing), typing ? TYPING_MS : DEBOUNCE_MS);
+      this.timer = setTimeout(() => this.open(0, this.wanted), typing ? TYPING_MS : DEBOUNCE_MS);
       this.write();
     }
 
@@ -157,12 +183,19 @@
       this.write();
     }
 
-    /** Compare on: a new run of both sides at the first one's step count (the second side
-     * replays to it); off: the first side alone, from there. */
+    /** Compare on: run B is run A's setup as it is now with the contrast switched, and both
+     * sides run anew at the first one's step count (replayed); off: the first side alone,
+     * from there. Either way it plays if the learner last asked it to. */
     toggleCompare(on) {
+      clearTimeout(this.timer); // a change still waiting is in what opens now
       this.compare = on;
+      if (on) {
+        this.b = contrast(this.a, {}, this.own, this.spec.contrast);
+        const b = this.setup("b");
+        for (const [name, control] of this.controls.b) control.set(b[name]);
+      }
       this.showCompare();
-      this.open(this.sides.a.step, false);
+      this.open(this.sides.a.step, this.wanted);
       this.write();
     }
 
