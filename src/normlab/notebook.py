@@ -55,7 +55,8 @@ The widget's figure for this run, drawn with matplotlib. normlab describes a fig
 panels, their axes and the series drawn on them (`figures`, the numbers of the run above). One
 generic function, `draw_into`, draws any description. Both cells are folded away below; the
 last cell draws. The description was made with the notebook: after changing a parameter above
-and rerunning, the tables are the new run's but the figure is still this one."""
+and rerunning, the tables are the new run's but the figure is still this one (the widget's
+Download notebook at the new settings gives theirs)."""
 
 
 def notebook(
@@ -101,11 +102,8 @@ def figure_cells(figures: Sequence[dict[str, Any]], count: int | None = None) ->
     draw = v4.new_code_cell(DRAW, id="figure")
     draw.outputs = [_image(f) for f in figures]
     if count is not None:
-        code.execution_count, data.execution_count, draw.execution_count = (
-            count,
-            count + 1,
-            count + 2,
-        )
+        for k, cell in enumerate((code, data, draw)):
+            cell.execution_count = count + k
     return [v4.new_markdown_cell(FIGURE_NOTE, id="figure-note"), code, data, draw]
 
 
