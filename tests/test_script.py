@@ -14,6 +14,7 @@ one script also runs as a learner runs it, ``python FILE`` in a fresh interprete
 from __future__ import annotations
 
 import ast
+import base64
 import json
 import os
 import re
@@ -27,6 +28,8 @@ from typing import Any
 
 import nbformat
 import pytest
+from matplotlib.figure import Figure as MplFigure
+from matplotlib.patches import StepPatch
 from nbclient import NotebookClient
 
 from normlab import notebook
@@ -262,14 +265,27 @@ def test_a_script_runs_as_a_learner_runs_it(
     assert done.stdout == script.output(experiment, cached_run("bn-lr"))
 
 
+_NOTEBOOKS: dict[str, Any] = {}
+
+
 def _notebook(name: str, cached_run: Callable[..., Result]) -> tuple[Any, str]:
-    """The notebook of ``name`` at its first setting here, and the output it ships with."""
-    experiment = get_experiment(name)
-    params = experiment.make_params(_first(name))
-    result = cached_run(name, **_first(name))
-    nb = notebook.notebook(experiment, params, script.output(experiment, result))
-    nbformat.validate(nb)
-    return nb, nb.cells[-1].outputs[0]["text"]
+    """The notebook of ``name`` at its first setting here (with its figures, drawn once per
+    session), and the output it ships with."""
+    if name not in _NOTEBOOKS:
+        experiment = get_experiment(name)
+        params = experiment.make_params(_first(name))
+        result = cached_run(name, **_first(name))
+        drawn = [f.to_dict() for f in result.figures()]
+        nb = notebook.notebook(experiment, params, script.output(experiment, result), drawn)
+        nbformat.validate(nb)
+        _NOTEBOOKS[name] = nb
+    nb = _NOTEBOOKS[name]
+    return nb, _cell(nb, "run").outputs[0]["text"]
+
+
+def _cell(nb: Any, cell_id: str) -> Any:
+    """The notebook's cell of that id (the run's: ``run``; the one that draws: ``figure``)."""
+    return next(c for c in nb.cells if c.get("id") == cell_id)
 
 
 @pytest.mark.parametrize("name", PLAIN)
@@ -282,7 +298,41 @@ def test_the_notebook_is_the_script_cell_by_cell(
     nb, _ = _notebook(name, cached_run)
     text = script.render(get_experiment(name), _first(name))
     blocks = text.rstrip("\n").split("\n\n\n")[1:]  # the docstring aside
-    assert [c.source for c in nb.cells if c.cell_type == "code"] == blocks
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    assert code[: len(blocks)] == blocks
+    assert code[len(blocks) :] == [  # then only its figure's: the drawing, the data, the draw
+        notebook.renderer(),
+        _cell(nb, "figure-data").source,
+        notebook.DRAW,
+    ]
+
+
+@pytest.mark.parametrize("name", PLAIN)
+def test_the_notebook_draws_the_widget_s_figure(
+    name: str, cached_run: Callable[..., Result]
+) -> None:
+    """After the run, the widget's figure descriptions as data, the generic code that draws
+    them (no normlab in it), and the cell that draws, its output an image per figure."""
+    nb, _ = _notebook(name, cached_run)
+    described = [f.to_dict() for f in cached_run(name, **_first(name)).figures()]
+    renderer, data = _cell(nb, "figure-renderer").source, _cell(nb, "figure-data").source
+    assert "normlab" not in renderer + data
+    assert ast.literal_eval(data.removeprefix("figures = ")) == described
+    images = [o for o in _cell(nb, "figure").outputs if o.output_type == "display_data"]
+    assert len(images) == len(described)
+    for image in images:
+        assert base64.b64decode(image.data["image/png"]).startswith(b"\x89PNG\r\n\x1a\n")
+    namespace: dict[str, Any] = {}
+    exec(renderer + "\n" + data, namespace)  # the cells' own code draws what was described
+    for figure, want in zip(namespace["figures"], described, strict=True):
+        drawn = MplFigure(figsize=namespace["size"](figure))
+        namespace["draw_into"](drawn, figure)
+        axes = [ax for ax in drawn.axes if ax.get_label() != "<colorbar>"]
+        assert len(axes) == len(want["panels"])
+        for ax, panel in zip(axes, want["panels"], strict=True):
+            drawn_series = len(ax.containers) + len(ax.collections) + len(ax.lines)
+            drawn_series += sum(isinstance(p, StepPatch) for p in ax.patches)
+            assert drawn_series >= len(panel["series"]), panel["title"]
 
 
 @pytest.mark.slow
@@ -299,8 +349,10 @@ def test_the_notebook_runs_in_jupyter_and_prints_the_same(
     (tmp_path / "normlab").mkdir()  # the kernel runs in tmp_path, where normlab cannot import
     (tmp_path / "normlab" / "__init__.py").write_text('raise ImportError("no normlab")\n')
     NotebookClient(fresh, timeout=300, resources={"metadata": {"path": str(tmp_path)}}).execute()
-    printed = "".join(o.get("text", "") for o in fresh.cells[-1].outputs)
+    printed = "".join(o.get("text", "") for o in _cell(fresh, "run").outputs)
     assert printed == shipped
+    drawn = [o for o in _cell(fresh, "figure").outputs if "image/png" in o.get("data", {})]
+    assert len(drawn) == len(_cell(nb, "figure").outputs)  # an image per figure, drawn there
 
 
 @pytest.mark.slow

@@ -259,7 +259,7 @@ def _add_output_flags(parser: argparse.ArgumentParser, defaults: bool) -> None:
         "--notebook",
         metavar="FILE",
         default=None if defaults else unset,
-        help="also write that code as a Jupyter notebook (.ipynb), with what it printed",
+        help="also write that code as a Jupyter notebook (.ipynb), with what it printed and drew",
     )
 
 
@@ -531,7 +531,8 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> None:
     if notebook_path is not None:
         from normlab import notebook
 
-        nb = notebook.notebook(experiment, params, script.output(experiment, result))
+        drawn = [f.to_dict() for f in result.figures()]
+        nb = notebook.notebook(experiment, params, script.output(experiment, result), drawn)
         notebook_path.write_text(notebook.dumps(nb))
         said.print(f"notebook written to {notebook_path}", soft_wrap=True)
 

@@ -6,6 +6,10 @@ an experiment or measures anything: every value drawn, clipped or floored is the
 Figures are built with the object-oriented API (``Figure`` plus an Agg canvas, never
 ``pyplot``), so drawing is safe from any thread and never opens a window.
 
+The drawing itself, :func:`draw_into` and the helpers it calls, reads the description as plain
+data (``Figure.to_dict()``, the JSON the lab sends) and imports nothing of normlab: a downloaded
+notebook carries that same code (:mod:`normlab.notebook`) and draws its figure without normlab.
+
 The rules a description can rely on, the same in the lab's plotly renderer:
 
 - ``None`` (and ``nan``, ``inf``) is a gap: the point or bar is not drawn.
@@ -71,11 +75,11 @@ def _floats(values: Sequence[Any]) -> FloatArray:
     return np.where(np.isfinite(a), a, math.nan)
 
 
-def _categories(panel: figures.Panel) -> dict[str, int]:
+def _categories(panel: dict[str, Any]) -> dict[str, int]:
     """String x values of the panel, each at its position in order of first appearance."""
     found: dict[str, int] = {}
-    for s in panel.series:
-        for v in s.x:
+    for s in panel["series"]:
+        for v in s["x"]:
             if isinstance(v, str):
                 found.setdefault(v, len(found))
     return found
@@ -93,192 +97,192 @@ def _colormap(name: str) -> Colormap:
     raise ValueError(f"colorscale {name!r} not supported, use one of {sorted(colormaps)}")
 
 
-def _marker(s: figures.Series) -> str:
-    if s.marker not in _MARKER:
-        raise ValueError(f"marker {s.marker!r} not supported, use one of {tuple(_MARKER)}")
-    return _MARKER[s.marker]
+def _marker(s: dict[str, Any]) -> str:
+    if s["marker"] not in _MARKER:
+        raise ValueError(f"marker {s['marker']!r} not supported, use one of {tuple(_MARKER)}")
+    return _MARKER[s["marker"]]
 
 
-def _label(s: figures.Series) -> str:
-    return s.name if s.legend and s.name else "_nolegend_"
+def _label(s: dict[str, Any]) -> str:
+    return s["name"] if s["legend"] and s["name"] else "_nolegend_"
 
 
-def _points(ax: Axes, s: figures.Series, x: FloatArray, color: str) -> None:
+def _points(ax: Axes, s: dict[str, Any], x: FloatArray, color: str) -> None:
     """A line, markers or both; per-point colours as a scatter over the line."""
-    y = _floats(s.y)
-    line = s.kind != "markers"
-    separate = s.colors is not None and s.kind != "line"
-    marker = _marker(s) if s.kind != "line" and not separate else ""
+    y = _floats(s["y"])
+    line = s["kind"] != "markers"
+    separate = s["colors"] is not None and s["kind"] != "line"
+    marker = _marker(s) if s["kind"] != "line" and not separate else ""
     if line or not separate:
         ax.plot(
             x,
             y,
-            linestyle=_DASH[s.dash] if line else "none",
+            linestyle=_DASH[s["dash"]] if line else "none",
             marker=marker,
             color=color,
-            linewidth=s.width,
-            markersize=s.marker_size,
-            markerfacecolor="none" if s.hollow else color,
+            linewidth=s["width"],
+            markersize=s["marker_size"],
+            markerfacecolor="none" if s["hollow"] else color,
             markeredgecolor=color,
-            alpha=s.opacity,
+            alpha=s["opacity"],
             label=_label(s),
         )
     if separate:
-        colors = list(s.colors or ())
+        colors = list(s["colors"] or ())
         ax.scatter(
             x,
             y,
-            s=s.marker_size**2,
+            s=s["marker_size"] ** 2,
             marker=_marker(s),
-            facecolors="none" if s.hollow else colors,
+            facecolors="none" if s["hollow"] else colors,
             edgecolors=colors,
-            alpha=s.opacity,
+            alpha=s["opacity"],
             label="_nolegend_" if line else _label(s),
             zorder=3,
         )
-    for xi, yi, text in zip(x, y, s.labels or (), strict=False):
+    for xi, yi, text in zip(x, y, s["labels"] or (), strict=False):
         if np.isfinite(xi) and np.isfinite(yi):
             ax.annotate(text, (xi, yi), xytext=(0, 5), textcoords="offset points", fontsize=7)
 
 
-def _bars(ax: Axes, s: figures.Series, x: FloatArray, color: str, k: int, n: int) -> None:
+def _bars(ax: Axes, s: dict[str, Any], x: FloatArray, color: str, k: int, n: int) -> None:
     """Series ``k`` of the panel's ``n`` bar series: its share of each x's slot."""
-    slot = np.array(s.widths if s.widths is not None else [0.8] * len(x), dtype=np.float64)
+    slot = np.array(s["widths"] if s["widths"] is not None else [0.8] * len(x), dtype=np.float64)
     width = slot / n
-    fill = list(s.colors) if s.colors is not None else color
+    fill = list(s["colors"]) if s["colors"] is not None else color
     bars = ax.bar(
         x + (k - (n - 1) / 2) * width,
-        _floats(s.y),
+        _floats(s["y"]),
         width,
-        color="none" if s.hollow else fill,
-        edgecolor=fill if s.hollow else None,
-        alpha=s.opacity,
+        color="none" if s["hollow"] else fill,
+        edgecolor=fill if s["hollow"] else None,
+        alpha=s["opacity"],
         label=_label(s),
     )
-    if s.labels is not None:
-        ax.bar_label(bars, labels=list(s.labels), fontsize=8, padding=2)
+    if s["labels"] is not None:
+        ax.bar_label(bars, labels=list(s["labels"]), fontsize=8, padding=2)
         ax.margins(y=0.12)  # room for the labels above the tallest bar
 
 
-def _histogram(ax: Axes, s: figures.Series, color: str) -> None:
-    edges = _floats(s.edges or ())
+def _histogram(ax: Axes, s: dict[str, Any], color: str) -> None:
+    edges = _floats(s["edges"] or ())
     if edges.size < 2 or not np.all(np.isfinite(edges)):
         return  # nothing to bin (a blown-up run): the description's note says why
-    counts = _floats(s.y)
-    ax.stairs(counts, edges, fill=True, color=color, alpha=s.opacity, label=_label(s))
+    counts = _floats(s["y"])
+    ax.stairs(counts, edges, fill=True, color=color, alpha=s["opacity"], label=_label(s))
 
 
-def _heatmap(target: FigureBase, ax: Axes, s: figures.Series, x: FloatArray) -> None:
+def _heatmap(target: FigureBase, ax: Axes, s: dict[str, Any], x: FloatArray) -> None:
     """Cells centred on ``(x[i], y[j])``; a row or column without a finite place is left out."""
-    y = _floats(s.y)
-    z = np.array([_floats(row) for row in s.z or ()], dtype=np.float64)  # (len(y), len(x))
+    y = _floats(s["y"])
+    z = np.array([_floats(row) for row in s["z"] or ()], dtype=np.float64)  # (len(y), len(x))
     cols, rows = np.isfinite(x), np.isfinite(y)
     if z.size == 0 or not cols.any() or not rows.any():
         return
-    cmap = _colormap(s.colorscale)
+    cmap = _colormap(s["colorscale"])
     z = z[rows][:, cols]
-    vmin, vmax = s.zlimits if s.zlimits is not None else (None, None)
+    vmin, vmax = s["zlimits"] if s["zlimits"] is not None else (None, None)
     mesh = ax.pcolormesh(
-        x[cols], y[rows], z, shading="nearest", cmap=cmap, alpha=s.opacity, vmin=vmin, vmax=vmax
+        x[cols], y[rows], z, shading="nearest", cmap=cmap, alpha=s["opacity"], vmin=vmin, vmax=vmax
     )
-    if s.colorbar:
-        target.colorbar(mesh, ax=ax, label=s.name)
+    if s["colorbar"]:
+        target.colorbar(mesh, ax=ax, label=s["name"])
     ax.grid(False)
 
 
-def _series(target: FigureBase, ax: Axes, panel: figures.Panel, cats: dict[str, int]) -> None:
+def _series(target: FigureBase, ax: Axes, panel: dict[str, Any], cats: dict[str, int]) -> None:
     """Every series of the panel, in order (the panel has coloured every one but a heat map)."""
-    n_bars = sum(s.kind == "bars" for s in panel.series)
+    n_bars = sum(s["kind"] == "bars" for s in panel["series"])
     bars = 0
-    for s in panel.series:
-        color = s.color or "black"
-        x = _positions(s.x, cats)
-        if s.kind in _LINE_KINDS:
+    for s in panel["series"]:
+        color = s["color"] or "black"
+        x = _positions(s["x"], cats)
+        if s["kind"] in _LINE_KINDS:
             _points(ax, s, x, color)
-        elif s.kind == "bars":
+        elif s["kind"] == "bars":
             _bars(ax, s, x, color, bars, n_bars)
             bars += 1
-        elif s.kind == "histogram":
+        elif s["kind"] == "histogram":
             _histogram(ax, s, color)
-        elif s.kind == "heatmap":
+        elif s["kind"] == "heatmap":
             _heatmap(target, ax, s, x)
         else:
             valid = (*_LINE_KINDS, "bars", "histogram", "heatmap")
-            raise ValueError(f"series kind {s.kind!r} not supported, use one of {valid}")
+            raise ValueError(f"series kind {s['kind']!r} not supported, use one of {valid}")
 
 
-def _drawn(s: figures.Series, cats: dict[str, int]) -> tuple[FloatArray, FloatArray]:
+def _drawn(s: dict[str, Any], cats: dict[str, int]) -> tuple[FloatArray, FloatArray]:
     """The x and the y values the series really places (what a log axis must find positive)."""
-    x, y = _positions(s.x, cats), _floats(s.y)
-    if s.kind == "histogram":
-        edges = _floats(s.edges or ())
+    x, y = _positions(s["x"], cats), _floats(s["y"])
+    if s["kind"] == "histogram":
+        edges = _floats(s["edges"] or ())
         return (edges, y) if edges.size > 1 and np.all(np.isfinite(edges)) else (x[:0], y[:0])
-    if s.kind == "heatmap":
-        return (x, y) if s.z else (x[:0], y[:0])
+    if s["kind"] == "heatmap":
+        return (x, y) if s["z"] else (x[:0], y[:0])
     n = min(x.size, y.size)
     both = np.isfinite(x[:n]) & np.isfinite(y[:n])
     return x[:n][both], y[:n][both]
 
 
-def _placeable(value: float, log: bool) -> bool:
-    return math.isfinite(value) and (value > 0 or not log)
+def _placeable(value: float | None, log: bool) -> bool:
+    return value is not None and math.isfinite(value) and (value > 0 or not log)
 
 
-def _scale(ax: Axes, which: str, spec: figures.Axis, values: FloatArray) -> None:
+def _scale(ax: Axes, which: str, spec: dict[str, Any], values: FloatArray) -> None:
     """Limits first, then the scale: a log axis with nothing positive gets fixed limits."""
     set_lim = ax.set_xlim if which == "x" else ax.set_ylim
-    log = spec.scale == "log"
-    if spec.limits is not None:
-        set_lim(*spec.limits)
+    log = spec["scale"] == "log"
+    if spec["limits"] is not None:
+        set_lim(*spec["limits"])
     elif log and not bool(np.any(values > 0)):  # nan compares False
         set_lim(0.1, 10.0)
     if log:
         (ax.set_xscale if which == "x" else ax.set_yscale)("log")
 
 
-def _lines(ax: Axes, panel: figures.Panel) -> None:
-    for ref in panel.lines:
-        log = (panel.x if ref.axis == "x" else panel.y).scale == "log"
-        if not _placeable(ref.value, log):
+def _lines(ax: Axes, panel: dict[str, Any]) -> None:
+    for ref in panel["lines"]:
+        log = (panel["x"] if ref["axis"] == "x" else panel["y"])["scale"] == "log"
+        if not _placeable(ref["value"], log):
             continue
-        draw = ax.axvline if ref.axis == "x" else ax.axhline
+        draw = ax.axvline if ref["axis"] == "x" else ax.axhline
         draw(
-            ref.value,
-            color=ref.color,
-            linestyle=_DASH[ref.dash],
+            ref["value"],
+            color=ref["color"],
+            linestyle=_DASH[ref["dash"]],
             linewidth=1.0,
-            label=ref.label or "_nolegend_",
+            label=ref["label"] or "_nolegend_",
         )
 
 
-def _bands(ax: Axes, panel: figures.Panel) -> None:
+def _bands(ax: Axes, panel: dict[str, Any]) -> None:
     """Shaded ranges; an end the axis cannot place reaches the edge of the data's range."""
-    for band in panel.bands:
-        vertical = band.axis == "x"
-        log = (panel.x if vertical else panel.y).scale == "log"
+    for band in panel["bands"]:
+        vertical = band["axis"] == "x"
+        log = (panel["x"] if vertical else panel["y"])["scale"] == "log"
         low_lim, high_lim = ax.get_xlim() if vertical else ax.get_ylim()
-        low = band.low if _placeable(band.low, log) else low_lim
-        high = band.high if _placeable(band.high, log) else high_lim
+        low = band["low"] if _placeable(band["low"], log) else low_lim
+        high = band["high"] if _placeable(band["high"], log) else high_lim
         span = ax.axvspan if vertical else ax.axhspan
         span(
             low,
             high,
-            color=band.color,
-            alpha=band.opacity,
+            color=band["color"],
+            alpha=band["opacity"],
             linewidth=0,
             zorder=0,
-            label=band.label or "_nolegend_",
+            label=band["label"] or "_nolegend_",
         )
-        if (low, high) != (band.low, band.high):  # keep the view where the data put it
+        if (low, high) != (band["low"], band["high"]):  # keep the view where the data put it
             (ax.set_xlim if vertical else ax.set_ylim)(min(low_lim, low), max(high_lim, high))
 
 
-def _ticks(ax: Axes, which: str, spec: figures.Axis, cats: dict[str, int]) -> None:
+def _ticks(ax: Axes, which: str, spec: dict[str, Any], cats: dict[str, int]) -> None:
     """The description's ticks (plain numbers unless named), else one per category."""
     axis = ax.xaxis if which == "x" else ax.yaxis
-    if spec.ticks is not None:
-        ticks = list(spec.ticks)
-        names = list(spec.tick_labels or (f"{t:g}" for t in ticks))
+    if spec["ticks"] is not None:
+        ticks = list(spec["ticks"])
+        names = list(spec["tick_labels"] or (f"{t:g}" for t in ticks))
         axis.set_minor_locator(NullLocator())
     elif cats:
         every = math.ceil(len(cats) / _MAX_CATEGORY_TICKS)
@@ -291,27 +295,27 @@ def _ticks(ax: Axes, which: str, spec: figures.Axis, cats: dict[str, int]) -> No
     axis.set_ticks(ticks, names, **extra)
 
 
-def _panel(target: FigureBase, ax: Axes, panel: figures.Panel) -> None:
+def _panel(target: FigureBase, ax: Axes, panel: dict[str, Any]) -> None:
     cats = _categories(panel)
     ax.grid(True, alpha=0.4)
     ax.set_axisbelow(True)
     _series(target, ax, panel, cats)
     _lines(ax, panel)
-    placed = [_drawn(s, cats) for s in panel.series]
-    _scale(ax, "x", panel.x, np.concatenate([x for x, _ in placed] or [np.zeros(0)]))
-    _scale(ax, "y", panel.y, np.concatenate([y for _, y in placed] or [np.zeros(0)]))
+    placed = [_drawn(s, cats) for s in panel["series"]]
+    _scale(ax, "x", panel["x"], np.concatenate([x for x, _ in placed] or [np.zeros(0)]))
+    _scale(ax, "y", panel["y"], np.concatenate([y for _, y in placed] or [np.zeros(0)]))
     _bands(ax, panel)
-    _ticks(ax, "x", panel.x, cats)
-    _ticks(ax, "y", panel.y, {})
-    ax.set_xlabel(panel.x.label)
-    ax.set_ylabel(panel.y.label)
-    if panel.title:
-        ax.set_title(panel.title, fontsize=10, wrap=True)
-    if panel.note:
+    _ticks(ax, "x", panel["x"], cats)
+    _ticks(ax, "y", panel["y"], {})
+    ax.set_xlabel(panel["x"]["label"])
+    ax.set_ylabel(panel["y"]["label"])
+    if panel["title"]:
+        ax.set_title(panel["title"], fontsize=10, wrap=True)
+    if panel["note"]:
         ax.text(
             0.99,
             0.02,
-            panel.note,
+            panel["note"],
             transform=ax.transAxes,
             ha="right",
             va="bottom",
@@ -319,28 +323,37 @@ def _panel(target: FigureBase, ax: Axes, panel: figures.Panel) -> None:
             bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"},
         )
     if ax.get_legend_handles_labels()[0]:
-        points = sum(len(s.y) for s in panel.series)
+        points = sum(len(s["y"]) for s in panel["series"])
         ax.legend(fontsize=8, loc="best" if points <= _BEST_LEGEND_POINTS else "upper right")
 
 
-def _size(figure: figures.Figure) -> tuple[float, float]:
-    rows, cols = figure.grid
-    return max(6.5, 5.0 * cols), figure.height * rows
+def _grid(figure: dict[str, Any]) -> tuple[int, int]:
+    """``(rows, columns)`` of the panel grid (``columns`` 0: every panel side by side)."""
+    cols = figure["columns"] or len(figure["panels"])
+    return math.ceil(len(figure["panels"]) / cols), cols
 
 
-def _draw_into(target: FigureBase, figure: figures.Figure) -> None:
-    rows, cols = figure.grid
-    axes = target.subplots(rows, cols, squeeze=False, sharex=figure.shared_x).ravel()
-    for i, (ax, panel) in enumerate(zip(axes, figure.panels, strict=False)):
+def size(figure: dict[str, Any]) -> tuple[float, float]:
+    """The figure's ``(width, height)`` in inches: 5 per column, its ``height`` per row."""
+    rows, cols = _grid(figure)
+    return max(6.5, 5.0 * cols), figure["height"] * rows
+
+
+def draw_into(target: FigureBase, figure: dict[str, Any]) -> None:
+    """Draw one figure description, as plain data (``Figure.to_dict()``, the JSON the lab
+    sends), into a matplotlib figure (or subfigure)."""
+    rows, cols = _grid(figure)
+    axes = target.subplots(rows, cols, squeeze=False, sharex=figure["shared_x"]).ravel()
+    for i, (ax, panel) in enumerate(zip(axes, figure["panels"], strict=False)):
         _panel(target, ax, panel)
-        if figure.shared_x and i + cols < len(figure.panels):
+        if figure["shared_x"] and i + cols < len(figure["panels"]):
             ax.set_xlabel("")  # the panel below, on the same x, names it
-        elif figure.shared_x:
+        elif figure["shared_x"]:
             ax.xaxis.set_tick_params(labelbottom=True)  # nothing below shows the ticks
-    for ax in axes[len(figure.panels) :]:
+    for ax in axes[len(figure["panels"]) :]:
         ax.set_axis_off()  # the grid's last row is not full
-    if figure.title:
-        target.suptitle(figure.title, fontsize=11, wrap=True)
+    if figure["title"]:
+        target.suptitle(figure["title"], fontsize=11, wrap=True)
 
 
 def draw(figure: figures.Figure) -> MplFigure:
@@ -354,18 +367,19 @@ def draw(figure: figures.Figure) -> MplFigure:
 
 def draw_all(described: Sequence[figures.Figure]) -> MplFigure:
     """Draw several figure descriptions as one matplotlib figure, stacked top to bottom."""
-    sizes = [_size(f) for f in described]
+    plain = [f.to_dict() for f in described]
+    sizes = [size(f) for f in plain]
     fig = MplFigure(
         figsize=(max((w for w, _ in sizes), default=6.5), sum(h for _, h in sizes) or 4.0),
         layout="constrained",
     )
     FigureCanvasAgg(fig)
     if len(described) == 1:
-        _draw_into(fig, described[0])
+        draw_into(fig, plain[0])
     elif described:
         subs = fig.subfigures(len(described), 1, squeeze=False, height_ratios=[h for _, h in sizes])
-        for sub, f in zip(subs.ravel(), described, strict=True):
-            _draw_into(sub, f)
+        for sub, f in zip(subs.ravel(), plain, strict=True):
+            draw_into(sub, f)
     return fig
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import base64
 import html
 import json
 from collections.abc import Iterator
@@ -79,8 +81,20 @@ def test_the_notebook_is_valid_and_holds_what_the_code_printed(client: TestClien
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     assert "normlab" not in code.replace("normlab's", "")
     answer = client.post("/api/experiments/drift", json={"depth": 4, "seed": 2}).json()
-    assert nb.cells[-1].outputs[0]["text"] == answer["output"]
+    run = next(c for c in nb.cells if c.get("id") == "run")  # its figure's cells follow
+    assert run.outputs[0]["text"] == answer["output"]
     assert nb.cells[0].cell_type == "markdown" and "depth=4" in nb.cells[0].source
+
+
+def test_the_notebook_draws_the_figure_the_widget_shows(client: TestClient) -> None:
+    r = client.get("/api/experiments/drift/notebook?depth=4&seed=2")
+    nb = nbformat.reads(r.text, as_version=4)
+    answer = client.post("/api/experiments/drift", json={"depth": 4, "seed": 2}).json()
+    data = next(c for c in nb.cells if c.get("id") == "figure-data").source
+    assert ast.literal_eval(data.removeprefix("figures = ")) == answer["figures"]
+    (image,) = next(c for c in nb.cells if c.get("id") == "figure").outputs  # one figure
+    assert image.output_type == "display_data"
+    assert base64.b64decode(image.data["image/png"]).startswith(b"\x89PNG\r\n\x1a\n")
 
 
 def test_an_answer_carries_its_figures_tables_and_output(client: TestClient) -> None:

@@ -10,9 +10,11 @@ declarations: :func:`router` writes one route per experiment registered when it 
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
+import anyio.to_thread
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
@@ -81,7 +83,8 @@ async def code(name: str, request: Request) -> Any:
 
 
 async def download(name: str, request: Request) -> Any:
-    """``GET /api/experiments/NAME/notebook``: the script as a notebook, with its output."""
+    """``GET /api/experiments/NAME/notebook``: the script as a notebook, with its output and
+    the figures the widget shows, drawn."""
     try:
         experiment, params = query_params(name, request)
         body = await lab_state(request).runner.arun_json(
@@ -89,7 +92,11 @@ async def download(name: str, request: Request) -> Any:
         )
     except REFUSED as exc:
         return refusal(exc)
-    nb = notebook.notebook(experiment, params, json.loads(body)["output"])
+    answer = json.loads(body)
+    make = functools.partial(
+        notebook.notebook, experiment, params, answer["output"], answer["figures"]
+    )
+    nb = await anyio.to_thread.run_sync(make)  # drawing takes a second: off the event loop
     return Response(
         notebook.dumps(nb),
         media_type="application/x-ipynb+json",
