@@ -340,7 +340,7 @@ class _Edits:
         if summary:
             self.edits.append((self.start(first), self.end(first), summary))
         elif first.lineno > node.lineno:  # on lines of its own
-            self.drop(first, keep_pass=not rest, blanks=True)
+            self.drop(first, keep_pass=not rest, blanks=bool(rest))
         return rest
 
     def header(self, node: Def) -> None:
@@ -457,7 +457,7 @@ def _bodies(stmt: ast.stmt) -> list[list[ast.stmt]]:
     return [b for b in blocks if b and isinstance(b[0], ast.stmt)]
 
 
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(`:])")
+SENTENCE_END = re.compile(r"(?<=[^.][.!?])\s+(?=[A-Z(`:])")  # not after "..": a range
 
 
 def _summary(doc: str, width: int) -> str:
