@@ -450,6 +450,8 @@ def run(init, norm, steps):
             stop()
 """
     )
+    shadowed = "def run(norm):\n    pick = lambda norm: 1 if norm else 2\n    return norm\n"
+    assert script.specialized(shadowed, {"norm": 0}) == shadowed  # a lambda's own norm: left alone
 
 
 def test_a_script_pastes_only_the_helpers_its_call_reaches() -> None:

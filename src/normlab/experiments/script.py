@@ -495,6 +495,9 @@ def specialized(source: str, values: Mapping[str, Any]) -> str:
         at = _Edits(source)
         names = [n for n in ast.walk(function) if isinstance(n, ast.Name)]
         stored = {n.id for n in names if not isinstance(n.ctx, ast.Load)}
+        own = {id(a) for a in ast.walk(function.args)}
+        nested = [a for a in ast.walk(function) if isinstance(a, ast.arg) and id(a) not in own]
+        stored |= {a.arg for a in nested}  # a lambda's own parameter may take the same name
         known = {k: v for k, v in values.items() if k not in stored}
         for node in ast.walk(function):
             if isinstance(node, ast.If) and at.is_elif(node):
