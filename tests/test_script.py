@@ -374,3 +374,145 @@ def test_the_doctor_s_code_calls_normlab_and_prints_what_it_reports(
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == script.output(experiment, cached_run("doctor", **params))
+
+
+# -- the source as a learner reads it (issue 33: the code to take away is long) ----------------
+
+ENGINE_SOURCE = '''\
+def step(net: Any, x: list[float], live: Callable[[dict[str, Any]], None] | None = None,
+         *, scale: float = 2.0) -> list[float]:
+    """Scale every value (the σ of the notes).
+
+    Examples::
+
+        >>> step(None, [1.0])
+        [2.0]
+    """
+    out: list[float] = []  # (N,) -> (N,)
+    for v in x:
+        out.append(scale * v)
+        if live is not None:
+            live({"out": out})
+    report(out, live=live)
+    return out
+'''
+
+PLAIN_SOURCE = '''\
+def step(net, x, *, scale=2.0):
+    """Scale every value (the σ of the notes)."""
+    out = []  # (N,) -> (N,)
+    for v in x:
+        out.append(scale * v)
+    report(out)
+    return out
+'''
+
+
+def test_plain_cuts_annotations_doctests_and_hooks_and_keeps_the_rest() -> None:
+    """Located by ``ast`` (whose columns count bytes: the σ above), each span is cut alone."""
+    assert script.plain(ENGINE_SOURCE) == PLAIN_SOURCE
+    reported: list[list[float]] = []
+    calls: list[dict[str, Any]] = []
+    engine: dict[str, Any] = {"report": lambda out, live: reported.append(out)}
+    learner: dict[str, Any] = {"report": reported.append}
+    exec("from __future__ import annotations\n" + ENGINE_SOURCE, engine)
+    exec(PLAIN_SOURCE, learner)
+    assert (
+        engine["step"](None, [1.0, 3.0], live=calls.append)
+        == [2.0, 6.0]
+        == (learner["step"](None, [1.0, 3.0]))
+    )
+    assert calls and reported == [[2.0, 6.0], [2.0, 6.0]]
+
+
+def test_plain_keeps_a_dataclass_s_fields_and_a_body_never_empties() -> None:
+    source = '''\
+@dataclass(frozen=True)
+class Moments:
+    """Two moments.
+
+    More words.
+    """
+
+    mean: float
+    var: float = 1.0
+
+
+class Done(Exception):
+    """Raised when the run ends, a summary far too long to be kept on one line of the script, not
+    even when cut at its first clause."""
+
+
+def hook(live: Any) -> None:
+    if live:
+        live(1)
+'''
+    assert (
+        script.plain(source)
+        == '''\
+@dataclass(frozen=True)
+class Moments:
+    """Two moments."""
+
+    mean: float
+    var: float = 1.0
+
+
+class Done(Exception):
+    pass
+
+
+def hook():
+    pass
+'''
+    )
+
+
+def test_specialized_keeps_the_branch_the_parameters_take() -> None:
+    source = """\
+def run(init, norm, steps):
+    if init != "default":
+        setup(init)  # on the CPU
+    else:
+        # nn.Linear's own
+        keep()
+    if norm == "batch":
+        a()
+    elif norm == "layer":
+        b()
+    else:
+        c()
+    kind = "deep" if steps > 10 else "shallow"
+    while steps:
+        steps -= 1
+        if steps == 3:
+            stop()
+"""
+    assert (
+        script.specialized(source, {"init": "default", "norm": "layer", "steps": 20})
+        == """\
+def run(init, norm, steps):
+    # nn.Linear's own
+    keep()
+    b()
+    kind = "deep" if steps > 10 else "shallow"
+    while steps:
+        steps -= 1
+        if steps == 3:
+            stop()
+"""
+    )
+    shadowed = "def run(norm):\n    pick = lambda norm: 1 if norm else 2\n    return norm\n"
+    assert script.specialized(shadowed, {"norm": 0}) == shadowed  # a lambda's own norm: left alone
+
+
+def test_a_script_pastes_only_the_helpers_its_call_reaches() -> None:
+    """bn-lr's default keeps nn.Linear's initialization: no apply_init (nor what it calls)."""
+    experiment = get_experiment("bn-lr")
+    default = ast.parse(script.render(experiment, {}))
+    he = ast.parse(script.render(experiment, {"init": "he"}))
+    defined = [
+        {n.name for n in tree.body if isinstance(n, ast.FunctionDef)} for tree in (default, he)
+    ]
+    helpers = {"apply_init", "xavier_uniform", "he_normal"}
+    assert not defined[0] & helpers and helpers <= defined[1]

@@ -7,6 +7,11 @@ result's tables, ``print_tables(tables(result))`` (an entry that streams is a ge
 script runs it through, its last yield being the whole run). No second copy of any computation
 exists: the script is the code that produced the numbers, so it prints what normlab reports.
 
+It reads like a notebook cell, not like the engine: each source is rendered by :func:`plain`
+(no type annotations, docstrings cut to their summary, no UI hooks; the engine keeps all three),
+the entry's branches on its parameters are decided for the chosen ones (:func:`specialized`),
+and only the objects the call reaches are pasted.
+
 >>> from normlab.experiments import get_experiment
 >>> text = render(get_experiment("linear-scale"), {"seed": 0})
 >>> "import normlab" in text, "torch.manual_seed(seed)" in text
@@ -16,12 +21,16 @@ exists: the script is the code that produced the numbers, so it prints what norm
 from __future__ import annotations
 
 import ast
+import bisect
 import builtins
 import contextlib
 import inspect
 import io
+import itertools
+import re
 import sys
 import textwrap
+import tokenize
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -128,8 +137,13 @@ def call(experiment: Experiment, params: Mapping[str, Any]) -> str:
     head = f"{'for result in' if experiment.streams else 'result ='} {experiment.entry.__name__}("
     tail = ":\n    pass  # the result so far, each time the run grows; the last is the whole run"
     one_line = head + ", ".join(args) + ")"
-    if len(one_line) > WIDTH:
-        one_line = head + "\n" + "".join(f"    {a},\n" for a in args) + ")"
+    if len(one_line) > WIDTH:  # the arguments filled into lines under the call
+        lines = [""]
+        for arg in args:
+            if lines[-1] and len(f"    {lines[-1]} {arg},") > WIDTH:
+                lines.append("")
+            lines[-1] += f" {arg}," if lines[-1] else f"{arg},"
+        one_line = head + "\n" + "".join(f"    {line}\n" for line in lines) + ")"
     if experiment.streams:
         one_line += tail
     return f"{one_line}\nprint_tables({experiment.tables.__name__}(result))"
@@ -146,21 +160,41 @@ def header(experiment: Experiment) -> str:
     """What the script is, in its docstring's words."""
     what = textwrap.fill(f"{experiment.title}: {experiment.summary}.", WIDTH - 4)
     how = textwrap.fill(
-        f"The code behind normlab's {experiment.name!r} experiment (normlab {__version__}), with "
-        "the parameters it ran with. It needs only PyTorch (and numpy, scikit-learn where "
-        "imported) and prints the numbers normlab reports.",
+        f"normlab {__version__}'s {experiment.name!r} experiment in plain PyTorch: it prints "
+        "what normlab reports.",
         WIDTH - 4,
     )
     return f"{what}\n\n{how}"
 
 
 def parts(experiment: Experiment, params: object) -> tuple[list[str], list[str], str]:
-    """``(import lines, one source per code object, the call)`` for a ``Params`` instance."""
+    """``(import lines, one source per code object, the call)`` for a ``Params`` instance: the
+    code objects that the call reaches, each as :func:`plain` renders it."""
     values = params_dict(params)
-    code = code_of(experiment)
-    sources = [source_of(obj) for obj in code]
     run = call(experiment, values)
-    return imports(code, "\n\n".join([*sources, run])), sources, run
+    code = {obj: source_of(obj) for obj in code_of(experiment)}
+    code[experiment.entry] = specialized(code[experiment.entry], values)
+    code = {obj: plain(source) for obj, source in code.items()}
+    reached = _reached(run, {obj.__name__: source for obj, source in code.items()})
+    kept = [obj for obj in code if obj.__name__ in reached]
+    sources = [code[obj] for obj in kept]
+    return imports(kept, "\n\n".join([*sources, run])), sources, run
+
+
+def _reached(run: str, sources: Mapping[str, str]) -> set[str]:
+    """The names of ``sources`` that ``run`` calls, directly or through one another."""
+    reached: set[str] = set()
+    todo = _names(run)
+    while todo:
+        name = todo.pop()
+        if name in sources and name not in reached:
+            reached.add(name)
+            todo |= _names(sources[name])
+    return reached
+
+
+def _names(text: str) -> set[str]:
+    return {n.id for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Name)}
 
 
 def code_of(experiment: Experiment) -> tuple[Any, ...]:
@@ -186,3 +220,305 @@ def output(experiment: Experiment, result: Result) -> str:
     with ENGINE, contextlib.redirect_stdout(buffer):  # sys.stdout is the process's: take turns
         print_tables(experiment.tables(data))
     return buffer.getvalue()
+
+
+# -- the source as a learner reads it -----------------------------------------------------------
+
+HOOKS = frozenset({"live"})
+"""The names of UI hooks into a run (a callback the lab may pass, ``None`` everywhere else): a
+parameter of that name, a statement ``if live ...:`` or ``live(...)`` and a keyword ``live=``
+are the lab's, not the learner's code."""
+
+LINE = 100
+"""The longest line of rendered code, as the project writes its own (ruff's line length)."""
+
+
+def plain(source: str) -> str:
+    """``source`` (one function or class) as the learner reads it; the code that runs is the same.
+
+    Each of the engine's extras is found with ``ast`` and its span replaced: type annotations
+    (but a dataclass's fields: they make the fields), every docstring cut to its one-line
+    summary (doctest examples go) and the UI's :data:`HOOKS`. Comments and the other lines stay
+    as written.
+
+    >>> print(plain('''def f(x: int, live: Any = None) -> int:
+    ...     \"\"\"Twice x.
+    ...
+    ...     >>> f(2)
+    ...     4
+    ...     \"\"\"
+    ...     y: int = 2 * x  # doubled
+    ...     if live is not None:
+    ...         live(y)
+    ...     return y'''))
+    def f(x):
+        \"\"\"Twice x.\"\"\"
+        y = 2 * x  # doubled
+        return y
+    """
+    tree = ast.parse(source)
+    edits = _Edits(source)
+    edits.body(tree.body, fields=False)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and not edits.is_cut(node):
+            edits.hook_keywords(node)
+    return edits.apply()
+
+
+Def = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+class _Edits:
+    """Replacements of spans of ``source``, located by ``ast`` nodes (whose columns count UTF-8
+    bytes) and made in characters."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.lines = source.splitlines(keepends=True)
+        self.starts = list(itertools.accumulate((len(line) for line in self.lines), initial=0))
+        self.operators = [  # (offset, text) of every operator token: brackets, colons
+            (self.starts[t.start[0] - 1] + t.start[1], t.string)
+            for t in tokenize.generate_tokens(io.StringIO(source).readline)
+            if t.type == tokenize.OP
+        ]
+        self.edits: list[tuple[int, int, str]] = []  # (start, end, replacement)
+        self.cut: list[tuple[int, int]] = []  # the statements taken out
+
+    def apply(self) -> str:
+        text = self.source
+        for start, end, new in sorted(self.edits, reverse=True):
+            text = text[:start] + new + text[end:]
+        return text
+
+    def start(self, node: Any) -> int:
+        line = self.lines[node.lineno - 1].encode()
+        return self.starts[node.lineno - 1] + len(line[: node.col_offset].decode())
+
+    def end(self, node: Any) -> int:
+        line = self.lines[node.end_lineno - 1].encode()
+        return self.starts[node.end_lineno - 1] + len(line[: node.end_col_offset].decode())
+
+    def text(self, node: ast.AST) -> str:
+        return self.source[self.start(node) : self.end(node)]
+
+    def is_cut(self, node: ast.AST) -> bool:
+        return any(start <= self.start(node) < end for start, end in self.cut)
+
+    def drop(self, stmt: ast.stmt, keep_pass: bool = False, blanks: bool = False) -> None:
+        """Take out the whole lines of ``stmt`` (``keep_pass``: leave ``pass`` in its place;
+        ``blanks``: and the blank lines after it)."""
+        last = stmt.end_lineno or stmt.lineno
+        while blanks and last < len(self.lines) and not self.lines[last].strip():
+            last += 1
+        start, end = self.starts[stmt.lineno - 1], self.starts[last]
+        self.cut.append((start, end))
+        self.edits.append((start, end, " " * stmt.col_offset + "pass\n" if keep_pass else ""))
+
+    def body(self, body: list[ast.stmt], fields: bool) -> None:
+        """Edit one body's statements (``fields``: a dataclass's, whose hints make its fields)."""
+        out = [s for s in body if _is_hook(s) or (_is_hint(s) and not fields)]
+        for stmt in body:
+            if stmt in out:
+                self.drop(stmt, keep_pass=len(out) == len(body) and stmt is body[-1])
+            elif isinstance(stmt, ast.ClassDef):
+                self.body(self.docstring(stmt), fields=_is_dataclass(stmt))
+            elif isinstance(stmt, Def):
+                self.header(stmt)
+                self.body(self.docstring(stmt), fields=False)
+            else:
+                if isinstance(stmt, ast.AnnAssign) and stmt.value is not None and not fields:
+                    self.edits.append((self.end(stmt.target), self.start(stmt.value), " = "))
+                for nested in _bodies(stmt):
+                    self.body(nested, fields=False)
+
+    def docstring(self, node: Def | ast.ClassDef) -> list[ast.stmt]:
+        """Cut ``node``'s docstring to its summary, or take it out; the statements after it."""
+        if ast.get_docstring(node) is None:
+            return node.body
+        first, rest = node.body[0], node.body[1:]
+        summary = _summary(ast.get_docstring(node) or "", LINE - first.col_offset)
+        if summary:
+            self.edits.append((self.start(first), self.end(first), summary))
+        elif first.lineno > node.lineno:  # on lines of its own
+            self.drop(first, keep_pass=not rest, blanks=bool(rest))
+        return rest
+
+    def header(self, node: Def) -> None:
+        """``def name(args):`` from ``def`` to its colon, without annotations or hooks."""
+        start, depth = self.start(node), 0
+        first = bisect.bisect_left(self.operators, (start, ""))
+        for offset, op in self.operators[first:]:  # the first colon outside brackets ends it
+            depth += (op in "([{") - (op in ")]}")
+            if op == ":" and depth == 0:
+                end = offset + 1
+                break
+        keyword = "async def" if isinstance(node, ast.AsyncFunctionDef) else "def"
+        head = f"{keyword} {node.name}("
+        args = self.arguments(node.args)
+        indent = " " * node.col_offset
+        text = head + ", ".join(args) + "):"
+        if len(indent + text) > LINE:  # black's layouts: the arguments on one line, or one each
+            inner = f"{indent}    " + ", ".join(args)
+            if len(inner) > LINE:
+                inner = ",\n".join(f"{indent}    {a}" for a in args) + ","
+            text = f"{head}\n{inner}\n{indent}):"
+        self.edits.append((start, end, text))
+
+    def arguments(self, a: ast.arguments) -> list[str]:
+        """The parameters as written, each ``name`` or ``name=default``, hooks left out."""
+
+        def spelled(args: list[ast.arg], defaults: list[ast.expr | None]) -> list[str]:
+            return [
+                arg.arg + ("" if default is None else "=" + self.text(default))
+                for arg, default in zip(args, defaults, strict=True)
+                if arg.arg not in HOOKS
+            ]
+
+        positional = [*a.posonlyargs, *a.args]
+        defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
+        out = spelled(a.posonlyargs, defaults[: len(a.posonlyargs)])
+        out += ["/"] if out else []
+        out += spelled(a.args, defaults[len(a.posonlyargs) :])
+        keywords = spelled(a.kwonlyargs, list(a.kw_defaults))
+        if a.vararg:
+            out.append("*" + a.vararg.arg)
+        elif keywords:
+            out.append("*")
+        out += keywords
+        return out + ([f"**{a.kwarg.arg}"] if a.kwarg else [])
+
+    def is_elif(self, node: ast.stmt) -> bool:
+        return self.lines[node.lineno - 1].lstrip().startswith("elif")
+
+    def decide(self, node: ast.If | ast.IfExp, taken: bool) -> tuple[int, int, str]:
+        """The edit that keeps only the branch ``taken`` (True: the body) of ``node``."""
+        if isinstance(node, ast.IfExp):
+            return self.start(node), self.end(node), self.text(node.body if taken else node.orelse)
+        start, end = self.starts[node.lineno - 1], self.starts[node.end_lineno or node.lineno]
+        if not taken and node.orelse and self.is_elif(node.orelse[0]):  # "elif b:" -> "if b:"
+            return self.start(node), self.start(node.orelse[0]) + len("el"), ""
+        branch = node.body if taken else node.orelse
+        if not branch:
+            return start, end, ""
+        first = branch[0].lineno
+        while self.lines[first - 2].lstrip().startswith("#"):  # its comments above it
+            first -= 1
+        shift = " " * (branch[0].col_offset - node.col_offset)
+        lines = self.lines[first - 1 : branch[-1].end_lineno]
+        return start, end, "".join(line.removeprefix(shift) for line in lines)
+
+    def hook_keywords(self, call: ast.Call) -> None:
+        """Take ``live=...`` out of a call, with the comma before it (or after it, when first)."""
+        items = sorted([*call.args, *call.keywords], key=self.start)
+        for i, item in enumerate(items):
+            if isinstance(item, ast.keyword) and item.arg in HOOKS:
+                if i:
+                    self.edits.append((self.end(items[i - 1]), self.end(item), ""))
+                elif len(items) > 1:
+                    self.edits.append((self.start(item), self.start(items[1]), ""))
+                else:
+                    self.edits.append((self.start(item), self.end(item), ""))
+
+
+def _is_hook(stmt: ast.stmt) -> bool:
+    """``if live ...:`` (with no ``else``) or ``live(...)``."""
+    if isinstance(stmt, ast.If):
+        named = {n.id for n in ast.walk(stmt.test) if isinstance(n, ast.Name)}
+        if named & HOOKS and stmt.orelse:
+            raise ValueError(f"a hook's if has an else: {ast.unparse(stmt.test)!r}")
+        return bool(named & HOOKS)
+    value = getattr(stmt, "value", None)
+    return (
+        isinstance(stmt, ast.Expr)
+        and isinstance(value, ast.Call)
+        and isinstance(value.func, ast.Name)
+        and value.func.id in HOOKS
+    )
+
+
+def _is_hint(stmt: ast.stmt) -> bool:
+    """``name: hint`` with no value: only a hint."""
+    return isinstance(stmt, ast.AnnAssign) and stmt.value is None
+
+
+def _is_dataclass(node: ast.ClassDef) -> bool:
+    """Whether the class's annotations make its fields (``@dataclass``, a NamedTuple)."""
+    named = [d.func if isinstance(d, ast.Call) else d for d in node.decorator_list] + node.bases
+    return any(
+        ast.unparse(n).split(".")[-1] in ("dataclass", "NamedTuple", "TypedDict") for n in named
+    )
+
+
+def _bodies(stmt: ast.stmt) -> list[list[ast.stmt]]:
+    """The blocks nested in a statement (``if``, ``for``, ``while``, ``with``, ``try``, ...)."""
+    blocks = [getattr(stmt, f, []) for f in ("body", "orelse", "finalbody")]
+    blocks += [h.body for h in getattr(stmt, "handlers", [])]
+    blocks += [c.body for c in getattr(stmt, "cases", [])]
+    return [b for b in blocks if b and isinstance(b[0], ast.stmt)]
+
+
+SENTENCE_END = re.compile(r"(?<=[^.][.!?])\s+(?=[A-Z(`:])")  # not after "..": a range
+
+
+def _summary(doc: str, width: int) -> str:
+    """A docstring's one-line summary as a literal at most ``width`` long, or ``""``: the first
+    sentence of its first paragraph, else the clause before its first ``;``."""
+    paragraph = " ".join(doc.split("\n\n")[0].split())
+    sentence = SENTENCE_END.split(paragraph)[0]
+    for line in (sentence, sentence.split("; ")[0].rstrip(".") + "."):
+        literal = ("r" if "\\" in line else "") + f'"""{line}"""'
+        if len(literal) <= width and not line.endswith('"'):
+            return literal
+    return ""
+
+
+# -- the entry at the parameters it runs with ---------------------------------------------------
+
+_CONSTANT_TEST: tuple[type[ast.AST], ...] = (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Not)
+_CONSTANT_TEST += (ast.Name, ast.Constant, ast.Tuple, ast.List, ast.Load, ast.cmpop, ast.boolop)
+"""What a test that :func:`specialized` decides may hold: comparisons of names and constants."""
+
+
+def specialized(source: str, values: Mapping[str, Any]) -> str:
+    """The entry's ``source`` with each ``if`` on its parameters decided by ``values``: the
+    branch the run takes stays (dedented to the ``if``), the other goes, and with it any helper
+    only that branch called. A parameter the function reassigns is left alone.
+
+    >>> print(specialized('def f(init):\\n    if init != "default":\\n        g(init)\\n'
+    ...                   '    return 1 if init == "he" else 2', {"init": "default"}))
+    def f(init):
+        return 2
+    """
+    while True:
+        function = ast.parse(source).body[0]
+        assert isinstance(function, Def)
+        at = _Edits(source)
+        names = [n for n in ast.walk(function) if isinstance(n, ast.Name)]
+        stored = {n.id for n in names if not isinstance(n.ctx, ast.Load)}
+        own = {id(a) for a in ast.walk(function.args)}
+        nested = [a for a in ast.walk(function) if isinstance(a, ast.arg) and id(a) not in own]
+        stored |= {a.arg for a in nested}  # a lambda's own parameter may take the same name
+        known = {k: v for k, v in values.items() if k not in stored}
+        for node in ast.walk(function):
+            if isinstance(node, ast.If) and at.is_elif(node):
+                continue  # decided with the ``if`` it belongs to
+            if isinstance(node, ast.If | ast.IfExp) and _decided(node.test, known) is not None:
+                break
+        else:
+            return source
+        taken = _decided(node.test, known)
+        start, end, new = at.decide(node, bool(taken))
+        source = source[:start] + new + source[end:]
+
+
+def _decided(test: ast.expr, known: Mapping[str, Any]) -> bool | None:
+    """The truth of ``test`` when it compares only known parameters and constants, else None."""
+    names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
+    if (
+        not names
+        or names - set(known)
+        or not all(isinstance(n, _CONSTANT_TEST) for n in ast.walk(test))
+    ):
+        return None
+    code = compile(ast.Expression(test), "<test>", "eval")
+    return bool(eval(code, {"__builtins__": {}}, dict(known)))  # constants and parameters only
