@@ -491,6 +491,22 @@ def test_the_right_choice_lands_in_every_place_as_often() -> None:
         assert all(60 <= c <= 140 for c in counts), (exercise_id, counts)
 
 
+def test_one_learner_finds_the_right_choice_in_every_place_as_often() -> None:
+    """Over one learner's questions, not only over learners: the places are dealt in blocks of
+    k questions of k choices, each block every place once, so over n such questions each place
+    holds the right choice n // k times, or once more (the last, partial block). Independent
+    shuffles would cluster: 14 questions of 4 land 4/4/3/3 for 1 learner in 18."""
+    sizes = {len(choice(e).choices) for e in CHOICES}
+    for who in [f"learner-{i}" for i in range(30)]:
+        for k in sizes:
+            same_k = [e for e in CHOICES if len(choice(e).choices) == k]
+            places = [order(e, who).index(right_text(e)) for e in same_k]
+            low, high = len(same_k) // k, -(-len(same_k) // k)
+            counts = [places.count(p) for p in range(k)]
+            assert all(low <= c <= high for c in counts), (who, k, counts)
+    assert len(CHOICES) >= 8  # enough questions for a cluster to show
+
+
 def test_option_lengths_do_not_give_the_right_one_away() -> None:
     longest = shortest = 0
     for exercise_id in CHOICES:
