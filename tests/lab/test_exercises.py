@@ -10,6 +10,7 @@ import dataclasses
 import json
 import math
 import random
+import re
 import sqlite3
 import statistics
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from hypothesis import strategies as st
 
 from normlab import nn as nlnn
 from normlab.experiments import run_experiment
-from normlab.lab import exercises
+from normlab.lab import exercises, trainlesson
 from normlab.lab.app import create_app
 from normlab.lab.exercises import (
     BadSubmission,
@@ -50,6 +51,7 @@ from normlab.lab.lessons.initialization.exercises import (
     judge_he_derivation,
     kept_exact,
 )
+from normlab.lab.lessons.markup import num
 from normlab.lab.lessons.numbers import parse_number
 from normlab.lab.progress import ProgressStore
 from normlab.lab.sandbox import Sandbox, SandboxError
@@ -533,6 +535,27 @@ def test_two_databases_are_two_learners_with_their_own_order(tmp_path: Path) -> 
     learner = ProgressStore(tmp_path / "a.sqlite3")
     assert first == {e: order(e, learner.learner_id) for e in CHOICES}
     learner.close()
+
+
+def test_the_train_page_folds_exercise_3_s_outcome_after_it_until_it_is_solved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/train asks the notebook's exercise 3 (init-vs-bn, lesson 4) and says what the runs did
+    only after the question, in a fold that is closed until the learner has solved it."""
+    quick = {name: trainlesson.summary(v, 3) for name, v in trainlesson.CASES.items()}
+    monkeypatch.setattr(trainlesson, "numbers", lambda stopped=None: quick)  # 3 steps, not 150
+    outcome = f"ends at {num(quick['batch']['last'])}"  # the BatchNorm run's last loss
+    with TestClient(create_app(db_path=tmp_path / "p.sqlite3"), base_url=LAB) as c:
+        page = c.get("/train").text
+        fold = re.search(r'<details class="nl-answer" data-exercise="([^"]+)"( open)?>', page)
+        assert fold is not None and fold.group(1) == trainlesson.EXERCISE_ID == "init-vs-bn"
+        assert page.index("exercise 3: can a good initializer") < fold.start()
+        assert page.count(outcome) == 1 and page.index(outcome) > fold.end()
+        assert fold.group(2) is None  # folded: nothing solved yet
+        store = state_of(c.app).progress  # type: ignore[attr-defined]
+        store.record_attempt("init-vs-bn", {"code": "..."}, True, "all checks passed")
+        fold = re.search(r'<details class="nl-answer"[^>]*>', c.get("/train").text)
+        assert fold is not None and fold.group(0).endswith(" open>")
 
 
 # -- code exercises, judged from fake runs (no sandbox) ----------------------------------------
