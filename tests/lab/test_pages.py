@@ -21,7 +21,7 @@ with warnings.catch_warnings():  # starlette warns about its httpx-based client 
 from normlab.lab import exercises, site
 from normlab.lab.app import create_app
 from normlab.lab.lessons import LESSONS, find, neighbours
-from normlab.lab.lessons.exercise import ChoiceExercise
+from normlab.lab.lessons.exercise import ChoiceExercise, NumberExercise
 from normlab.lab.lessons.markup import MathExtension, code, highlight, num, sci, tex
 from normlab.lab.runner import Runner
 from normlab.lab.sandbox import Limits, Sandbox
@@ -518,16 +518,23 @@ def _stem(word: str) -> str:
     return word
 
 
-def test_no_choice_question_is_answered_word_for_word_above_it(
+def test_no_question_is_answered_word_for_word_above_it(
     lesson_pages: dict[str, str],
 ) -> None:
     """The right choice of every choice question, against the text of its lesson before the
     exercises (issue 33): no five words of it in a row, and no one sentence that holds three
-    quarters of its words (those of meaning, stemmed). A learner who only matches words
-    against the page must not find it; the questions ask for the lesson applied to a case it
-    did not show."""
+    quarters of its words (those of meaning, stemmed); a number question's answer is not
+    printed there (to 3 significant digits; one nonzero digit, as 0.1 or 20, is too common to
+    mean anything). A learner who only matches words against the page must not find it; the
+    questions ask for the lesson applied to a case it did not show."""
     found = []
     for ex in exercises.EXERCISES:
+        if isinstance(ex, NumberExercise):  # its value, to the 3 digits a learner would type
+            value = f"{ex.expected():.3g}"
+            number = rf"(?<![\w.]){re.escape(value)}(?![\w]|\.\d)"
+            one_digit = len(re.sub(r"\D", "", value).strip("0")) < 2  # 0.1, 20: found anywhere
+            if not one_digit and re.search(number, _prose(lesson_pages[ex.lesson])):
+                found.append(f"{ex.id}: its answer {value} is in the lesson")
         if not isinstance(ex, ChoiceExercise):
             continue
         right = next(c.text for c in ex.choices if c.correct)
