@@ -110,8 +110,7 @@ EXERCISES: tuple[Exercise, ...] = (
                 "flip them back.",
             ),
             Choice(
-                "It grows threefold and flips sign, since only gamma and beta can change its "
-                "size.",
+                "It grows threefold and flips sign, since only gamma and beta can change its size.",
                 "The batch's std grows threefold too, and dividing by it takes the 3 out "
                 "again; what is left is the sign.",
             ),
