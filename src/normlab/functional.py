@@ -54,21 +54,23 @@ def _verify_batch_size(size: list[int]) -> None:
 def _update_running_stats(
     running_mean: torch.Tensor | None,
     running_var: torch.Tensor | None,
+    x: torch.Tensor,
     mean: torch.Tensor,
-    var: torch.Tensor,
-    n: int,
+    dims: list[int],
     momentum: float,
 ) -> None:
     """Move the running estimates toward the batch's, in place, by the momentum rule.
 
-    ``running = (1 - momentum) * running + momentum * batch``. ``var`` is the biased batch
-    variance (the one that normalizes); the running estimate takes the unbiased one, from ``n``
-    values per channel, because it estimates the population's variance for eval.
+    ``running = (1 - momentum) * running + momentum * batch``. The running variance takes the
+    unbiased batch variance of ``x`` over ``dims`` (divide by ``n - 1``), not the biased one that
+    normalizes, because it estimates the population's variance for eval. It is measured on
+    ``x`` itself, as torch's kernel divides its sum of squares by ``n - 1``: scaling the biased
+    one by ``n / (n - 1)`` rounds differently.
     """
     if running_mean is not None:
         running_mean.mul_(1.0 - momentum).add_(mean.to(running_mean.dtype), alpha=momentum)
     if running_var is not None:
-        unbiased = var * (n / (n - 1))  # (C,): Bessel's correction
+        unbiased = torch.var(x, dims, correction=1)  # (N, C, *) -> (C,): Bessel's correction
         running_var.mul_(1.0 - momentum).add_(unbiased.to(running_var.dtype), alpha=momentum)
 
 
@@ -112,8 +114,7 @@ class _BatchNormFunction(torch.autograd.Function):
         gamma = None if weight is None else weight.view(shape)  # (C, 1, ...)
         y = xhat if gamma is None else xhat * gamma  # (N, C, *)
         y = y if bias is None else y + bias.view(shape)  # (N, C, *)
-        n = x.numel() // x.shape[1]  # values per channel: N, N*L or N*H*W
-        _update_running_stats(running_mean, running_var, mean, var, n, momentum)
+        _update_running_stats(running_mean, running_var, x, mean, dims, momentum)
         ctx.save_for_backward(xhat, invstd, gamma)
         return y
 

@@ -115,3 +115,20 @@ def test_code_exercise_runs_in_the_sandbox(page: Any, server: str) -> None:
     explanation = he.locator(".nl-explanation")
     assert "He's" in explanation.inner_text() and explanation.locator("math").count() > 3
     he.screenshot(path=str(SCREENSHOTS / "exercise-code.png"))
+
+
+def test_train_asks_exercise_3_before_it_shows_what_the_runs_did(page: Any, server: str) -> None:
+    """On /train the notebook's exercise 3 is asked first; the outcome below it stays folded
+    (not shown) until init-vs-bn is solved, at 1280 and at 390 px."""
+    solved = page.request.get(f"{server}/api/progress").json()["lessons"]["bn-from-scratch"]
+    assert not solved["exercises"]["init-vs-bn"]["solved"]  # no browser test solves it
+    page.goto(f"{server}/train")
+    ask, fold = page.locator(".nl-exercise-ask"), page.locator("details.nl-answer")
+    outcome = fold.locator("p")
+    assert "exercise 3" in ask.inner_text() and "init-vs-bn" in ask.inner_text()
+    for width in (1280, 390):
+        page.set_viewport_size({"width": width, "height": 900})
+        assert ask.is_visible() and fold.is_visible() and not outcome.is_visible()
+        assert ask.bounding_box()["y"] < fold.bounding_box()["y"]  # the question comes first
+    fold.locator("summary").click()  # the learner may still open it on purpose
+    assert outcome.is_visible() and "ends at" in outcome.inner_text()

@@ -10,6 +10,7 @@ import dataclasses
 import json
 import math
 import random
+import re
 import sqlite3
 import statistics
 from collections.abc import Iterator
@@ -24,7 +25,7 @@ from hypothesis import strategies as st
 
 from normlab import nn as nlnn
 from normlab.experiments import run_experiment
-from normlab.lab import exercises
+from normlab.lab import exercises, trainlesson
 from normlab.lab.app import create_app
 from normlab.lab.exercises import (
     BadSubmission,
@@ -50,6 +51,7 @@ from normlab.lab.lessons.initialization.exercises import (
     judge_he_derivation,
     kept_exact,
 )
+from normlab.lab.lessons.markup import num
 from normlab.lab.lessons.numbers import parse_number
 from normlab.lab.progress import ProgressStore
 from normlab.lab.sandbox import Sandbox, SandboxError
@@ -233,6 +235,102 @@ def test_answer_key_a_linear_bias_before_batchnorm_changes_nothing() -> None:
         before = norm(linear(x))
         linear.bias.add_(5.0)
         torch.testing.assert_close(norm(linear(x)), before, atol=1e-5, rtol=0)
+
+
+def _lesson_stack(scale: float) -> list[float]:
+    """Lesson 1's plain stack (seed 0, ten Linear(16, 16) + ReLU) on its batch times ``scale``."""
+    torch.manual_seed(0)
+    h = torch.randn(64, 16) * scale
+    layers = [torch.nn.Linear(16, 16) for _ in range(10)]
+    stds = []
+    with torch.no_grad():
+        for layer in layers:
+            h = torch.relu(layer(h))
+            stds.append(float(h.std()))
+    return stds
+
+
+def test_answer_key_a_hundred_times_larger_batch_shrinks_to_the_same_floor() -> None:
+    assert "floor" in right_text("drift-std-through-depth")
+    plain, large = _lesson_stack(1.0), _lesson_stack(100.0)
+    assert 1.0 < large[2] < 10.0  # "about 6 at layer 3", not a tenth of 103 yet
+    assert large[0] > large[1] > large[2] > large[5]  # falling layer by layer at first
+    assert math.isclose(large[-1], plain[-1], rel_tol=0.05)  # layer 10: the same floor
+    assert 0.07 < large[-1] < 0.09  # "near 0.08"
+    assert not all(s > 0.5 for s in large[5:])  # well below the input's 103 deep in
+
+
+def test_answer_key_minus_ten_times_the_input_is_exactly_ten_times_the_spread() -> None:
+    assert "exactly tenfold" in right_text("drift-linear-passes-scale")
+    x = torch.randn(64, 8, generator=torch.Generator().manual_seed(4))
+    layer = torch.nn.Linear(8, 8, bias=False)
+    with torch.no_grad():
+        ratio = float(layer(-10 * x).std() / layer(x).std())
+    assert math.isclose(ratio, 10.0, rel_tol=1e-5)
+
+
+def test_answer_key_in_eval_mode_a_row_s_output_ignores_its_batch() -> None:
+    assert right_text("bn-eval-statistics").startswith("The same output twice")
+    layer = nlnn.BatchNorm1d(3)
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        layer(torch.randn(16, 3, generator=g) * 4 + 2)  # trained a little
+        layer.eval()
+        row = torch.randn(1, 3, generator=g)
+        others = torch.randn(100, 3, generator=g) * 50 - 30  # very different rows
+        alone, inside = layer(row), layer(torch.cat([row, others]))[:1]
+    torch.testing.assert_close(alone, inside, atol=0, rtol=0)
+
+
+def test_answer_key_one_value_per_channel_counts_the_length_too() -> None:
+    for make in (torch.nn.BatchNorm1d, nlnn.BatchNorm1d):
+        with pytest.raises(ValueError, match="more than 1 value per channel"):
+            make(8)(torch.zeros(1, 8, 1))
+        assert make(8)(torch.randn(1, 8, 5)).shape == (1, 8, 5)  # "(1, 8, 5) would work"
+
+
+def test_answer_key_adam_keeps_constant_init_units_identical() -> None:
+    assert "Adam" in choice("init-constant-symmetry").prompt
+    torch.manual_seed(6)
+    x, y = torch.randn(32, 2), torch.randn(32, 1)
+    net = torch.nn.Sequential(torch.nn.Linear(2, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+    for layer in (net[0], net[2]):
+        torch.nn.init.constant_(layer.weight, 0.1)
+        torch.nn.init.zeros_(layer.bias)
+    opt = torch.optim.Adam(net.parameters(), lr=0.05)
+    start = net[0].weight.detach().clone()
+    for _ in range(30):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(net(x), y).backward()
+        opt.step()
+    w = net[0].weight.detach()
+    assert not torch.equal(w, start)  # it learned
+    assert torch.equal(w[0], w[1]) and torch.equal(w[1], w[3])  # in lockstep, bit for bit
+
+
+def test_answer_key_x_var_normalizes_too_small_but_feeds_running_var_right() -> None:
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(4, 3, generator=g) * 3 + 1
+    ref = torch.nn.BatchNorm1d(3, momentum=1.0, affine=False)  # running_var = the batch's
+    with torch.no_grad():
+        want = ref(x)
+    assert ref.running_var is not None
+    torch.testing.assert_close(ref.running_var, x.var(0))  # "its running_var matches"
+    mine = (x - x.mean(0)) / torch.sqrt(x.var(0) + 1e-5)
+    ratio = (mine / want).flatten()
+    torch.testing.assert_close(ratio, torch.full_like(ratio, math.sqrt(3 / 4)), atol=1e-4, rtol=0)
+
+
+def test_answer_key_minus_three_times_the_weights_flips_batchnorm_s_output() -> None:
+    assert right_text("bn-scale-invariance").startswith("Every output flips sign")
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(32, 5, generator=g)
+    linear, norm = torch.nn.Linear(5, 4), torch.nn.BatchNorm1d(4)
+    with torch.no_grad():
+        before = norm(linear(x))
+        linear.weight.mul_(-3.0)
+        linear.bias.mul_(-3.0)
+        torch.testing.assert_close(norm(linear(x)), -before, atol=1e-4, rtol=0)
 
 
 # -- number exercises --------------------------------------------------------------------------
@@ -498,6 +596,22 @@ def test_the_right_choice_lands_in_every_place_as_often() -> None:
         assert all(60 <= c <= 140 for c in counts), (exercise_id, counts)
 
 
+def test_one_learner_finds_the_right_choice_in_every_place_as_often() -> None:
+    """Over one learner's questions, not only over learners: the places are dealt in blocks of
+    k questions of k choices, each block every place once, so over n such questions each place
+    holds the right choice n // k times, or once more (the last, partial block). Independent
+    shuffles would cluster: 14 questions of 4 land 4/4/3/3 for 1 learner in 18."""
+    sizes = {len(choice(e).choices) for e in CHOICES}
+    for who in [f"learner-{i}" for i in range(30)]:
+        for k in sizes:
+            same_k = [e for e in CHOICES if len(choice(e).choices) == k]
+            places = [order(e, who).index(right_text(e)) for e in same_k]
+            low, high = len(same_k) // k, -(-len(same_k) // k)
+            counts = [places.count(p) for p in range(k)]
+            assert all(low <= c <= high for c in counts), (who, k, counts)
+    assert len(CHOICES) >= 8  # enough questions for a cluster to show
+
+
 def test_option_lengths_do_not_give_the_right_one_away() -> None:
     longest = shortest = 0
     for exercise_id in CHOICES:
@@ -524,6 +638,27 @@ def test_two_databases_are_two_learners_with_their_own_order(tmp_path: Path) -> 
     learner = ProgressStore(tmp_path / "a.sqlite3")
     assert first == {e: order(e, learner.learner_id) for e in CHOICES}
     learner.close()
+
+
+def test_the_train_page_folds_exercise_3_s_outcome_after_it_until_it_is_solved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/train asks the notebook's exercise 3 (init-vs-bn, lesson 4) and says what the runs did
+    only after the question, in a fold that is closed until the learner has solved it."""
+    quick = {name: trainlesson.summary(v, 3) for name, v in trainlesson.CASES.items()}
+    monkeypatch.setattr(trainlesson, "numbers", lambda stopped=None: quick)  # 3 steps, not 150
+    outcome = f"ends at {num(quick['batch']['last'])}"  # the BatchNorm run's last loss
+    with TestClient(create_app(db_path=tmp_path / "p.sqlite3"), base_url=LAB) as c:
+        page = c.get("/train").text
+        fold = re.search(r'<details class="nl-answer" data-exercise="([^"]+)"( open)?>', page)
+        assert fold is not None and fold.group(1) == trainlesson.EXERCISE_ID == "init-vs-bn"
+        assert page.index("exercise 3: can a good initializer") < fold.start()
+        assert page.count(outcome) == 1 and page.index(outcome) > fold.end()
+        assert fold.group(2) is None  # folded: nothing solved yet
+        store = state_of(c.app).progress  # type: ignore[attr-defined]
+        store.record_attempt("init-vs-bn", {"code": "..."}, True, "all checks passed")
+        fold = re.search(r'<details class="nl-answer"[^>]*>', c.get("/train").text)
+        assert fold is not None and fold.group(0).endswith(" open>")
 
 
 # -- code exercises, judged from fake runs (no sandbox) ----------------------------------------

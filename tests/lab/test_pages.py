@@ -18,9 +18,10 @@ with warnings.catch_warnings():  # starlette warns about its httpx-based client 
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
-from normlab.lab import site
+from normlab.lab import exercises, site
 from normlab.lab.app import create_app
 from normlab.lab.lessons import LESSONS, find, neighbours
+from normlab.lab.lessons.exercise import ChoiceExercise, NumberExercise
 from normlab.lab.lessons.markup import MathExtension, code, highlight, num, sci, tex
 from normlab.lab.runner import Runner
 from normlab.lab.sandbox import Limits, Sandbox
@@ -474,3 +475,76 @@ def test_lessons_embed_the_view(client: TestClient, slug: str) -> None:
     query = urllib.parse.parse_qs(urllib.parse.urlsplit(html.unescape(src)).query)  # the preset
     assert query["compare"] == ["1"] and query["hide"] == ["compare"]
     assert client.get(html.unescape(src)).status_code == 200
+
+
+# -- no exercise is answered, word for word, by the lesson above it -------------------------------
+
+_COMMON = frozenset(
+    re.findall(
+        r"\w+",
+        "a an and any are as at be by does each for from has in is it its no not of on one or "
+        "so than that the their them they this to was what which with",
+    )
+)
+
+
+def _prose(page: str) -> str:
+    """The lesson's text a learner reads before the exercises: no markup, code, math or scripts."""
+    body = page.split("<article", 1)[1].split('<section class="nl-exercises"', 1)[0]
+    body = re.sub(r"<(script|style|pre|math)\b.*?</\1>", " . ", body, flags=re.S)
+    body = re.sub(r"<(li|p|h\d|dt|dd|td|th|caption)\b", ". <", body)
+    return html.unescape(re.sub(r"<[^>]+>", " ", body))
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9_]+", text.lower())
+
+
+def _longest_shared_run(answer: list[str], text: str) -> list[str]:
+    """The longest run of consecutive words of ``answer`` that ``text`` also holds in a row."""
+    joined = f" {' '.join(_words(text))} "
+    best: list[str] = []
+    for i in range(len(answer)):
+        j = i + len(best) + 1
+        while j <= len(answer) and f" {' '.join(answer[i:j])} " in joined:
+            best, j = answer[i:j], j + 1
+    return best
+
+
+def _stem(word: str) -> str:
+    for end in ("ing", "es", "ed", "s"):
+        if word.endswith(end) and len(word) - len(end) >= 4:
+            return word[: -len(end)]
+    return word
+
+
+def test_no_question_is_answered_word_for_word_above_it(
+    lesson_pages: dict[str, str],
+) -> None:
+    """The right choice of every choice question, against the text of its lesson before the
+    exercises (issue 33): no five words of it in a row, and no one sentence that holds three
+    quarters of its words (those of meaning, stemmed); a number question's answer is not
+    printed there (to 3 significant digits; one nonzero digit, as 0.1 or 20, is too common to
+    mean anything). A learner who only matches words against the page must not find it; the
+    questions ask for the lesson applied to a case it did not show."""
+    found = []
+    for ex in exercises.EXERCISES:
+        if isinstance(ex, NumberExercise):  # its value, to the 3 digits a learner would type
+            value = f"{ex.expected():.3g}"
+            number = rf"(?<![\w.]){re.escape(value)}(?![\w]|\.\d)"
+            one_digit = len(re.sub(r"\D", "", value).strip("0")) < 2  # 0.1, 20: found anywhere
+            if not one_digit and re.search(number, _prose(lesson_pages[ex.lesson])):
+                found.append(f"{ex.id}: its answer {value} is in the lesson")
+        if not isinstance(ex, ChoiceExercise):
+            continue
+        right = next(c.text for c in ex.choices if c.correct)
+        text = _prose(lesson_pages[ex.lesson])
+        run = _longest_shared_run(_words(right), text)
+        if len(run) >= 5:
+            found.append(f"{ex.id}: {' '.join(run)!r} is in the lesson")
+        meaning = {_stem(w) for w in _words(right) if w not in _COMMON}
+        for sentence in re.split(r"(?<=[.;:!?])\s+", text):
+            held = meaning & {_stem(w) for w in _words(sentence)}
+            if len(held) >= 0.75 * len(meaning):
+                found.append(f"{ex.id}: the sentence {' '.join(sentence.split())!r} holds it")
+    assert not found, "\n".join(found)

@@ -15,7 +15,9 @@ learner's code) is :mod:`normlab.lab.sandbox.exercise_child`.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+from collections import Counter
 
 from normlab.lab.lessons import HERE, LESSONS, Lesson
 from normlab.lab.lessons.exercise import (
@@ -53,7 +55,22 @@ def _of(lesson: Lesson) -> tuple[Exercise, ...]:
     return found
 
 
-EXERCISES: tuple[Exercise, ...] = tuple(e for lesson in LESSONS for e in _of(lesson))
+def _dealt(found: tuple[Exercise, ...]) -> tuple[Exercise, ...]:
+    """``found`` with each choice exercise numbered (its ``slot``) among those with as many
+    choices, in order: the slots spread the right choice's place evenly over a learner's
+    questions (see :meth:`ChoiceExercise.for_learner`)."""
+    seen: Counter[int] = Counter()
+    out = []
+    for e in found:
+        if isinstance(e, ChoiceExercise):
+            k = len(e.choices)
+            e = dataclasses.replace(e, slot=seen[k])
+            seen[k] += 1
+        out.append(e)
+    return tuple(out)
+
+
+EXERCISES: tuple[Exercise, ...] = _dealt(tuple(e for lesson in LESSONS for e in _of(lesson)))
 """Every exercise, in lesson order, then in the order its lesson lists them."""
 
 _BY_ID = {e.id: e for e in EXERCISES}

@@ -20,6 +20,9 @@ STEPS = 150
 """Steps each case trains: the seed notebook's 150."""
 EXERCISE = {"depth": 4, "width": 64, "lr": 2.0, "init": "he"}
 """The notebook's exercise 3: a 4 x 64 ReLU net at learning rate 2, He-initialized."""
+EXERCISE_ID = "init-vs-bn"
+"""The lab's exercise that asks it (lesson 4): the page shows these runs' outcome after it,
+folded until the learner has solved it."""
 CASES: dict[str, dict[str, Any]] = {
     "zeros": {"init": "zeros"},
     "small": {"init": "small"},

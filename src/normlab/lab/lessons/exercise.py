@@ -155,11 +155,16 @@ class ChoiceExercise(Exercise):
     """Pick the one right statement among ``choices``.
 
     The answer is the text of a choice (as the page sends it) or its 0-based index in
-    ``choices``. Each learner sees the choices in an order of their own
-    (:meth:`for_learner`), so where the right one sits says nothing.
+    ``choices``. Each learner sees the choices in an order of their own (:meth:`for_learner`),
+    and over all of one learner's questions the right one sits in every place equally often,
+    so where it sits says nothing.
+
+    ``slot`` is the exercise's place among the registry's choice exercises with as many
+    choices (:mod:`normlab.lab.exercises` sets it); it decides where the right choice goes.
     """
 
     choices: tuple[Choice, ...]
+    slot: int = dataclasses.field(default=0, compare=False)
     kind: ClassVar[str] = "choice"
 
     def __post_init__(self) -> None:
@@ -174,9 +179,15 @@ class ChoiceExercise(Exercise):
         return {**super().public(), "choices": [c.text for c in self.choices]}
 
     def for_learner(self, learner: str) -> ChoiceExercise:
-        """This exercise with its choices shuffled for ``learner``.
+        """This exercise with its choices ordered for ``learner``.
 
-        The order is drawn from a generator seeded by the learner's id and the exercise's id:
+        Where the right choice goes is dealt like cards: the questions of ``k`` choices are
+        taken ``k`` at a time in registry order (slots ``0..k-1``, then ``k..2k-1``, ...), and
+        each such block gets its own shuffle of the places ``0..k-1`` (:func:`right_place`).
+        So for every learner each place holds the right choice ``n // k`` or ``n // k + 1``
+        times over ``n`` questions, never clustered, and for every question each place is
+        equally likely over learners. The wrong choices fill the other places in an order drawn
+        from the learner's id and the exercise's id. Everything is seeded by the learner's id:
         the same learner gets the same order on every visit and after a restart, another
         learner (another progress database) an order of their own. Indices sent with an answer
         count in this order.
@@ -187,9 +198,11 @@ class ChoiceExercise(Exercise):
             >>> ex.for_learner("x").choices == ex.for_learner("x").choices
             True
         """
-        order = list(self.choices)
-        random.Random(f"{learner}/{self.id}").shuffle(order)  # str seeds hash with SHA-512
-        return dataclasses.replace(self, choices=tuple(order))
+        wrong = [c for c in self.choices if not c.correct]
+        random.Random(f"{learner}/{self.id}").shuffle(wrong)  # str seeds hash with SHA-512
+        right = next(c for c in self.choices if c.correct)
+        wrong.insert(right_place(learner, self.slot, len(self.choices)), right)
+        return dataclasses.replace(self, choices=tuple(wrong))
 
     def pick(self, answer: object) -> Choice:
         """The choice ``answer`` names; :class:`BadSubmission` if it names none."""
@@ -216,6 +229,20 @@ class ChoiceExercise(Exercise):
     def check(self, answer: object) -> Verdict:
         choice = self.pick(answer)
         return Verdict(choice.correct, choice.feedback)
+
+
+def right_place(learner: str, slot: int, k: int) -> int:
+    """Where ``learner`` finds the right choice of the question in ``slot`` (of ``k`` choices).
+
+    Slots ``b*k .. b*k + k - 1`` form block ``b``, whose places are a shuffle of ``0..k-1``
+    drawn from the learner's id and ``b``: every place once per block.
+
+    >>> sorted(right_place("x", slot, 4) for slot in range(4, 8))
+    [0, 1, 2, 3]
+    """
+    places = list(range(k))
+    random.Random(f"{learner}/{k}/{slot // k}").shuffle(places)
+    return places[slot % k]
 
 
 # -- number ------------------------------------------------------------------------------------

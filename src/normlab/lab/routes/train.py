@@ -274,10 +274,12 @@ async def train_page(request: Request) -> Any:
         return bad_input("origin", refuse, status=403)  # its numbers would be computed
     numbers = await anyio.to_thread.run_sync(trainlesson.numbers)
     exercise = link(trainlesson.CASES["plain"], compare=1, **{"b.norm": "batch"})
+    solved = lab_state(request).progress.progress().get(trainlesson.EXERCISE_ID, {})
     page: HTMLResponse = lab_state(request).site.render(
         "train.html", current="train", spec=script_json(spec(runner.max_sessions)),
         numbers=numbers,
         cases={k: link(v) for k, v in trainlesson.CASES.items()}, exercise=exercise,
+        solved=solved.get("solved", False),
         defaults=dataclasses.asdict(Setup()),
         max_runs=runner.max_sessions,
     )  # fmt: skip

@@ -59,27 +59,35 @@ EXERCISES: tuple[Exercise, ...] = (
     ChoiceExercise(
         id="bn-eval-statistics",
         lesson=LESSON,
-        prompt="In eval mode, which statistics does `BatchNorm1d` use to normalize a batch?",
+        prompt=(
+            "A model with `BatchNorm1d` layers has been trained and switched to `model.eval()`. "
+            "You pass it the same row twice: alone, and as one row of a batch of 100 very "
+            "different rows. What comes out for that row?"
+        ),
         choices=(
             Choice(
-                "The current batch's own mean and (biased) variance, as in training.",
+                "Two different outputs: each batch is normalized with its own mean and (biased) "
+                "variance, as in training.",
                 "That is training mode. In eval mode the output for a row must not depend on "
                 "the other rows in its batch.",
             ),
             Choice(
-                "The running mean and running variance it accumulated during training.",
-                "Right. They are fixed in eval mode, so one row gives the same output whatever "
-                "batch it comes in, even a batch of one.",
+                "The same output twice: it is normalized with the running mean and running "
+                "variance, which no batch changes now.",
+                "Right. The running estimates were accumulated during training and are fixed "
+                "in eval mode, so one row gives the same output whatever batch it comes in, "
+                "even a batch of one.",
                 correct=True,
             ),
             Choice(
-                "Mean 0 and variance 1, whatever the data: eval mode switches normalization off.",
-                "Normalization stays on in eval mode; only the source of the statistics changes.",
+                "An error for the row alone, since a batch of one row has no spread to measure.",
+                "Only training mode measures a spread; eval mode normalizes with stored "
+                "estimates, so a single row is fine.",
             ),
             Choice(
-                "The mean and variance of the last training batch it saw.",
-                "Close, but one batch would be a noisy estimate. The layer keeps a running "
-                "average over all training batches, weighted by the momentum.",
+                "The same output twice, because eval mode switches the normalization off.",
+                "Normalization stays on in eval mode; only the source of the statistics "
+                "changes, from the batch to the running estimates.",
             ),
         ),
     ),
@@ -132,7 +140,8 @@ EXERCISES: tuple[Exercise, ...] = (
         id="bn-batch-of-one",
         lesson=LESSON,
         prompt=(
-            "A `BatchNorm1d(8)` in training mode receives a batch of shape (1, 8). What happens?"
+            "A `BatchNorm1d(8)` in training mode receives a tensor of shape (1, 8, 1): one "
+            "sequence of length 1 with 8 features. What happens?"
         ),
         choices=(
             Choice(
@@ -146,9 +155,10 @@ EXERCISES: tuple[Exercise, ...] = (
                 "Only eval mode uses the running statistics; training mode needs a real batch.",
             ),
             Choice(
-                "It returns the input unchanged.",
-                "The layer never skips its work quietly; in training mode it needs at least "
-                "two values per feature and says so.",
+                "It works: only a 2D batch of one row is refused.",
+                "A (N, C, L) input is normalized per channel over the batch and the length "
+                "together: 1 x 1 = 1 value per channel here, nothing to measure a spread from. "
+                "A (1, 8, 5) input would work.",
             ),
             Choice(
                 "It returns all zeros (times gamma, plus beta): each value equals its batch mean.",

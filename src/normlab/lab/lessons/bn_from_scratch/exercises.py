@@ -364,30 +364,37 @@ EXERCISES: tuple[Exercise, ...] = (
         id="bn-variance-conventions",
         lesson=LESSON,
         prompt=(
-            "To match `torch.nn.BatchNorm1d` exactly, which batch variance does a from-scratch "
-            "layer use to normalize in training, and which does it feed to `running_var`?"
+            "A from-scratch BatchNorm normalizes each column with `x.var(0)` and feeds the same "
+            "`x.var(0)` to `running_var`. On batches of 4 rows, its `running_var` matches "
+            "`torch.nn.BatchNorm1d`'s but its outputs do not. What should each step use?"
         ),
         choices=(
             Choice(
-                "The unbiased variance (divide by N - 1) for both, normalizing and running_var.",
-                "The normalization divides by N: that is the variance the output's std of 1 is "
-                "measured with. Only the running estimate uses N - 1.",
+                "The unbiased variance (divide by N - 1) for both, as it does: the outputs "
+                "differ only by eps.",
+                "eps is 1e-5; the outputs differ by far more. `x.var(0)` divides by N - 1, while "
+                "the normalization divides by N: that is the variance the output's std of 1 is "
+                "measured with.",
             ),
             Choice(
-                "The biased variance (divide by N) for both.",
-                "Normalizing does use it, but the running estimate is fed the unbiased one "
-                "(N - 1), which is what a from-scratch layer must copy to match running_var.",
+                "The biased variance (divide by N) for both: `x.var(0)` is wrong in both places.",
+                "Then running_var, which matched, would stop matching: the running estimate is "
+                "fed the unbiased variance (N - 1), the one `x.var(0)` computes.",
             ),
             Choice(
-                "Biased (divide by N) to normalize, unbiased (divide by N - 1) for running_var.",
-                "Right. The batch is normalized by its own spread, while running_var estimates "
-                "the spread of the whole data, for which N - 1 is the unbiased estimate.",
+                "Biased (divide by N) to normalize, unbiased (divide by N - 1) for running_var, "
+                "as it already does there.",
+                "Right. `x.var(0)` divides by N - 1, so its outputs came out sqrt(3/4) times "
+                "torch's for 4 rows. The batch is normalized by its own spread (divide by N), "
+                "while running_var estimates the spread of all the data, for which N - 1 is "
+                "the unbiased estimate.",
                 correct=True,
             ),
             Choice(
                 "Unbiased (divide by N - 1) to normalize, and biased (divide by N) for "
                 "running_var.",
-                "The other way round: N to normalize, N - 1 for the running estimate.",
+                "The other way round: N to normalize, N - 1 for the running estimate, which "
+                "is why running_var already matched.",
             ),
         ),
     ),

@@ -25,34 +25,37 @@ EXERCISES: tuple[Exercise, ...] = (
         lesson=LESSON,
         prompt=(
             "Santurkar et al. (2018) put random noise after every BatchNorm layer, so that each "
-            "layer's input distribution moved more than with no normalization at all. What did "
-            "they find, and what did they conclude?"
+            "layer's input distribution moved more than with no normalization at all, and the "
+            "noisy networks trained nearly as fast as with plain BatchNorm. Which explanation "
+            "of BatchNorm's speed-up does that result rule out?"
         ),
         choices=(
             Choice(
-                "Training slowed to the speed of the plain network: removing the shift is what "
-                "BatchNorm does for optimization.",
-                "The noisy networks trained about as fast as with ordinary BatchNorm, which is "
-                "what made the shift explanation doubtful.",
+                "That it smooths the loss surface: added noise can only make the surface rougher.",
+                "The noise moves the layers' inputs, not the loss surface's smoothness, which "
+                "the authors measured separately: the normalized networks' loss and gradients "
+                "still changed gently. That is the explanation they kept.",
             ),
             Choice(
-                "It still trained about as fast: BatchNorm helps by making the loss surface "
-                "smoother, not by removing the shift.",
-                "Right. With a smaller Lipschitz constant of the loss and its gradient, a large "
-                "step lands where the gradient said it would.",
+                "That it speeds training by steadying the distribution every layer receives: "
+                "the speed stayed when the steadiness was gone.",
+                "Right. That was the original explanation (removing internal covariate shift). "
+                "The authors traced the speed-up to a smoother loss surface instead: with "
+                "gradients that change gently, a large step lands where the gradient said it "
+                "would.",
                 correct=True,
             ),
             Choice(
-                "Training diverged at every learning rate, since the noise undid the mean 0 and "
-                "variance 1 that BatchNorm had set.",
-                "It did not diverge: the networks trained nearly as well as with plain "
-                "BatchNorm, despite the moving inputs.",
+                "That it needs exactly mean 0 and variance 1 at every layer: the noise broke "
+                "both, and training still worked.",
+                "No explanation on the table needed exact moments; the question is whether the "
+                "moving inputs matter, and the result says they hardly do.",
             ),
             Choice(
-                "The noise acted as a regularizer, so the test loss fell: the shift itself was "
-                "what had held the networks back.",
-                "The experiment was about the speed of training, and the networks trained at "
-                "BatchNorm's speed with the shift put back.",
+                "None: noise is a regularizer, so the result says nothing about the speed of "
+                "training.",
+                "The experiment measured the speed of training, which the noise left nearly "
+                "unchanged; a regularizer would act on the test loss.",
             ),
         ),
     ),
@@ -95,32 +98,32 @@ EXERCISES: tuple[Exercise, ...] = (
         id="bn-scale-invariance",
         lesson=LESSON,
         prompt=(
-            "Every weight of a `Linear` layer that feeds a `BatchNorm1d` (training mode) is "
-            "multiplied by 10. What happens to the BatchNorm layer's output?"
+            "Every weight and bias of a `Linear` layer that feeds a `BatchNorm1d` (training "
+            "mode, gamma 1 and beta 0, as a new layer) is multiplied by -3. What happens to the "
+            "BatchNorm layer's output?"
         ),
         choices=(
             Choice(
-                "It grows tenfold, since the normalization keeps each feature's shape and only "
-                "gamma and beta can change its size.",
-                "The batch's std grows tenfold too, and dividing by it takes the factor out "
-                "again: BN(10 Wx) = BN(Wx).",
+                "It is unchanged: a normalized layer ignores the scale of the weights before it.",
+                "It ignores their size, not their sign: the mean and the deviations from it "
+                "flip sign with the weights, and the std, which only grows threefold, cannot "
+                "flip them back.",
             ),
             Choice(
-                "It grows a hundredfold, because the batch variance that it divides by scales "
-                "with the square of the weights.",
-                "The variance grows a hundredfold, but the layer divides by its square root, "
-                "the std, which grows tenfold like the input.",
+                "It grows threefold and flips sign, since only gamma and beta can change its size.",
+                "The batch's std grows threefold too, and dividing by it takes the 3 out "
+                "again; what is left is the sign.",
             ),
             Choice(
-                "It is unchanged (up to eps): the batch mean and std grow tenfold too, and the "
-                "normalization divides them out.",
-                "Right. That is why a normalized network depends less on its initializer's "
-                "scale; its gradient shrinks tenfold instead.",
+                "Every output flips sign and keeps its size (up to eps): the std grows "
+                "threefold and divides the 3 out.",
+                "Right. BN(-3z) = -BN(z) with gamma 1 and beta 0: the mean subtraction keeps "
+                "the sign, the division by the std removes only the size.",
                 correct=True,
             ),
             Choice(
-                "Every output becomes 0, since the mean of the larger inputs is subtracted and "
-                "nothing of their spread is left over.",
+                "Every output becomes 0, since the mean of the flipped inputs is subtracted "
+                "and nothing of their spread is left over.",
                 "Subtracting the mean centres the features but keeps their spread, which the "
                 "division by the std brings back to 1.",
             ),

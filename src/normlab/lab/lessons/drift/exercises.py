@@ -19,33 +19,37 @@ EXERCISES: tuple[Exercise, ...] = (
         id="drift-std-through-depth",
         lesson=LESSON,
         prompt=(
-            "A batch passes through the lesson's plain stack: ten `Linear` layers with their "
-            "default initialization, each followed by ReLU, nothing else. What happens to the "
-            "std of the activations as they go deeper?"
+            "The lesson's plain stack (ten `Linear(16, 16)` layers with their default "
+            "initialization, each followed by ReLU, seed 0) receives the lesson's batch "
+            "multiplied by 100, so its std is about 103 instead of 1.03. What does the std look "
+            "like deeper in?"
         ),
         choices=(
             Choice(
-                "It stays near the input's std of about 1 at every layer, since the default "
-                "initialization scales each layer's weights to its fan-in.",
-                "Look at the table again: the first layer already cuts the std to about a "
-                "third, and nothing in the stack restores it.",
+                "It stays about 100 times the unscaled batch's at every layer (near 8 at layer "
+                "10): each layer passes its input's scale on.",
+                "Each layer passes the scale on times its own factor, about 0.4 per block here "
+                "(a sixth of the mean square). From 103 that reaches the floor the biases hold "
+                "up within eight layers, and from there on the input's size no longer shows.",
             ),
             Choice(
-                "It grows layer by layer, because every layer adds its bias on top of what "
-                "the layer before it passed on.",
-                "The biases are small (drawn from the same narrow range as the weights); the "
-                "table shows the std falling, not growing.",
+                "It grows, because ReLU lets the large positive values through unchanged.",
+                "ReLU zeroes the negative half, and the default weights keep about a third of "
+                "the mean square: every block loses more than it passes on.",
             ),
             Choice(
-                "It shrinks: about a tenth of the input's by layer 3, and it stays that small.",
-                "Right. Each layer multiplies the scale by a factor below 1, and the factors "
-                "compound, so the deep layers work with tiny values.",
+                "It shrinks layer by layer down to the floor the unscaled batch sits on (near "
+                "0.08 at layer 10): the biases hold that floor up, whatever came in.",
+                "Right. The per-layer factor is the same as for the unscaled batch, so the "
+                "larger batch only needs more layers (about eight instead of three) to reach "
+                "the floor the bias sets; after that the two runs agree.",
                 correct=True,
             ),
             Choice(
-                "It becomes exactly 0 after the first ReLU, since ReLU drops half the values.",
-                "ReLU zeroes the negative values, not all of them: the std after layer 1 is "
-                "small but well above 0.",
+                "It shrinks to a tenth of the input's by layer 3 (about 10) and stays there.",
+                "A tenth by layer 3 is where the unscaled batch met the floor. The factor per "
+                "layer is the same here, so at layer 3 the std is still about 6, and it keeps "
+                "falling until it reaches the same floor, near 0.09, by layer 8.",
             ),
         ),
     ),
@@ -67,20 +71,21 @@ EXERCISES: tuple[Exercise, ...] = (
         id="drift-linear-passes-scale",
         lesson=LESSON,
         prompt=(
-            "A `Linear` layer gets a batch, then the same batch multiplied by 10. How does the "
-            "std of its output change?"
+            "A `Linear` layer built with `bias=False` gets a batch, then the same batch "
+            "multiplied by -10. How does the std of its output change?"
         ),
         choices=(
             Choice(
-                "It does not change: a layer's output scale is set by its weights alone, "
-                "whatever the input.",
-                "The output is a weighted sum of the inputs, so scaling the inputs scales it "
-                "too. Compare the two std values in the lesson's first example.",
+                "It shrinks: a negative factor pushes the outputs below zero, toward nothing.",
+                "The std measures spread around the mean, not size above zero; flipping every "
+                "value's sign leaves the spread as it was.",
             ),
             Choice(
-                "It grows about tenfold (exactly tenfold without the bias).",
-                "Right. W(10x) = 10(Wx); only the bias b stays put, which is why the lesson's "
-                "example shows a ratio a little under 10.",
+                "It grows exactly tenfold: the sign flips every output, which leaves the "
+                "spread alone.",
+                "Right. W(-10x) = -10(Wx), and the std ignores the sign. With no bias nothing "
+                "stays put, so the ratio is exactly 10, not a little under it as in the "
+                "lesson's example.",
                 correct=True,
             ),
             Choice(
@@ -89,9 +94,9 @@ EXERCISES: tuple[Exercise, ...] = (
                 "The variance grows a hundredfold; the std is its square root and grows tenfold.",
             ),
             Choice(
-                "It shrinks, because the default initialization damps large inputs.",
-                "Initialization fixes the weights once; the layer is linear in its input, so "
-                "a larger input gives a proportionally larger output.",
+                "It grows a little less than tenfold, as in the lesson's example.",
+                "The lesson's layer had a bias, which does not scale with the input; this one "
+                "has none, so the output is exactly -10 times the old one.",
             ),
         ),
     ),

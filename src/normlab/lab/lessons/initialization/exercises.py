@@ -391,15 +391,17 @@ EXERCISES: tuple[Exercise, ...] = (
         lesson=LESSON,
         prompt=(
             "Every weight of a small ReLU network starts at the same constant 0.1, biases at 0. "
-            "After 30 steps of gradient descent, how do two hidden units of the first layer "
-            "compare?"
+            "It trains 30 steps with Adam, which gives every weight a step size of its own, "
+            "from that weight's gradient history. How do two hidden units of the first layer "
+            "compare then?"
         ),
         choices=(
             Choice(
-                "They have drifted apart: the rows of data differ, so the gradients pull the "
-                "two units in different directions.",
-                "Every row reaches both units through identical weights, so the units see the "
-                "same sums, and gradient descent never gets a reason to tell them apart.",
+                "They have drifted apart: Adam scales each weight's step by that weight's own "
+                "gradient history.",
+                "It does, but the two units' histories are the same: every row reaches both "
+                "units through identical weights, so they get the same gradients at every "
+                "step, the same running averages, and the same steps.",
             ),
             Choice(
                 "They are still identical: same outputs, gradients and updates.",
