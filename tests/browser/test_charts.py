@@ -10,7 +10,7 @@ when the window narrows mid-stream, and after.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from lab_traces import ALL_SETTLED, settle
@@ -47,7 +47,9 @@ LABELS = """() => [...document.querySelectorAll('#nl-test-charts .nl-figure-plot
 ``x2tick``, ...), each with its text and its bounding box on the page."""
 
 
-def _panel(lo: float, hi: float, log: str = "y", line: float | None = None) -> fig.Panel:
+def _panel(
+    lo: float, hi: float, log: Literal["x", "y"] = "y", line: float | None = None
+) -> fig.Panel:
     """20 points from ``lo`` to ``hi`` (evenly in log) along the ``log`` axis, the steps along
     the other; a reference line at ``line``."""
     n = 20
@@ -98,7 +100,21 @@ def _check_labels(page: Any, width: int) -> None:
                     )
 
 
+ZOOM = """([i, range]) => {
+  const gd = document.querySelectorAll('#nl-test-charts .nl-figure-plot')[i];
+  Plotly.relayout(gd, { 'yaxis.range': range.map(Math.log10) });
+}"""
+"""JS: zoom figure ``i``'s y axis to ``range``, as a learner's drag does."""
+
+ZOOMED = """([i, range]) => {
+  const gd = document.querySelectorAll('#nl-test-charts .nl-figure-plot')[i];
+  const ticks = gd._fullLayout.yaxis.tickvals || [];
+  return ticks.length >= 2 && ticks.every((t) => t >= range[0] && t <= range[1]);
+}"""
+
+
 def test_log_axes_keep_readable_labels_at_any_range(page: Any, server: str) -> None:
+    """At 1280 and 390 px, and after zooming into a sliver of twelve decades."""
     page.goto(f"{server}/experiments/linear-scale", wait_until="load")
     page.wait_for_function(ALL_SETTLED)
     described = [f.to_dict() for f in EXTREMES]
@@ -106,6 +122,10 @@ def test_log_axes_keep_readable_labels_at_any_range(page: Any, server: str) -> N
         page.set_viewport_size({"width": width, "height": 900})
         page.evaluate(DRAW, described)
         _check_labels(page, width)
+    twelve = [f.title for f in EXTREMES].index("twelve decades")
+    page.evaluate(ZOOM, [twelve, [0.3, 0.4]])
+    page.wait_for_function(ZOOMED, arg=[twelve, [0.3, 0.4]], timeout=20_000)
+    _check_labels(page, 390)
 
 
 WAITING = """() => {

@@ -495,12 +495,31 @@
       const plot = node.querySelector(".nl-figure-plot");
       plot.style.height = `${layout.height}px`; // the box reserves the chart's height
       await Plotly.react(plot, data, layout, CONFIG);
+      followZoom(plot);
     }
     while (box.children.length > figures.length) {
       const extra = box.lastElementChild;
       Plotly.purge(extra.querySelector(".nl-figure-plot"));
       extra.remove();
     }
+  }
+
+  /** After a zoom or a pan, a log axis whose ticks the renderer chose has them chosen again
+   * for the range it now shows. */
+  function followZoom(plot) {
+    if (plot.nlFollowsZoom) return;
+    plot.nlFollowsZoom = true;
+    plot.on("plotly_relayout", (change) => {
+      const update = {};
+      for (const key of Object.keys(change)) {
+        const name = (key.match(/^([xy]axis\d*)\.(range|autorange)/) || [])[1];
+        const ax = name && plot._fullLayout[name];
+        if (!ax || ax.type !== "log" || plot.layout[name]?.autorange !== false) continue;
+        const vals = logTicks(ax.range[0], ax.range[1], ax._length, name[0]);
+        Object.assign(update, { [`${name}.tickvals`]: vals, [`${name}.ticktext`]: logLabels(vals) });
+      }
+      if (Object.keys(update).length) Plotly.relayout(plot, update);
+    });
   }
 
   /** Draw `figures` into `box`, one titled plotly plot per figure; resolves once drawn, or
