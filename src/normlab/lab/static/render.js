@@ -20,11 +20,14 @@
   const WIDE_PX = 720; // from this width the legend sits at the right, below it under the plot
   const BAR_WIDTH = 0.8; // matplotlib's default bar width
   const COLORBAR_PX = 80; // a colour bar, its ticks and its title
+  const Y_AXIS_PX = 64; // a y axis' tick labels and title, left of the plot
+  const LEGEND_PX = 180; // a legend at the right
+  const WAITING = "waiting for the first points";
   const SYMBOLS = { circle: "circle", square: "square", triangle: "triangle-up", diamond: "diamond", x: "x" };
   const INK = "#1d2430";
   const MUTED = "#5b6573";
   const CONFIG = {
-    responsive: true,
+    responsive: false, // the renderer sizes its plots (see "drawing into the page")
     displaylogo: false,
     modeBarButtonsToRemove: ["lasso2d", "select2d", "autoScale2d"],
   };
@@ -37,7 +40,9 @@
   // -- series -> traces -----------------------------------------------------------------------
 
   function scatterTrace(s, color) {
-    const mode = { line: "lines", markers: "markers", "line+markers": "lines+markers" }[s.kind];
+    // a line of one point (a run's first step) draws nothing: its point is shown as a marker
+    const lone = s.kind === "line" && (s.y || []).filter(isNum).length < 2;
+    const mode = lone ? "lines+markers" : { line: "lines", markers: "markers", "line+markers": "lines+markers" }[s.kind];
     const colors = s.colors || color;
     const trace = {
       type: "scatter", mode: s.labels ? `${mode}+text` : mode,
@@ -138,6 +143,125 @@
     });
   }
 
+  // -- log axes: tick values chosen from the range shown and the room along the axis -----------
+
+  const FONT_PX = 12; // the layout's font size
+  const CHAR_PX = 0.62 * FONT_PX; // the width of a digit, near enough
+  const Y_LABEL_PX = 30; // at least this far apart on a y axis (one line, superscripts included)
+  const X_LABEL_GAP_PX = 14; // at least this between two labels' ends on an x axis
+  const MAX_LABELS = 10;
+  const SINGLE_HALF = Math.log10(2) / 2; // a single value is shown on a factor of 2 around it
+
+  /** A tick's label: 0.01 to 1000 as numbers, 10^k beyond (every decade but 1 and 10 so when
+   * `powers`, as on a long range), 2×10^k between decades. */
+  function logLabel(v, powers = false) {
+    const k = Math.floor(Math.log10(v) + 1e-9);
+    const m = Number((v / 10 ** k).toPrecision(3));
+    if (k >= -2 && k <= 3 && !(powers && m === 1 && (k < 0 || k > 1))) return g(v);
+    const power = `10<sup>${String(k).replace("-", "\u2212")}</sup>`;
+    return m === 1 ? power : `${g(m)}\u00d7${power}`;
+  }
+
+  /** The labels of a set of ticks, decades written alike. */
+  function logLabels(vals) {
+    const powers = vals.some((v) => Math.abs(Math.log10(v) - 0.5) > 3);
+    return vals.map((v) => logLabel(v, powers));
+  }
+
+  /** Width of a label on the page, from its characters (a superscript's are smaller). */
+  function labelPx(text) {
+    const sup = (text.match(/<sup>(.*?)<\/sup>/) || ["", ""])[1];
+    const base = text.replace(/<sup>.*?<\/sup>/, "");
+    return (base.length + 0.7 * sup.length) * CHAR_PX;
+  }
+
+  /** Whether labels at `vals` along `px` pixels of the range [lo, hi] (log10) stay apart. */
+  function fits(vals, lo, hi, px, along) {
+    const at = vals.map((v) => ((Math.log10(v) - lo) / (hi - lo)) * px);
+    const text = logLabels(vals);
+    for (let i = 1; i < vals.length; i++) {
+      const room = along === "y" ? Y_LABEL_PX : (labelPx(text[i - 1]) + labelPx(text[i])) / 2 + X_LABEL_GAP_PX;
+      if (at[i] - at[i - 1] < room) return false;
+    }
+    return true;
+  }
+
+  /** Every `step`-th decade in [lo, hi] (log10), on multiples of the step so that 1 is one. */
+  function decades(lo, hi, step) {
+    const out = [];
+    for (let k = Math.ceil(lo / step - 1e-9) * step; k <= hi + 1e-9; k += step) out.push(10 ** k);
+    return out;
+  }
+
+  /** 1, 2 and 5 times each power of ten in [lo, hi] (log10). */
+  function oneTwoFive(lo, hi) {
+    const out = [];
+    for (let k = Math.floor(lo); k <= Math.ceil(hi); k++) {
+      for (const m of [1, 2, 5]) {
+        const v = m * 10 ** k;
+        if (Math.log10(v) >= lo - 1e-9 && Math.log10(v) <= hi + 1e-9) out.push(Number(v.toPrecision(12)));
+      }
+    }
+    return out;
+  }
+
+  /** Multiples of `step` in [10^lo, 10^hi]: the ticks of a range narrower than a decade or two. */
+  function multiples(lo, hi, step) {
+    const out = [];
+    const first = Math.ceil(10 ** lo / step - 1e-9);
+    for (let i = first; i * step <= 10 ** hi * (1 + 1e-12) && out.length <= 100; i++) {
+      out.push(Number((i * step).toPrecision(12)));
+    }
+    return out.filter((v) => v > 0);
+  }
+
+  /** Candidate tick sets for [lo, hi] (log10), in order of preference when as many fit. */
+  function candidates(lo, hi) {
+    const sets = [];
+    for (let m = 1; m <= Math.max(1, hi - lo); m *= 10) {
+      for (const k of [1, 2, 3, 4, 5]) sets.push(decades(lo, hi, k * m));
+    }
+    sets.push(oneTwoFive(lo, hi));
+    const span = 10 ** hi - 10 ** lo;
+    for (let e = Math.floor(Math.log10(span / 50)); e <= Math.ceil(Math.log10(span)); e++) {
+      for (const m of [1, 2, 5]) sets.push(multiples(lo, hi, m * 10 ** e));
+    }
+    return sets;
+  }
+
+  /** Tick values for a log axis over [lo, hi] (log10) along `px` pixels: the most labels that
+   * stay apart (at least two), decades thinned on a long range, 1-2-5 or finer steps on a short one. */
+  function logTicks(lo, hi, px, along) {
+    let best = null;
+    for (const vals of candidates(lo, hi)) {
+      const ok = vals.length >= 2 && vals.length <= MAX_LABELS && fits(vals, lo, hi, px, along);
+      if (ok && (!best || vals.length > best.length)) best = vals;
+    }
+    if (best) return best;
+    // room for no set of round values: two values a fifth in from the ends
+    return [lo + (hi - lo) / 5, hi - (hi - lo) / 5].map((e) => Number((10 ** e).toPrecision(3)));
+  }
+
+  /** The range a log axis shows (log10): its limits, else its values padded by 5 %. */
+  function logRange(a, data) {
+    const [lo, hi] = a.limits || [];
+    if (a.limits && lo > 0 && hi > lo) return [Math.log10(lo), Math.log10(hi)];
+    const logs = data.filter((v) => v > 0).map(Math.log10);
+    if (!logs.length) return null;
+    const low = Math.min(...logs);
+    const high = Math.max(...logs);
+    const pad = high - low > 1e-6 ? (high - low) / 20 : SINGLE_HALF;
+    return [Math.max(low - pad, -323), Math.min(high + pad, 308)]; // within a double's range
+  }
+
+  /** Range and ticks of a log axis without ticks of its own, `px` pixels long. */
+  function logAxis(a, data, px, along) {
+    const range = logRange(a, data);
+    if (!range) return { range: [-1, 1] }; // nothing to place: (0.1, 10)
+    const vals = logTicks(range[0], range[1], px, along);
+    return { range, autorange: false, tickmode: "array", tickvals: vals, ticktext: logLabels(vals) };
+  }
+
   // -- panels -> axes, shapes, annotations -----------------------------------------------------
 
   /** String x values of the panel in order of first appearance: category i sits at i. */
@@ -162,22 +286,25 @@
   const placeable = (v, log) => isNum(v) && (v > 0 || !log);
   const g = (t) => String(Number(t.toPrecision(6))); // Python's f"{t:g}", near enough for ticks
 
-  function axisLayout(a, cats, data) {
+  /** What an axis must show: the panel's values, its reference lines and its bands' ends. */
+  function shown(panel, which, cats) {
+    const marks = [...(panel.lines || []), ...(panel.bands || [])].filter((m) => (m.axis || "y") === which);
+    const ends = marks.flatMap((m) => ("value" in m ? [m.value] : [m.low, m.high]));
+    return [...values(panel, which, cats), ...ends.filter(isNum)];
+  }
+
+  /** One axis; `data` is what it must show, `px` its length on the page along `along`. */
+  function axisLayout(a, cats, data, px, along) {
     const log = a.scale === "log";
     const out = {
       title: { text: plain(a.label), standoff: 6 }, automargin: true,
       type: log ? "log" : cats.length ? "category" : "linear",
       gridcolor: "#e6e9ee", zerolinecolor: "#c5ccd5", linecolor: "#c5ccd5",
     };
-    if (log) out.exponentformat = "power";
-    const positive = data.filter((v) => v > 0);
-    // a log axis over a few decades: label 1, 2, 5 of each, not every digit
-    if (log && !a.ticks && positive.length && Math.log10(Math.max(...positive) / Math.min(...positive)) <= 4) {
-      out.dtick = "D2";
-    }
     if (cats.length) Object.assign(out, { categoryorder: "array", categoryarray: cats });
     const [lo, hi] = a.limits || [];
-    if (a.limits && (!log || (lo > 0 && hi > 0))) out.range = log ? [Math.log10(lo), Math.log10(hi)] : [lo, hi];
+    if (log && !a.ticks) Object.assign(out, logAxis(a, data, px, along));
+    else if (a.limits && (!log || (lo > 0 && hi > 0))) out.range = log ? [Math.log10(lo), Math.log10(hi)] : [lo, hi];
     else if (log && !data.some((v) => v > 0)) out.range = [-1, 1]; // nothing to place: (0.1, 10)
     let names = null;
     if (a.ticks) {
@@ -279,18 +406,29 @@
       y: 0, yref: "container", yanchor: "bottom" };
   }
 
-  /** The x and y axes of panel i, placed on the paper; a shared x shows its ticks once. */
-  function panelAxes(fig, i, grid, where, cats) {
+  /** The x and y axes of panel i, placed on the paper; a shared x shows its ticks once.
+   * `room` is the panel's size on the page in pixels, which the log axes' ticks must fit. */
+  function panelAxes(fig, i, grid, where, room) {
     const panel = fig.panels[i];
     const axes = axisSuffix(i);
-    const x = { ...axisLayout(panel.x, cats, values(panel, "x", cats)), domain: where.x, anchor: `y${axes}` };
-    const y = { ...axisLayout(panel.y, [], values(panel, "y", cats)), domain: where.y, anchor: `x${axes}` };
-    if (fig.shared_x && i > 0) x.matches = "x";
+    const cats = categories(panel);
+    const xs = fig.shared_x ? fig.panels.flatMap((p) => shown(p, "x", categories(p))) : shown(panel, "x", cats);
+    const x = { ...axisLayout(panel.x, cats, xs, room.x, "x"), domain: where.x, anchor: `y${axes}` };
+    const y = { ...axisLayout(panel.y, [], shown(panel, "y", cats), room.y, "y"), domain: where.y, anchor: `x${axes}` };
+    if (fig.shared_x && i > 0 && !isEmpty(fig.panels[0]) && !isEmpty(panel)) x.matches = "x";
     if (fig.shared_x && i + grid.cols < fig.panels.length) { // another panel sits under this one
       Object.assign(x, { showticklabels: false, title: { text: "" } });
     }
+    if (isEmpty(panel)) for (const a of [x, y]) Object.assign(a, { visible: false, range: [0, 1], type: "linear" });
     return { [`xaxis${axes}`]: x, [`yaxis${axes}`]: y };
   }
+
+  /** A panel with nothing to place yet, as a streamed run's panel before its first points. */
+  const isEmpty = (panel) => !values(panel, "y", categories(panel)).some((v) => placeable(v, panel.y.scale === "log"));
+
+  /** What stands in for an empty panel's axes: a line saying what it waits for. */
+  const waiting = (where) => ({ text: WAITING, xref: "paper", yref: "paper", showarrow: false,
+    x: (where.x[0] + where.x[1]) / 2, y: (where.y[0] + where.y[1]) / 2, font: { size: 12, color: MUTED } });
 
   function figurePlot(fig, width) {
     const grid = gridOf(fig, width);
@@ -301,20 +439,25 @@
     const layout = { shapes: [], annotations: [] };
     fig.panels.forEach((panel, i) => {
       const axes = axisSuffix(i);
-      const cats = categories(panel);
       data.push(...panelTraces(panel, axes, where[i], legend));
-      Object.assign(layout, panelAxes(fig, i, grid, where[i], cats));
-      layout.shapes.push(...panelShapes(panel, axes, cats));
+      if (!isEmpty(panel)) layout.shapes.push(...panelShapes(panel, axes, categories(panel)));
+      else layout.annotations.push(waiting(where[i]));
       layout.annotations.push(...panelAnnotations(panel, where[i], axes));
     });
     const entries = legend.size + layout.shapes.filter((s) => s.showlegend).length;
     const wide = width >= WIDE_PX;
+    // the plotting width: the page's less the margins, the y axis' labels and title, a legend beside
+    const plotPx = width - 16 - Y_AXIS_PX - (wide && entries ? LEGEND_PX : 0);
+    fig.panels.forEach((_, i) => {
+      const room = { x: plotPx * (where[i].x[1] - where[i].x[0]), y: rowPx };
+      Object.assign(layout, panelAxes(fig, i, grid, where[i], room));
+    });
     const top = 12 + (fig.panels.slice(0, grid.cols).some((p) => p.title) ? 24 : 0);
     const bottom = wide || !entries ? 8 : 8 + 22 * Math.ceil(entries / Math.max(1, Math.floor(width / 150)));
     Object.assign(layout, {
-      height: top + paper + bottom + 48, // 48: the bottom row's tick labels and axis title
+      width, height: top + paper + bottom + 48, // 48: the bottom row's tick labels and axis title
       margin: { l: 8, r: 8, t: top, b: bottom + 48, autoexpand: true },
-      font: { family: getComputedStyle(document.body).fontFamily, size: 12, color: INK },
+      font: { family: getComputedStyle(document.body).fontFamily, size: FONT_PX, color: INK },
       paper_bgcolor: "#ffffff", plot_bgcolor: "#ffffff", hovermode: "closest",
       barmode: "overlay", bargap: 0, showlegend: entries > 0, legend: legendLayout(wide),
     });
@@ -322,8 +465,15 @@
   }
 
   // -- drawing into the page ---------------------------------------------------------------------
+  //
+  // The renderer owns each plot's size: plotly gets the width and the height, and the plot's box
+  // is given that height before plotly draws into it. (Left to autosize, plotly's own resize set
+  // the plot's container to 100% of a box whose height came from that container, and the chart
+  // was drawn over what follows it.) A box is redrawn when its width changes, a window resize
+  // or a scroll bar coming or going, with the figures it was last asked to draw; draws into one
+  // box are taken one at a time, in order.
 
-  const drawn = new Map(); // box -> {figures, key}: redrawn when a resize changes the layout
+  const drawn = new Map(); // box -> {figures, width, queue}
 
   function holder(box, i) {
     let node = box.children[i];
@@ -335,18 +485,17 @@
     return node;
   }
 
-  /** Draw `figures` into `box`, one titled plotly plot per figure; resolves once drawn. */
-  async function draw(box, figures) {
+  async function paint(box, figures) {
     const width = box.clientWidth || 800;
-    const resized = drawn.has(box) && drawn.get(box).width !== width; // its box, not the window
-    drawn.set(box, { figures, key: layoutKey(figures, width), width });
+    drawn.get(box).width = width;
     for (const [i, fig] of figures.entries()) {
       const node = holder(box, i);
       node.querySelector(".nl-figure-title").textContent = fig.title || "";
       const { data, layout } = figurePlot(fig, width);
       const plot = node.querySelector(".nl-figure-plot");
+      plot.style.height = `${layout.height}px`; // the box reserves the chart's height
       await Plotly.react(plot, data, layout, CONFIG);
-      if (resized) await Plotly.Plots.resize(plot);
+      followZoom(plot);
     }
     while (box.children.length > figures.length) {
       const extra = box.lastElementChild;
@@ -355,20 +504,51 @@
     }
   }
 
-  /** What of the layout depends on the width: each figure's grid and where its legend sits. */
-  const layoutKey = (figures, width) =>
-    figures.map((f) => `${gridOf(f, width).cols}`).join(",") + (width >= WIDE_PX ? "w" : "n");
+  /** After a zoom or a pan, a log axis whose ticks the renderer chose has them chosen again
+   * for the range it now shows. */
+  function followZoom(plot) {
+    if (plot.nlFollowsZoom) return;
+    plot.nlFollowsZoom = true;
+    plot.on("plotly_relayout", (change) => {
+      const update = {};
+      for (const key of Object.keys(change)) {
+        const name = (key.match(/^([xy]axis\d*)\.(range|autorange)/) || [])[1];
+        const ax = name && plot._fullLayout[name];
+        if (!ax || ax.type !== "log" || plot.layout[name]?.autorange !== false) continue;
+        const vals = logTicks(ax.range[0], ax.range[1], ax._length, name[0]);
+        Object.assign(update, { [`${name}.tickvals`]: vals, [`${name}.ticktext`]: logLabels(vals) });
+      }
+      if (Object.keys(update).length) Plotly.relayout(plot, update);
+    });
+  }
+
+  /** Draw `figures` into `box`, one titled plotly plot per figure; resolves once drawn, or
+   * at once when newer figures came for the box while it waited for an earlier draw. */
+  function draw(box, figures) {
+    if (!drawn.has(box)) {
+      drawn.set(box, { figures, width: null, queue: Promise.resolve() });
+      widths.observe(box);
+    }
+    const entry = drawn.get(box);
+    entry.figures = figures;
+    const done = entry.queue.catch(() => {}).then(() => (entry.figures === figures ? paint(box, figures) : null));
+    entry.queue = done;
+    return done;
+  }
 
   let resizeTimer = null;
-  window.addEventListener("resize", () => {
+  const widths = new ResizeObserver(() => {
     clearTimeout(resizeTimer);
     resizeTimer = setTimeout(() => {
-      for (const [box, last] of drawn) {
-        if (!box.isConnected) { drawn.delete(box); continue; }
-        if (layoutKey(last.figures, box.clientWidth || 800) !== last.key) draw(box, last.figures);
-        else last.width = box.clientWidth || 800; // plotly has followed the window itself
+      for (const [box, entry] of drawn) {
+        if (!box.isConnected) {
+          drawn.delete(box);
+          widths.unobserve(box);
+        } else if ((box.clientWidth || 800) !== entry.width) {
+          draw(box, entry.figures).catch(() => {}); // a failed redraw leaves the last drawing
+        }
       }
-    }, 200);
+    }, 150);
   });
 
   // -- tables ------------------------------------------------------------------------------------
