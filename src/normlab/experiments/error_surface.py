@@ -87,7 +87,7 @@ def error_surface(
     for net, curve in zip(nets, curves, strict=True):
         for loss in train(net, x, y, lr, steps):
             curve.append(loss)
-            yield {"losses": curves}  # the curves so far
+            yield {"losses": [c[:] for c in curves]}  # the curves so far (copies: they grow)
     ends = [nn.utils.parameters_to_vector(n.parameters()).detach().clone() for n in nets]
     with torch.no_grad():
         logits = [net(x) for net in nets]  # (N, 1) each
