@@ -155,3 +155,41 @@ def _long_runs(runner: Runner) -> int:
     with runner._lock:
         entries = list(runner._cache.items())
     return sum('"width": 128' in key and not e.future.done() for key, e in entries)
+
+
+ORDER = """(node) => {
+  // what happens when the slider moves: the run's stream aborted, the input event handled
+  const order = [];
+  node.nlWidget.controller.signal.addEventListener("abort", () => order.push("aborted"));
+  node.querySelector('input[data-param="lr"]').addEventListener("input", () => order.push("input"));
+  window.nlOrder = order;
+}"""
+
+
+def test_a_slider_move_cancels_the_streaming_run_at_once(
+    page: Any, lab: tuple[str, Runner]
+) -> None:
+    """The run in progress is closed while the slider's input event is handled (not once the
+    hand rests), the server stops it, and only then does the new run send its first frame: the
+    wait from the change to the new run's first frame is the old run's one step, not its end."""
+    base, runner = lab
+    abandoned = runner.abandoned
+    with page.expect_request(_streams_bn_lr):
+        page.goto(f"{base}/lessons/bn-from-scratch?{HEAVY}")
+    widget = page.locator('.nl-widget[data-widget="bn-lr"]')
+    _wait_for(lambda: widget.evaluate("(n) => n.nlFrames") >= 1, "a frame", page)
+    widget.evaluate(ORDER)
+    with page.expect_request(_streams_bn_lr):
+        widget.locator('input[data-param="lr"]').focus()
+        page.keyboard.press("ArrowRight")
+        assert page.evaluate("window.nlOrder") == ["aborted", "input"]
+    # the held run (it waits before its last step until every request has gone) stopped, so
+    # the engine is free for the new run, whose frames now come
+    _wait_for(lambda: runner.abandoned == abandoned + 1, "the superseded run to stop", page)
+    lr = widget.evaluate("(n) => n.nlParams.lr")
+    _wait_for(lambda: widget.evaluate("(n) => n.nlFrames") >= 1, "the new run's frame", page)
+    assert widget.evaluate("(n) => n.nlLastFrame.total") == HEAVY_STEPS
+    assert f"of {HEAVY_STEPS}" in widget.locator(".nl-msg").inner_text()
+    assert lr != 2.0  # the frame is the new setting's: the slider moved
+    page.goto(f"{base}/")  # the new (also held) run goes with the page
+    _wait_for(lambda: _long_runs(runner) == 0, "the long runs to end", page)

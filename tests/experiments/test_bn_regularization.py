@@ -19,6 +19,15 @@ SCRIPT_SETTINGS = [
 PROGRESS = ({"epochs": 2, "n_train": 40, "batch_size": 20}, 8)
 
 
+# What it streams with in tests/test_registry.py's streaming test.
+STREAMING = {"epochs": 3, "n_train": 40, "batch_size": 20, "n_test": 20}
+
+
+# What grows in its streamed result (the training split's curve without BN, then with), and
+# how many partials STREAMING gives before the last yield (tests/test_registry.py): one an epoch.
+CURVE = (lambda d: [v for r in d["runs"] for v in r["train"]], 6)
+
+
 def seed_figure(d: dict[str, Any]) -> bool:
     """What its default run must show (tests/lab/test_api.py runs it through HTTP)."""
     # BN's training-mode output moves with the batch, the plain net's cannot

@@ -18,6 +18,7 @@ with warnings.catch_warnings():  # starlette warns about its httpx-based client 
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
+from normlab.experiments import get_experiment, script
 from normlab.lab import exercises, site
 from normlab.lab.app import create_app
 from normlab.lab.lessons import LESSONS, find, neighbours
@@ -212,18 +213,69 @@ LISTING_LIMITS = Limits(wall_s=240.0, cpu_s=480.0)
 seconds alone and far longer on a loaded test machine; a learner's Run has 10 s."""
 
 
+RUN_LIMIT_S = Limits().wall_s
+"""The playground's limit on a learner's Run: wall-clock seconds."""
+RUN_BUDGET_S = RUN_LIMIT_S / 5
+"""The CPU seconds (one torch thread) a listing offered with a Run button may take at the
+page's own settings: a fifth of the limit, so that Run prints within it on a two-core machine
+that also trains the page's widgets (issue 33: a sweep at 2.6 s of CPU timed out)."""
+CPU = (
+    "\nimport resource as _r\n_u = _r.getrusage(_r.RUSAGE_SELF)\nprint(_u.ru_utime + _u.ru_stime)\n"
+)
+"""Appended to a listing: its process prints its own CPU seconds last."""
+
+
+def _widget_scripts(page: str) -> list[tuple[str, str]]:
+    """The code each widget of a page shows (and "Open in the playground" runs) at the page's
+    own settings: (experiment, script)."""
+    found = re.finditer(r'data-experiment="([^"]+)"[^>]*? data-params="([^"]*)"', page)
+    return [
+        (name, script.render(get_experiment(name), json.loads(html.unescape(params))))
+        for name, params in (m.groups() for m in found)
+    ]
+
+
 @pytest.fixture(scope="module")
-def listings_printed(lesson_pages: dict[str, str]) -> dict[str, list[str]]:
-    """What every lesson's listings print, each run as a learner's Run runs it: as ``__main__``
-    of a fresh process in the lab's sandbox, with the lab's thread count (torch's thread count
-    can change the last digits of a training run). Two at a time, as two cores allow."""
+def listing_runs(lesson_pages: dict[str, str]) -> dict[str, tuple[str, float]]:
+    """Every lesson's listings and widgets' scripts (at the page's settings), each run as a
+    learner's Run runs it: as ``__main__`` of a fresh process in the lab's sandbox, with the
+    lab's thread count (torch's thread count can change the last digits of a training run).
+    Two at a time, as two cores allow. By source: (what it printed, its CPU seconds)."""
     named = [src for page in lesson_pages.values() for src, _ in _listings(page)]
+    named += [src for page in lesson_pages.values() for _, src in _widget_scripts(page)]
+    named = list(dict.fromkeys(named))
     with Sandbox(LISTING_LIMITS, max_runs=2) as sandbox, ThreadPoolExecutor(2) as pool:
-        runs = list(pool.map(sandbox.run, named))
+        runs = list(pool.map(sandbox.run, [src + CPU for src in named]))
     for src, run in zip(named, runs, strict=True):
         assert run.status == "ok", f"{run.status}: {run.stderr[-2000:]}\n{src}"
-    printed = iter(run.stdout for run in runs)
-    return {slug: [next(printed) for _ in _listings(page)] for slug, page in lesson_pages.items()}
+    out = {}
+    for src, run in zip(named, runs, strict=True):
+        printed, cpu = run.stdout.rstrip("\n").rpartition("\n")[::2]
+        out[src] = (printed + "\n" if printed else "", float(cpu))
+    return out
+
+
+@pytest.fixture(scope="module")
+def listings_printed(
+    lesson_pages: dict[str, str], listing_runs: dict[str, tuple[str, float]]
+) -> dict[str, list[str]]:
+    """What every lesson's listings print (see :func:`listing_runs`)."""
+    return {
+        slug: [listing_runs[src][0] for src, _ in _listings(page)]
+        for slug, page in lesson_pages.items()
+    }
+
+
+@pytest.mark.slow
+def test_what_run_runs_fits_the_playground_s_limit(
+    lesson_pages: dict[str, str], listing_runs: dict[str, tuple[str, float]]
+) -> None:
+    """Every listing with a Run button (a lesson's, and each widget's code at the page's own
+    settings, which its playground link opens) takes at most :data:`RUN_BUDGET_S` of CPU."""
+    over = [
+        f"{cpu:.2f} s: {src[:300]}" for src, (_, cpu) in listing_runs.items() if cpu > RUN_BUDGET_S
+    ]
+    assert not over, "\n\n".join(over)
 
 
 @pytest.mark.slow

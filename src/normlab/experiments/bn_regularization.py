@@ -22,6 +22,8 @@ of its logit is the batch noise (exactly 0 without BN).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,9 +118,10 @@ def train_minibatch(
     batch_size: int,
     epochs: int,
     g: torch.Generator,
-) -> dict[str, list[float]]:
+) -> Iterator[dict[str, list[float]]]:
     """Minibatch SGD (a fresh shuffle from ``g`` every epoch, a last partial batch dropped), and
-    the eval-mode loss and accuracy on both splits after every epoch."""
+    the eval-mode loss and accuracy on both splits after every epoch: yields the curves so far
+    after each one."""
     x_train, y_train, x_test, y_test = data
     opt = torch.optim.SGD(net.parameters(), lr=lr)
     curves: dict[str, list[float]] = {k: [] for k in ("train", "test", "train_acc", "test_acc")}
@@ -132,7 +135,7 @@ def train_minibatch(
             loss_value, accuracy = evaluate(net, x, y)
             curves[split].append(loss_value)
             curves[f"{split}_acc"].append(accuracy)
-    return curves
+        yield curves
 
 
 def bn_regularization(
@@ -147,8 +150,11 @@ def bn_regularization(
     probes: int,
     seed: int,
     device: str,
-) -> dict[str, Any]:
-    """Train the same net without and with BN on the training split; measure both splits."""
+) -> Iterator[dict[str, Any]]:
+    """Train the same net without and with BN on the training split; measure both splits.
+
+    Yields the result so far after every epoch (the curves as they grow), and last the whole run.
+    """
     data = split_moons(n_train, n_test, noise, seed, device)
     runs = []
     for bn in (False, True):
@@ -156,10 +162,12 @@ def bn_regularization(
         net = MLP(width, hidden_layers, norm="batch" if bn else "none").to(device)
         g = torch.Generator().manual_seed(seed)  # the same batches in the same order
         run: dict[str, Any] = {"batch_norm": bn}
-        run |= train_minibatch(net, data, lr, batch_size, epochs, g)
-        run["noise"] = batch_noise(net, data[0], data[2][:1], probes, batch_size, g)
         runs.append(run)
-    return {"runs": runs}
+        for curves in train_minibatch(net, data, lr, batch_size, epochs, g):
+            run |= curves
+            yield {"runs": runs}  # the curves so far
+        run["noise"] = batch_noise(net, data[0], data[2][:1], probes, batch_size, g)
+    yield {"runs": runs}
 
 
 def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -201,7 +209,8 @@ class SplitRun:
     test: list[float]  # (epochs,): on the held-out split
     train_acc: list[float]  # (epochs,)
     test_acc: list[float]  # (epochs,)
-    noise: float  # std of one held-out point's training-mode logit over random batches
+    noise: float = math.nan  # std of one held-out point's training-mode logit over random
+    # batches (measured once the run is trained: a streamed run's frames lack it)
 
     @property
     def gap(self) -> float:
@@ -223,7 +232,7 @@ class BnRegularizationResult(Result):
     def figures(self) -> list[fig.Figure]:
         series = []
         for r in self.runs:
-            name, color = ("with BN", fig.BLUE) if r.batch_norm else ("without BN", fig.RED)
+            name, color = _name(r), fig.BLUE if r.batch_norm else fig.RED
             epochs = fig.steps(len(r.train), start=1)
             series += [
                 fig.Series(f"{name}: train", epochs, r.train, color=color, width=1.2),
@@ -235,7 +244,7 @@ class BnRegularizationResult(Result):
             series,
             title="training loss (thin) and held-out loss (dashed)",
         )
-        names = ["without BN", "with BN"]
+        names = [_name(r) for r in self.runs]
         gaps = fig.Panel(
             fig.Axis(""),
             fig.Axis("test loss - train loss"),
@@ -245,15 +254,22 @@ class BnRegularizationResult(Result):
                     names,
                     [r.gap for r in self.runs],
                     kind="bars",
-                    colors=[fig.RED, fig.BLUE],
+                    colors=[fig.BLUE if r.batch_norm else fig.RED for r in self.runs],
                     labels=[f"{r.gap:.3f}" for r in self.runs],
                 )
             ],
             title="the train/test gap",
         )
-        plain, bn = self.runs
-        title = f"Train/test loss gap {plain.gap:.3f} without BN, {bn.gap:.3f} with BN"
+        if len(self.runs) < 2 or math.isnan(self.runs[-1].noise):  # a streamed run's frame
+            title = f"Training {names[-1]}: epoch {len(self.runs[-1].train)}"
+        else:
+            plain, bn = self.runs
+            title = f"Train/test loss gap {plain.gap:.3f} without BN, {bn.gap:.3f} with BN"
         return [fig.Figure(title, [curves, gaps])]
+
+
+def _name(r: SplitRun) -> str:
+    return "with BN" if r.batch_norm else "without BN"
 
 
 EXPERIMENT = Experiment(

@@ -20,7 +20,8 @@ network optimization problems", drew such slices first).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -73,13 +74,20 @@ def slice_losses(
 
 def error_surface(
     width: int, hidden_layers: int, lr: float, steps: int, points: int, seed: int, device: str
-) -> dict[str, Any]:
-    """Train two copies of one net from two random starts, then slice the loss between the ends."""
+) -> Iterator[dict[str, Any]]:
+    """Train two copies of one net from two random starts, then slice the loss between the ends.
+
+    Yields the training curves so far after every step, and last the whole result.
+    """
     x, y = two_moons(device=device)
     torch.manual_seed(seed)
     nets = [MLP(width, hidden_layers).to(device) for _ in "AB"]  # two draws
     starts = [nn.utils.parameters_to_vector(n.parameters()).detach().clone() for n in nets]
-    curves = [list(train(net, x, y, lr, steps)) for net in nets]
+    curves: list[list[float]] = [[], []]
+    for net, curve in zip(nets, curves, strict=True):
+        for loss in train(net, x, y, lr, steps):
+            curve.append(loss)
+            yield {"losses": [c[:] for c in curves]}  # the curves so far (copies: they grow)
     ends = [nn.utils.parameters_to_vector(n.parameters()).detach().clone() for n in nets]
     with torch.no_grad():
         logits = [net(x) for net in nets]  # (N, 1) each
@@ -87,7 +95,7 @@ def error_surface(
     lo, hi = -0.5, 1.5  # half the distance between the ends beyond each end
     alphas = [lo + (hi - lo) * i / (points - 1) for i in range(points)]
     probe = MLP(width, hidden_layers).to(device)  # holds the sliced weights
-    return {
+    yield {
         "losses": curves,  # (2, steps): the training loss of each start
         "final_losses": [F.binary_cross_entropy_with_logits(z, y).item() for z in logits],
         "accuracies": [(g == y).float().mean().item() for g in guesses],
@@ -140,13 +148,14 @@ def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
 @dataclass
 class ErrorSurfaceResult(Result):
     losses: list[list[float]]  # (2, steps): training loss from start A, from start B
-    final_losses: list[float]  # (2,): the loss at each end
-    accuracies: list[float]  # (2,)
-    disagreement: float  # share of the points the two trained nets classify differently
-    start_distance: float  # |theta_0^A - theta_0^B|
-    end_distance: float  # |theta^A - theta^B|
-    alphas: list[float]  # (points,)
-    slice: list[float]  # (points,): loss at (1 - alpha) theta^A + alpha theta^B
+    # the rest once both starts are trained (a streamed run's frames hold the losses alone)
+    final_losses: list[float] = field(default_factory=list)  # (2,): the loss at each end
+    accuracies: list[float] = field(default_factory=list)  # (2,)
+    disagreement: float = math.nan  # share of the points the two trained nets tell apart
+    start_distance: float = math.nan  # |theta_0^A - theta_0^B|
+    end_distance: float = math.nan  # |theta^A - theta^B|
+    alphas: list[float] = field(default_factory=list)  # (points,)
+    slice: list[float] = field(default_factory=list)  # (points,): loss at (1 - a) th^A + a th^B
 
     @property
     def peak_between(self) -> float:
@@ -172,6 +181,9 @@ class ErrorSurfaceResult(Result):
             ],
             title="training from two random starts",
         )
+        if not self.slice:  # still training: the curves so far
+            done = sum(map(len, self.losses))
+            return [fig.Figure(f"Two random starts, training: step {done}", [training])]
         ends = fig.Series(
             "the trained ends",
             [0.0, 1.0],

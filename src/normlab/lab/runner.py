@@ -371,7 +371,9 @@ class Runner:
             self._check(entry)  # refuse at once while shutting down
 
             experiment = get_experiment(name)
-            count = [0, 0]  # steps done, of the total
+            steps = experiment.total_steps
+            # steps done, of the total: known before the first step (a frame may come first)
+            count = [0, steps(experiment.make_params(params)) if steps is not None else 0]
 
             def progress(done: int, total: int) -> None:
                 count[:] = done, total

@@ -10,7 +10,9 @@
  *
  * A training widget whose experiment streams reads its run from GET .../stream instead
  * (events.js): the figures of each frame are drawn as they come, so the curves grow while the
- * run trains, then the answer is drawn as a POST's would be.
+ * run trains and the status says how many steps are done, then the answer is drawn as a POST's
+ * would be. A new setting closes the run in progress at once (the server stops it), before the
+ * new one waits for the hand to rest.
  *
  * For tests, each widget element exposes data-state="ready|loading|error", nlParams (the
  * settings shown), nlLastParams / nlLastResult (what is drawn), nlError, nlFrames and
@@ -208,8 +210,14 @@
       this.schedule(0);
     }
 
+    /** A new setting: the run in progress is cancelled at once (its request or stream is
+     * closed, so the server stops it at its next step), and the new one starts once the hand
+     * rests. */
     schedule(delay) {
       clearTimeout(this.timer);
+      this.seq += 1; // what the older run still sends is not drawn
+      this.controller?.abort();
+      this.controller = null;
       this.setState("loading", "waiting…");
       this.timer = setTimeout(() => this.run(), delay);
     }
@@ -221,7 +229,8 @@
       this.controller = controller;
       const params = structuredClone(this.state);
       this.code.follow(params);
-      this.setState("loading", this.spec.trains ? "training… (a few seconds)" : "running…");
+      // a streamed run's frames say how far it is (step k of n); until the first, no guess
+      this.setState("loading", this.spec.trains ? "training…" : "running…");
       const started = performance.now();
       if (this.spec.streams) {
         await this.stream(params, seq, controller);
