@@ -167,7 +167,8 @@ DRAWN = """(n) => document.querySelector(".nl-train-side[data-side='a']").datase
 def test_train_s_bar_and_boundary_share_a_phone_screen(page: Any, server: str) -> None:
     """At 390 px the boundary starts within one screen of the Play/Pause bar; scrolled down
     until the boundary sits under the bar, the bar is still on screen and answers (Step takes
-    a step); at 1280 px the bar does not stick and the controls come before the plot."""
+    a step); compared, run B fits under run A; at 1280 px the bar does not stick and the
+    controls come before the plot."""
     page.set_viewport_size(PHONE)
     page.goto(f"{server}/train", wait_until="load")
     page.wait_for_function(DRAWN, arg="0")
@@ -186,6 +187,18 @@ def test_train_s_bar_and_boundary_share_a_phone_screen(page: Any, server: str) -
     page.screenshot(path=str(SCREENSHOTS / "train-phone.png"))
     page.locator(".nl-train-bar [data-action='step']").click()
     page.wait_for_function(DRAWN, arg="1")
+    page.locator(".nl-train-bar input.nl-compare").check()  # run B comes under run A
+    page.wait_for_function(
+        "() => { const b = document.querySelector(\".nl-train-side[data-side='b']\");"
+        " return !b.hidden && b.dataset.statsDrawn !== undefined; }"
+    )
+    _settle(page)
+    sides = page.evaluate(
+        "() => [...document.querySelectorAll('.nl-train-sides, .nl-train-side')]"
+        ".map((s) => s.getBoundingClientRect().right)"
+    )
+    assert len(sides) == 3 and max(sides[1:]) <= sides[0] + 1, sides  # within the view
+    assert page.evaluate(OVERFLOWING, BOXES) == []
     page.set_viewport_size(LAPTOP)
     page.evaluate(SETTLED)
     at = page.evaluate(TRAIN_GEOMETRY)

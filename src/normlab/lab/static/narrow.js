@@ -24,7 +24,7 @@
 
   /** Each body cell's data-label, the text of its column's header (colspans counted), and
    * its content in one span.nl-cell: stacked, a value such as 3 × 10<sup>-7</sup> then
-   * moves as one piece. */
+   * moves as one piece. A cell labelled before is left as it is. */
   function label(table) {
     const heads = [];
     for (const th of table.querySelectorAll("thead tr:last-child > *")) {
@@ -47,7 +47,7 @@
 
   /** A table stacks when its rows, laid out as a table, are wider than their box. */
   function fitTable(table) {
-    if (!table.querySelector("td[data-label]")) label(table);
+    label(table);
     const box = table.matches(".figures") ? table : table.parentElement;
     delete table.dataset.fit;
     if (tooWide(box)) table.dataset.fit = "stack";
@@ -83,10 +83,10 @@
 
   function fitFormula(box) {
     const math = box.querySelector("math");
-    const row = math && math.querySelector(":scope > mrow");
-    if (!row) return;
+    if (!math) return;
+    const row = math.querySelector(":scope > mrow"); // the formula's top-level terms
     delete box.dataset.fit;
-    ungroup(row);
+    if (row) ungroup(row);
     scale(math, 1);
     if (!tooWide(box)) return;
     const k = box.clientWidth / box.scrollWidth;
@@ -96,8 +96,8 @@
       return;
     }
     box.dataset.fit = "wrap";
-    group(row, false);
-    if (tooWide(box)) { ungroup(row); group(row, true); }
+    if (row) group(row, false);
+    if (row && tooWide(box)) { ungroup(row); group(row, true); }
     if (tooWide(box)) scale(math, Math.max(MIN_WRAPPED_SCALE, 0.98 * box.clientWidth / box.scrollWidth));
   }
 
@@ -139,5 +139,4 @@
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", schedule);
   else schedule();
   if (document.fonts) document.fonts.ready.then(schedule);
-  window.NLNarrow = { fitAll };
 })();
