@@ -22,7 +22,7 @@ pytestmark = pytest.mark.browser
 
 PHONE = {"width": 390, "height": 844}
 LAPTOP = {"width": 1280, "height": 900}
-PAGES = ["/", "/train", "/playground", "/watch", "/docs"] + [x.url for x in LESSONS]
+PAGES = ["/", "/train", "/train/embed", "/playground", "/watch", "/docs"] + [x.url for x in LESSONS]
 
 BOXES = ".nl-out, .nl-shell, .nl-math-block, .figures, .nl-table, .nl-table-block"
 """What holds an output's numbers: printed output, tables (a widget's and a lesson's), formulas."""
