@@ -157,7 +157,7 @@ LONG_S = 1.0
 LONG = [e for e in list_experiments() if e.trains and e.cost.cpu_s > LONG_S]
 """The experiments whose declared cost at their maxima exceeds :data:`LONG_S` and that train
 (steps to count): each must stream."""
-NOT_YET = {"coord-check", "training"}
+NOT_YET = {"training"}
 """Issue 33's part left over: these do not stream yet (``training``'s page, /train, streams its
 own sessions)."""
 
