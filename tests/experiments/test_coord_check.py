@@ -33,6 +33,7 @@ import pytest
 import torch
 
 from normlab.experiments import get_experiment, run_experiment
+from normlab.experiments.base.results import Result
 from normlab.experiments.coord_check import (
     BRANCH_GAIN,
     CoordCheckResult,
@@ -206,6 +207,25 @@ def test_the_result_s_tables_figures_and_json() -> None:
     json.dumps([f.to_dict() for f in r.figures()], allow_nan=False)
 
 
+def test_a_streamed_run_draws_the_sweeps_it_has_begun() -> None:
+    """Every net trained is a frame: each partial run draws the nets so far, the sweep under
+    way named in its title, and the last partial is the whole check."""
+    partials: list[Result] = []
+    run_experiment("coord-check", **STREAMING, live=lambda partial: partials.append(partial()))
+    assert len(partials) == 8  # (SP, muP) x 2 widths, then (muP, depth-muP) x 2 depths
+    first, third, fifth = partials[0], partials[2], partials[4]
+    [width] = first.figures()  # SP at the base width: no depth figure yet
+    assert width.title.endswith("SP trained at width 64 so far")
+    assert [len(s.x) for s in width.panels[0].series] == [1, 1, 1]  # input, hidden, output
+    assert third.figures()[0].title.endswith("muP trained at width 64 so far")
+    width, depth = fifth.figures()  # the width sweep done, the depth sweep begun
+    assert width.title == partials[-1].figures()[0].title and "so far" not in width.title
+    assert depth.title.endswith("muP trained at depth 1 so far")
+    assert "so far" not in partials[-1].figures()[1].title
+    for r in partials:
+        json.dumps([f.to_dict() for f in r.figures()], allow_nan=False)
+
+
 def test_a_diverged_run_says_so() -> None:
     r = _run(optimizer="sgd", lr=1.0, max_width=1024, widths=2, depth=6, **NO_DEPTH_SWEEP)
     sp = r.width_sweep[0]
@@ -240,6 +260,21 @@ SCRIPT_SETTINGS = [
 PROGRESS = (
     {"steps": 2, "max_width": 128, "widths": 2, "max_depth": 4, "depth_width": 32},
     20,
+)
+
+
+# What it streams with in tests/test_registry.py's streaming test.
+STREAMING = {"steps": 1, "max_width": 128, "widths": 2, "depth": 1, "max_depth": 2}
+STREAMING |= {"depth_width": 16}
+
+
+# What grows in its streamed result (every net's sizes after its steps, sweep after sweep), and
+# how many partials STREAMING gives before the last yield: one a net, 2 x 2 + 2 x 2 in all.
+CURVE = (
+    lambda d: [
+        r["final"] for key in ("width_sweep", "depth_sweep") for s in d[key] for r in s["runs"]
+    ],
+    7,
 )
 
 

@@ -6,6 +6,7 @@ import dataclasses
 
 from normlab import trainview as tv
 from normlab.experiments import get_experiment, run_experiment, script
+from normlab.experiments.base.results import Result
 
 SETUP = {"dataset": "xor", "depth": 2, "width": 8, "norm": "batch", "batch_size": 32}
 
@@ -38,7 +39,7 @@ def test_the_view_s_code_is_the_registry_s_script() -> None:
     text = tv.script(tv.make_setup(SETUP), 9)
     params = {**SETUP, "steps": 9, "device": "cpu"}
     assert text == script.render(get_experiment("training"), params)
-    assert "result = training(" in text and text.endswith("print_tables(tables(result))\n")
+    assert "for result in training(" in text and text.endswith("print_tables(tables(result))\n")
     assert "steps=500," in tv.script(tv.Setup(), 500)  # a long local run's code is text only
 
 
@@ -54,3 +55,27 @@ def test_the_tables_and_figures() -> None:
     kinds = [[s.kind for s in panel.series] for panel in figure.panels]
     assert kinds == [["line", "line"], ["heatmap", "markers", "markers"]]
     assert figure.panels[1].title == "decision boundary at step 8"
+
+
+def test_a_streamed_run_draws_its_losses_so_far_then_the_boundary() -> None:
+    partials: list[Result] = []
+    run_experiment("training", **STREAMING, live=lambda partial: partials.append(partial()))
+    assert len(partials) == 4  # a step each, then the whole run
+    for n, partial in enumerate(partials[:-1], start=1):
+        [figure] = partial.figures()
+        [curves] = figure.panels  # no boundary before the end
+        assert [len(s.x) for s in curves.series] == [n, n] and f"step {n}," in figure.title
+    [figure] = partials[-1].figures()
+    assert figure.panels[1].title == "decision boundary at step 3"
+
+
+# -- what the registry-wide tests expect of it (tests/experiments/expectations.py) --------------
+
+
+# What it streams with in tests/test_registry.py's streaming test.
+STREAMING = {**SETUP, "points": 100, "steps": 3}
+
+
+# What grows in its streamed result (the training loss), and how many partials STREAMING gives
+# before the last yield (tests/test_registry.py): one a step.
+CURVE = (lambda d: d["train_losses"], 3)

@@ -157,14 +157,10 @@ LONG_S = 1.0
 LONG = [e for e in list_experiments() if e.trains and e.cost.cpu_s > LONG_S]
 """The experiments whose declared cost at their maxima exceeds :data:`LONG_S` and that train
 (steps to count): each must stream."""
-NOT_YET = {"coord-check", "training"}
-"""Issue 33's part left over: these do not stream yet (``training``'s page, /train, streams its
-own sessions)."""
 
 
 def _long(e: Experiment) -> Any:
-    not_yet = pytest.mark.xfail(e.name in NOT_YET, reason="no stream yet (issue 33)", strict=True)
-    return pytest.param(e, id=e.name, marks=[not_yet])
+    return pytest.param(e, id=e.name)
 
 
 def _small(e: Experiment) -> dict[str, Any]:

@@ -54,6 +54,7 @@ same fixed batch (the whole set), as mup's ``get_coord_data`` does.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -271,9 +272,12 @@ def sweep(
     setup: dict[str, Any],
     x: torch.Tensor,
     y: torch.Tensor,
-) -> dict[str, Any]:
+) -> Iterator[dict[str, Any]]:
     """Train one parametrization at every ``(width, depth)`` of ``nets`` as ``setup`` says;
-    keep the layers ``keep`` indexes (the same roles at every depth) and their spreads."""
+    keep the layers ``keep`` indexes (the same roles at every depth) and their spreads.
+
+    Yields the sweep so far after every net, and last the whole sweep.
+    """
     runs: list[dict[str, Any]] = []
     for width, depth in nets:
         net = build_net(
@@ -295,13 +299,13 @@ def sweep(
             {"width": width, "depth": depth, "init": init, "final": final, "theory": theory}
             | {"losses": run["losses"]}
         )
-    return {
-        "parametrization": parametrization,
-        "layers": names,
-        "runs": runs,
-        "spreads": [spread([r["final"][k] for r in runs]) for k in range(len(keep))],
-        "init_spreads": [spread([r["init"][k] for r in runs]) for k in range(len(keep))],
-    }
+        yield {
+            "parametrization": parametrization,
+            "layers": names,
+            "runs": runs[:],  # the nets so far (a copy: the list grows)
+            "spreads": [spread([r["final"][k] for r in runs]) for k in range(len(keep))],
+            "init_spreads": [spread([r["init"][k] for r in runs]) for k in range(len(keep))],
+        }
 
 
 def coord_check(
@@ -317,8 +321,11 @@ def coord_check(
     readout: str,
     seed: int,
     device: str,
-) -> dict[str, Any]:
-    """The width sweep (SP against muP) and the depth sweep (muP against depth-muP)."""
+) -> Iterator[dict[str, Any]]:
+    """The width sweep (SP against muP) and the depth sweep (muP against depth-muP).
+
+    Yields the sweeps so far after every net, and last the whole check.
+    """
     classes = 10
     x, y = blobs(200, classes, seed, device)  # (200, 2) points, (200,) labels
     setup = {"optimizer": optimizer, "lr": lr, "steps": steps, "base_width": base_width}
@@ -328,15 +335,15 @@ def coord_check(
     names = ["input", *(f"hidden {k}" for k in range(1, depth + 1)), "output"]
     by_depth = [(depth_width, d) for d in sweep_depths(max_depth)]
     roles = ["input", "last hidden", "output"]  # the same three at every depth
-    return {
-        "optimizer": optimizer,
-        "lr": lr,
-        "steps": steps,
-        "width_sweep": [sweep(q, by_width, every_layer, names, setup, x, y) for q in ("SP", "muP")],
-        "depth_sweep": [
-            sweep(q, by_depth, [0, -2, -1], roles, setup, x, y) for q in ("muP", "depth-muP")
-        ],
-    }
+    plan = [("width_sweep", q, by_width, every_layer, names) for q in ("SP", "muP")]
+    plan += [("depth_sweep", q, by_depth, [0, -2, -1], roles) for q in ("muP", "depth-muP")]
+    result: dict[str, Any] = {"optimizer": optimizer, "lr": lr, "steps": steps}
+    result |= {"width_sweep": [], "depth_sweep": []}
+    for key, parametrization, nets, keep, layers in plan:
+        before = result[key]  # the sweeps this axis has run already
+        for s in sweep(parametrization, nets, keep, layers, setup, x, y):
+            result = {**result, key: [*before, s]}
+            yield result  # every sweep so far
 
 
 def training_text(optimizer: str, lr: float, steps: int) -> str:
@@ -424,7 +431,7 @@ class CoordCheckResult(Result):
     optimizer: str
     lr: float
     steps: int
-    width_sweep: list[Sweep]  # SP, muP
+    width_sweep: list[Sweep]  # SP, muP (a streamed frame's partial run: those run so far)
     depth_sweep: list[Sweep]  # muP, depth-muP
 
     @property
@@ -436,11 +443,13 @@ class CoordCheckResult(Result):
         return Table.from_dicts(tables(self.data()))
 
     def figures(self) -> list[fig.Figure]:
-        return [self._width_figure(), self._depth_figure()]
+        """The width figure and the depth figure; a partial run (a streamed frame) draws the
+        sweeps it has begun, each with the nets trained so far."""
+        sweeps = (self.width_sweep, self._width_figure), (self.depth_sweep, self._depth_figure)
+        return [figure() for begun, figure in sweeps if begun]
 
     def _width_figure(self) -> fig.Figure:
-        sp, mup = self.width_sweep
-        widths = [float(r.width) for r in sp.runs]
+        widths = [float(r.width) for r in self.width_sweep[0].runs]
         panels = []
         for i, s in enumerate(self.width_sweep):
             series = [
@@ -461,6 +470,9 @@ class CoordCheckResult(Result):
                     title=f"{s.parametrization}: output spread {spread_text(s.spreads[-1])}",
                 )
             )
+        if not _finished(self.width_sweep):
+            return fig.Figure(_running("width", self.training, self.width_sweep), panels)
+        sp, mup = self.width_sweep
         title = (
             f"Coordinate check over width, after {self.training}: SP's output spreads "
             f"{spread_text(sp.spreads[-1])}x, muP's hidden layers at most "
@@ -469,9 +481,8 @@ class CoordCheckResult(Result):
         return fig.Figure(title, panels)
 
     def _depth_figure(self) -> fig.Figure:
-        mup, depth_mup = self.depth_sweep
-        depths = [float(r.depth) for r in mup.runs]
-        last = len(mup.layers) - 2  # the last hidden layer: its stream has a prediction
+        depths = [float(r.depth) for r in self.depth_sweep[0].runs]
+        last = len(self.depth_sweep[0].layers) - 2  # the last hidden layer: its stream's theory
         panels = []
         for i, s in enumerate(self.depth_sweep):
             series = [
@@ -518,6 +529,9 @@ class CoordCheckResult(Result):
                     note="hollow: at init; dashed: its theory",
                 )
             )
+        if not _finished(self.depth_sweep):
+            return fig.Figure(_running("depth", self.training, self.depth_sweep), panels)
+        mup, depth_mup = self.depth_sweep
         width = mup.runs[0].width
         title = (
             f"Coordinate check over depth at width {width}: the last hidden layer spreads "
@@ -525,6 +539,20 @@ class CoordCheckResult(Result):
             "with depth-muP"
         )
         return fig.Figure(title, panels)
+
+
+def _finished(sweeps: list[Sweep]) -> bool:
+    """Whether both sweeps of an axis have run every net (the second as many as the first)."""
+    return len(sweeps) == 2 and len(sweeps[1].runs) == len(sweeps[0].runs)
+
+
+def _running(axis: str, training: str, sweeps: list[Sweep]) -> str:
+    """A partial figure's title: the sweep under way, and the net it trained last."""
+    s = sweeps[-1]
+    return (
+        f"Coordinate check over {axis}, after {training}: {s.parametrization} trained "
+        f"at {axis} {getattr(s.runs[-1], axis)} so far"
+    )
 
 
 def _stream_theory(s: Sweep) -> list[float]:

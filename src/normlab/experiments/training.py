@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Self
 
 import numpy as np
@@ -315,18 +315,22 @@ def points_of(x: torch.Tensor, y: torch.Tensor) -> dict[str, list[Any]]:
     return {"x": x[:, 0].tolist(), "y": x[:, 1].tolist(), "label": labels}
 
 
-def training(steps: int, device: str, **setup: Any) -> dict[str, Any]:
+def training(steps: int, device: str, **setup: Any) -> Iterator[dict[str, Any]]:
     """Build the run from its setup and train ``steps`` steps: every step's training loss
     (before its update) and test loss (after it), the accuracies at the end, the points and the
-    decision boundary on a 50 x 50 grid reaching 10% beyond them (the training view's)."""
+    decision boundary on a 50 x 50 grid reaching 10% beyond them (the training view's).
+
+    Yields the losses so far after every step, and last the whole run.
+    """
     (x_train, y_train, x_test, y_test), model, optimizer, batch = build(**setup, device=device)
     train_losses, test_losses = [], []
     for _ in range(steps):
         x, y = next(batch)
         train_losses.append(train_step(model, optimizer, x, y))
         test_losses.append(evaluate(model, x_test, y_test)[0])
+        yield {"train_losses": train_losses[:], "test_losses": test_losses[:]}  # copies: they grow
     extent, (xs, ys, grid) = plane(torch.cat([x_train, x_test]).cpu(), 50, 0.1)
-    return {
+    yield {
         "train_losses": train_losses,
         "test_losses": test_losses,
         "train_accuracy": evaluate(model, x_train, y_train)[1],
@@ -374,6 +378,22 @@ def correct(accuracy: float | None, n: int) -> str:
 # -- the result ---------------------------------------------------------------------------------
 
 
+def loss_curves(
+    steps: Sequence[float | None],
+    losses: tuple[Sequence[float | None], Sequence[float | None]],
+) -> fig.Panel:
+    """The training and test loss (``losses``) at ``steps``, on a log axis."""
+    return fig.Panel(
+        fig.Axis("training step"),
+        fig.Axis("BCE loss (log)", scale="log"),
+        [
+            fig.Series("train", steps, losses[0], color=fig.BLUE),
+            fig.Series("test", steps, losses[1], color=fig.ORANGE),
+        ],
+        title="loss",
+    )
+
+
 def loss_and_boundary(
     title: str,
     steps: Sequence[float | None],
@@ -385,15 +405,7 @@ def loss_and_boundary(
     """The loss curves (``losses``: train, test at ``steps``) beside the decision boundary at
     ``step``: ``plane_`` holds the ``boundary`` (``x``, ``y``, ``z``) and its ``extent``,
     ``points`` the ``train`` and ``test`` points drawn on it (the test ones hollow)."""
-    curves = fig.Panel(
-        fig.Axis("training step"),
-        fig.Axis("BCE loss (log)", scale="log"),
-        [
-            fig.Series("train", steps, losses[0], color=fig.BLUE),
-            fig.Series("test", steps, losses[1], color=fig.ORANGE),
-        ],
-        title="loss",
-    )
+    curves = loss_curves(steps, losses)
     marks = [
         fig.Series(
             f"{part} points",
@@ -424,12 +436,13 @@ def loss_and_boundary(
 class TrainingResult(Result):
     train_losses: list[float]  # (steps,): each step's batch, before its update
     test_losses: list[float]  # (steps,): the held-out points, after the step's update
-    train_accuracy: float  # at the end, in eval mode
-    test_accuracy: float
-    train_points: dict[str, list[Any]]  # x, y, label: (N_train,) each
-    test_points: dict[str, list[Any]]  # (N_test,) each
-    extent: dict[str, list[float]]  # x, y: the plane's [low, high]
-    boundary: dict[str, Any]  # x (G,), y (G,), z (G, G): P(class 1) at the end
+    # the rest once the run has ended (a streamed run's frames hold the losses so far alone)
+    train_accuracy: float = math.nan  # at the end, in eval mode
+    test_accuracy: float = math.nan
+    train_points: dict[str, list[Any]] = field(default_factory=dict)  # x, y, label: (N_train,)
+    test_points: dict[str, list[Any]] = field(default_factory=dict)  # (N_test,) each
+    extent: dict[str, list[float]] = field(default_factory=dict)  # x, y: the plane's [lo, hi]
+    boundary: dict[str, Any] = field(default_factory=dict)  # x (G,), y (G,), z (G, G): P(1)
 
     def tables(self) -> list[Table]:
         return Table.from_dicts(tables(self.data()))
@@ -437,6 +450,9 @@ class TrainingResult(Result):
     def figures(self) -> list[fig.Figure]:
         n = len(self.train_losses)
         losses = (self.train_losses, self.test_losses)
+        if not self.boundary:  # still training: the curves so far
+            title = f"Training a small classifier: step {n}, the decision boundary at the end"
+            return [fig.Figure(title, [loss_curves(fig.steps(n), losses)])]
         plane_ = {"boundary": self.boundary, "extent": self.extent}
         points = {"train": self.train_points, "test": self.test_points}
         title = f"Training a small classifier, {n} steps"
