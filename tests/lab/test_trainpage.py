@@ -269,25 +269,31 @@ def test_a_pause_at_the_highest_speed_stops_the_run_at_its_next_step() -> None:
     at = speed + 10  # the 10th step of the second frame
     steps: list[int] = []
     answered: list[int] = []
-    with _lab() as (_, port):
+    said: list[dict[str, Any]] = []  # the run's event, once the test has read it
+    known = threading.Event()
+
+    def pause_inside(step: int) -> None:
+        steps.append(step)
+        if step == at:  # the pause reaches the run while this step trains
+            assert known.wait(WAIT_S), "the run's event never came"
+            answered.append(_control(port, said[0], {"action": "pause"})[0])
+
+    # counting from the run's first step: the hook is in place before the run starts (it
+    # plays at once, so a hook put in after its first event could count from a later step)
+    with _lab() as (_, port), at_each_step(pause_inside):
         stream = _open(port, f"{SMALL}&speed={speed}&play=true")
-        run = stream.until("run")
-
-        def pause_inside(step: int) -> None:
-            steps.append(step)
-            if step == at:  # the pause reaches the run while this step trains
-                answered.append(_control(port, run, {"action": "pause"})[0])
-
+        said.append(stream.until("run"))
+        known.set()
+        run = said[0]
         try:
-            with at_each_step(pause_inside):
-                shown, (name, data) = -1, stream.next()
-                while name != "status" or data["playing"]:  # until the paused status
-                    shown = data["a"]["step"] if name == "frame" else shown
-                    name, data = stream.next()
-                assert answered == [200] and data["step"] == at
-                assert shown == at  # the frame cut short, sent before the pause took effect
-                _control(port, run, {"action": "step"})  # the next step is the step's own
-                assert stream.until("frame")["a"]["step"] == at + 1
+            shown, (name, data) = -1, stream.next()
+            while name != "status" or data["playing"]:  # until the paused status
+                shown = data["a"]["step"] if name == "frame" else shown
+                name, data = stream.next()
+            assert answered == [200] and data["step"] == at
+            assert shown == at  # the frame cut short, sent before the pause took effect
+            _control(port, run, {"action": "step"})  # the next step is the step's own
+            assert stream.until("frame")["a"]["step"] == at + 1
             assert steps == list(range(1, at + 2))  # no step between the pause and the step
         finally:
             stream.close()
