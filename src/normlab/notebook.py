@@ -34,7 +34,7 @@ from nbformat import v4
 from normlab import plots
 from normlab.experiments import Experiment
 from normlab.experiments.base.params import params_dict
-from normlab.experiments.script import header, imports, parts
+from normlab.experiments.script import header, imports, parse, parts
 
 KERNEL = {"name": "python3", "display_name": "Python 3", "language": "python"}
 
@@ -112,7 +112,7 @@ def renderer() -> str:
     function and module-level name of ``plots`` they use, in the module's order, after the
     imports they need: the drawing code, which imports nothing of normlab."""
     source = inspect.getsource(plots)
-    tree = ast.parse(source)
+    tree = parse(source)
     defined = {_name(node): node for node in tree.body if _name(node)}
     wanted: dict[str, ast.stmt] = {}
     todo = ["draw_into", "size"]

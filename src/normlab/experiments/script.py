@@ -30,6 +30,7 @@ import itertools
 import re
 import sys
 import textwrap
+import threading
 import tokenize
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -44,6 +45,19 @@ WIDTH = 88
 """Longest line of the call before its arguments go one per line."""
 
 
+_AST = threading.Lock()
+"""One ``ast.parse`` (or compile of a tree) at a time in this process: CPython 3.11 keeps the
+AST constructor's recursion depth in state that threads share, so two at once can fail with
+``SystemError: AST constructor recursion depth mismatch`` (python/cpython#106905). The lab
+renders code and notebooks in worker threads."""
+
+
+def parse(source: str) -> ast.Module:
+    """``ast.parse(source)``, one thread at a time (:data:`_AST`)."""
+    with _AST:
+        return ast.parse(source)
+
+
 def source_of(obj: Any) -> str:
     """The source of a function or class as its module writes it, dedented."""
     return textwrap.dedent(inspect.getsource(obj)).strip("\n")
@@ -51,7 +65,7 @@ def source_of(obj: Any) -> str:
 
 def _imports(module_name: str) -> list[ast.Import | ast.ImportFrom]:
     """The top-level imports of a module, except ``__future__`` and normlab's own."""
-    tree = ast.parse(inspect.getsource(sys.modules[module_name]))
+    tree = parse(inspect.getsource(sys.modules[module_name]))
     out: list[ast.Import | ast.ImportFrom] = []
     for node in tree.body:
         if isinstance(node, ast.ImportFrom):
@@ -77,7 +91,7 @@ def imports(objects: Iterable[Any], body: str) -> list[str]:
     after ``from __future__ import annotations`` where a hint names something the script does not
     define (a type alias of the code's module), so that hints stay unevaluated text.
     """
-    used = {n.id for n in ast.walk(ast.parse(body)) if isinstance(n, ast.Name)}
+    used = {n.id for n in ast.walk(parse(body)) if isinstance(n, ast.Name)}
     found: dict[str, tuple[bool, bool, str]] = {}  # line -> its sort key
     merged: dict[str, dict[str, ast.alias]] = {}  # ``from M import ...``: M's names, every module's
     bound: set[str] = set()
@@ -109,7 +123,7 @@ def _third_party(module: str) -> bool:
 
 def _unbound_hints(body: str) -> set[str]:
     """Names that ``body``'s annotations use and neither ``body`` nor the builtins define."""
-    tree = ast.parse(body)
+    tree = parse(body)
     hints: list[ast.expr] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -194,7 +208,7 @@ def _reached(run: str, sources: Mapping[str, str]) -> set[str]:
 
 
 def _names(text: str) -> set[str]:
-    return {n.id for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Name)}
+    return {n.id for n in ast.walk(parse(text)) if isinstance(n, ast.Name)}
 
 
 def code_of(experiment: Experiment) -> tuple[Any, ...]:
@@ -256,7 +270,7 @@ def plain(source: str) -> str:
         y = 2 * x  # doubled
         return y
     """
-    tree = ast.parse(source)
+    tree = parse(source)
     edits = _Edits(source)
     edits.body(tree.body, fields=False)
     for node in ast.walk(tree):
@@ -490,7 +504,7 @@ def specialized(source: str, values: Mapping[str, Any]) -> str:
         return 2
     """
     while True:
-        function = ast.parse(source).body[0]
+        function = parse(source).body[0]
         assert isinstance(function, Def)
         at = _Edits(source)
         names = [n for n in ast.walk(function) if isinstance(n, ast.Name)]
@@ -520,5 +534,6 @@ def _decided(test: ast.expr, known: Mapping[str, Any]) -> bool | None:
         or not all(isinstance(n, _CONSTANT_TEST) for n in ast.walk(test))
     ):
         return None
-    code = compile(ast.Expression(test), "<test>", "eval")
+    with _AST:  # a tree compiled is a tree built again (see parse)
+        code = compile(ast.Expression(test), "<test>", "eval")
     return bool(eval(code, {"__builtins__": {}}, dict(known)))  # constants and parameters only
