@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import functools
 import inspect
 import io
 import itertools
@@ -107,6 +108,7 @@ def figure_cells(figures: Sequence[dict[str, Any]], count: int | None = None) ->
     return [v4.new_markdown_cell(FIGURE_NOTE, id="figure-note"), code, data, draw]
 
 
+@functools.cache  # plots' source is fixed for the process: collected once, not per download
 def renderer() -> str:
     """The source of :func:`normlab.plots.draw_into` and :func:`~normlab.plots.size`, with every
     function and module-level name of ``plots`` they use, in the module's order, after the
