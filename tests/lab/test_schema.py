@@ -44,6 +44,11 @@ from normlab.lab.exercises import EXERCISES, CodeExercise
 
 LAB = "http://127.0.0.1"  # the lab answers loopback Host names only
 EXAMPLES = 5
+DRAWN_EXAMPLES = 2
+"""Valid cases of an operation that draws (``/notebook``: a run, then every figure of it drawn
+with matplotlib, a second or more each): 190 s of this test's 244 s went to them at 5. Their
+parameters are read by the same function as ``/code``'s and the run's, which take
+:data:`EXAMPLES`, and the figures' drawing has its own tests (``tests/test_notebook*.py``)."""
 UNBOUNDED = ("/api/train/stream",)
 """Operations not called, and why: see the module docstring."""
 RULES_IN_WORDS = {
@@ -156,13 +161,16 @@ def _bounded(case: Any) -> None:
 
 
 def _check_operation(operation: Any, mode: GenerationMode) -> int:
-    """Call ``operation`` with up to :data:`EXAMPLES` cases of ``mode`` and validate each answer
+    """Call ``operation`` with up to :data:`EXAMPLES` cases of ``mode`` (:data:`DRAWN_EXAMPLES`
+    valid ones of a download) and validate each answer
     with every check; the number of cases called (0 when the mode has none: nothing in the
     operation can be made invalid). A failing check raises, naming the case."""
     called = []
 
+    drawn = mode is GenerationMode.POSITIVE and operation.path.endswith("/notebook")
+
     @settings(
-        max_examples=EXAMPLES,
+        max_examples=DRAWN_EXAMPLES if drawn else EXAMPLES,
         deadline=None,
         suppress_health_check=list(HealthCheck),
         database=None,
