@@ -12,7 +12,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from normlab.sweep import engine
+from normlab.sweep import engine, sweeps
 from normlab.sweep.engine import Group, Outcome, in_process
 from normlab.sweep.grid import Grid
 from normlab.sweep.store import Store, StoreError
@@ -159,3 +159,15 @@ def test_the_jsonl_export_holds_each_whole_record(done: Sweep, tmp_path: Path) -
 def test_an_unknown_export_suffix_is_refused(done: Sweep, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"suffix '\.xlsx', use one of"):
         done.export(tmp_path / "results.xlsx")
+
+
+def test_a_table_export_without_its_library_names_the_extra(
+    done: Sweep, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = sweeps.importlib.util.find_spec
+    monkeypatch.setattr(
+        sweeps.importlib.util, "find_spec", lambda n: None if n == "pyarrow" else real(n)
+    )
+    with pytest.raises(ValueError, match=r"parquet needs pyarrow: pip install 'normlab\[sweep\]'"):
+        done.export(tmp_path / "results.parquet")
+    assert not (tmp_path / "results.parquet").exists()

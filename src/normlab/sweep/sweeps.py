@@ -23,6 +23,7 @@ value (a fixed setting)::
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import tomllib
@@ -238,6 +239,11 @@ def check_export(path: Path) -> str:
         raise GridError("export", f"--export {str(path)!r}: suffix {shown!r}, use one of {EXPORTS}")
     if not path.parent.is_dir():
         raise GridError("export", f"--export {str(path)!r}: folder {str(path.parent)!r} is missing")
+    needs = {".csv": ("pandas",), ".parquet": ("pandas", "pyarrow")}.get(suffix, ())
+    missing = [name for name in needs if importlib.util.find_spec(name) is None]
+    if missing:
+        words = " and ".join(missing)
+        raise GridError("export", f"--export {suffix} needs {words}: pip install 'normlab[sweep]'")
     return suffix
 
 
