@@ -15,8 +15,6 @@ import pytest
 
 from normlab import cli
 
-TINY = ["--grid", "steps=1", "--grid", "width=2", "--grid", "hidden_layers=1"]
-
 
 def in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     capsys.readouterr()
@@ -63,16 +61,17 @@ def test_a_sweep_prints_json_and_exports(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     store, export = tmp_path / "s.sqlite3", tmp_path / "r.jsonl"
-    args = ["sweep", "bn-lr", *TINY, "--grid", "lr=0.5,1", "--seeds", "2", "--store", str(store)]
+    grid = ["--grid", "depth=2", "--grid", "norm=none,batch", "--seeds", "2"]
+    args = ["sweep", "drift", *grid, "--store", str(store)]
     status, out, err = in_process(capsys, *args, "--json", "--export", str(export))
     assert status == 0, err
     summary = json.loads(out)
     assert (summary["total"], summary["ran"], summary["stored_before"]) == (4, 4, 0)
-    assert [(r["lr"], r["seed"], r["status"]) for r in summary["rows"]] == [
-        (0.5, 0, "ok"),
-        (0.5, 1, "ok"),
-        (1.0, 0, "ok"),
-        (1.0, 1, "ok"),
+    assert [(r["norm"], r["seed"], r["status"]) for r in summary["rows"]] == [
+        ("none", 0, "ok"),
+        ("none", 1, "ok"),
+        ("batch", 0, "ok"),
+        ("batch", 1, "ok"),
     ]
     assert len(export.read_text().splitlines()) == 4
     status, out, err = in_process(capsys, *args)  # again: all stored, a table
@@ -98,11 +97,11 @@ def test_a_driver_killed_at_a_random_point_and_restarted_stores_each_once(
     store = tmp_path / "s.sqlite3"
     # drift: a forward pass through a stack, no training (a driver's first optimizer step costs
     # seconds of one-time setup)
-    args = ["sweep", "drift", "--grid", "norm=none,batch", "--seeds", "16", "--store", str(store)]
-    total = 32
-    # the kill point: once k results are stored, k drawn from the first half (the second half,
-    # at least 16 runs of milliseconds each, is the margin that the kill lands before the end)
-    k = random.Random(trial).randint(1, total // 2)
+    args = ["sweep", "drift", "--grid", "norm=none,batch", "--seeds", "24", "--store", str(store)]
+    total = 48
+    # the kill point: once k results are stored, k drawn from the first third (the rest, at
+    # least 32 runs of about 10 ms each, is the margin for the kill to land before the end)
+    k = random.Random(trial).randint(1, total // 3)
     with subprocess.Popen(
         [sys.executable, "-m", "normlab", *args],
         stdout=subprocess.DEVNULL,
