@@ -171,3 +171,24 @@ def test_a_table_export_without_its_library_names_the_extra(
     with pytest.raises(ValueError, match=r"parquet needs pyarrow: pip install 'normlab\[sweep\]'"):
         done.export(tmp_path / "results.parquet")
     assert not (tmp_path / "results.parquet").exists()
+
+
+def test_a_backend_s_second_outcome_for_a_config_is_dropped(tmp_path: Path) -> None:
+    # a Ray task retried after its worker died may answer a config twice
+    sweep = Sweep("bn-lr", {**TINY, "lr": "0.5,1"}, store=tmp_path / "s.sqlite3")
+    counted: list[tuple[int, int]] = []
+
+    def twice(groups: Sequence[Group]) -> Iterator[Outcome]:
+        for outcome in in_process(groups):
+            yield outcome
+            yield Outcome(outcome.config_id, {"again": True}, None, 0.0)
+
+    summary = sweep.run(progress=lambda done, total: counted.append((done, total)), backend=twice)
+    assert (summary.ran, counted) == (2, [(0, 2), (1, 2), (2, 2)])
+    assert all("again" not in r["result"] for r in sweep.records())
+
+    def stranger(groups: Sequence[Group]) -> Iterator[Outcome]:
+        yield Outcome("0" * 20, {}, None, 0.0)
+
+    with pytest.raises(RuntimeError, match="no config of this sweep"):
+        Sweep("bn-lr", {**TINY, "lr": "2"}, store=tmp_path / "s.sqlite3").run(backend=stranger)
