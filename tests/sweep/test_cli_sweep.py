@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from normlab import cli
+from normlab.sweep.grid import Grid
 
 
 def in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -120,6 +121,9 @@ def test_a_driver_killed_at_a_random_point_and_restarted_stores_each_once(
             driver.wait()
     before = stored(store)
     assert k <= len(before) < total  # some but not all
+    # the driver, another process (another str hash seed), computed this process's ids
+    configs = Grid.parse("drift", ["norm=none,batch"], seeds=24).configs()
+    assert set(before) <= {c.id for c in configs}
 
     status, out, err = in_process(capsys, *args, "--json")
     assert status == 0, err
