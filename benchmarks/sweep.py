@@ -51,7 +51,6 @@ INITS = ["default", "he"]
 SEEDS = [0, 1]
 
 RTOL = 199 * 2.0**-24  # (N - 1) u: a 200-term float32 mean summed in another order
-WIDTHS = [9, 12, 10, 9, 10]  # the table's columns after the row's name
 
 Run = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
 
@@ -72,13 +71,17 @@ def configs(lrs: list[float], steps: int, device: str) -> list[dict[str, Any]]:
 
 
 def one_after_another(cs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each configuration through the registry, as a sweep runs one that cannot batch."""
     return [run_experiment(NAME, **c).data() for c in cs]
 
 
 def batched(cs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """All configurations in one call of the experiment's batched entry, as the sweep engine
+    calls it (keeping the caller's random state, as ``run_experiment`` does)."""
     batched_entry = get_experiment(NAME).batched
     assert batched_entry is not None
-    with torch.random.fork_rng(devices=[]):  # as the sweep engine calls it: its state kept
+    devices = [torch.cuda.current_device()] if cs[0]["device"] == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
         return batched_entry(cs)
 
 
@@ -127,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(cs)} {NAME} configurations, {steps} steps, {args.device},"
         f" {torch.get_num_threads()} torch threads, load average {load}"
     )
-    for run in ROWS.values():  # warm up: imports, allocator, kernels
+    for run in ROWS.values():  # warm up: lazy imports, the allocator, the kernels
         run(configs(lrs[:1], 2, args.device)[:2])
     results: dict[str, list[dict[str, Any]]] = {}
     wall: dict[str, float] = {}
