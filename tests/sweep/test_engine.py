@@ -1,12 +1,15 @@
 """The engine: groups by ``batch_key``, one batched call per group, one by one otherwise.
 
-Until an experiment declares the batching hooks, a stand-in does: ``bn-lr`` with a ``batched``
-entry that runs each configuration through the experiment's own ``entry`` (so a batched group
-must give exactly the results that running each alone gives) and a ``batch_key`` of its shape.
+Stand-ins of ``bn-lr`` make both cases: :class:`Batching`, with a ``batched`` entry that runs
+each configuration through the experiment's own ``entry`` (so a batched group must give exactly
+the results that running each alone gives) and a ``batch_key`` of its shape, records its calls;
+the ``unbatched`` fixture declares neither hook (bn-lr's own batched path is tested in
+``tests/experiments/test_bn_lr_batched.py``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
@@ -50,6 +53,15 @@ def batching(monkeypatch: pytest.MonkeyPatch) -> Batching:
     return stand_in
 
 
+@pytest.fixture
+def unbatched(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``bn-lr`` as an experiment that cannot batch (neither hook)."""
+    stand_in = dataclasses.replace(get_experiment("bn-lr"), batched=None, batch_key=None)
+    real = engine.get_experiment
+    monkeypatch.setattr(engine, "get_experiment", lambda n: stand_in if n == "bn-lr" else real(n))
+
+
+@pytest.mark.usefixtures("unbatched")
 def test_without_hooks_each_config_runs_alone_in_groups_of_at_most_16() -> None:
     configs = Grid.parse("bn-lr", [*TINY, "seed=0:19:20"]).configs()
     groups = groups_of(configs)
@@ -85,6 +97,7 @@ def test_a_batched_call_that_raises_runs_the_group_one_by_one(batching: Batching
     assert [o.result for o in outcomes] == [run_one(c).result for c in configs]
 
 
+@pytest.mark.usefixtures("unbatched")
 def test_a_config_that_raises_gives_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
     configs = Grid.parse("bn-lr", [*TINY, "lr=0.5,1"]).configs()
     real = engine.run_experiment

@@ -3,6 +3,7 @@ retry; and a sweep run on it: resumed, read back as records, a frame and exporte
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 from collections.abc import Iterator, Sequence
@@ -12,6 +13,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from normlab.experiments import get_experiment
 from normlab.sweep import engine, sweeps
 from normlab.sweep.engine import Group, Outcome, in_process
 from normlab.sweep.grid import Grid
@@ -104,6 +106,8 @@ def test_an_error_is_stored_and_retried_only_when_asked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sweep = Sweep("bn-lr", GRID, store=tmp_path / "s.sqlite3")
+    unbatched = dataclasses.replace(get_experiment("bn-lr"), batched=None, batch_key=None)
+    monkeypatch.setattr(engine, "get_experiment", lambda name: unbatched)  # one run at a time
     real = engine.run_experiment
 
     def flaky(name: str, **params: Any) -> Any:
