@@ -491,7 +491,8 @@ def _run(experiment: Experiment, params: Any, err: Console) -> Result:
     """Run ``experiment`` on its validated ``Params``, with a progress bar on a terminal when it
     counts its steps (a training run's optimizer steps, another's stages)."""
     values = params_dict(params)
-    if experiment.steps(params) is None or not err.is_terminal:
+    total = experiment.steps(params)
+    if total is None or not err.is_terminal:
         return run_experiment(experiment.name, **values)
     columns = (
         TextColumn(f"{'training' if experiment.trains else 'running'} {experiment.name}"),
@@ -501,7 +502,7 @@ def _run(experiment: Experiment, params: Any, err: Console) -> Result:
         TimeElapsedColumn(),
     )
     with Progress(*columns, console=err, transient=True) as bar:
-        task = bar.add_task("train", total=None)
+        task = bar.add_task("run", total=total)
 
         def advance(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
