@@ -287,7 +287,8 @@
       this.node.nlFrames += 1;
       this.node.nlLastFrame = data;
       // "training… step 40 of 80", "running… layer 12 of 64": the run's own steps, done of all
-      this.setState("loading", `${this.spec.trains ? "training" : "running"}… ${data.unit} ${data.done} of ${data.total}`);
+      const doing = this.spec.trains ? "training…" : "running…";
+      this.setState("loading", `${doing} ${data.unit} ${data.done} of ${data.total}`);
       this.waiting = data;
       this.drawing ??= (async () => {
         while (this.waiting) {
