@@ -163,6 +163,33 @@ def test_run_flags_take_every_form_of_a_value() -> None:
     assert parsed("--json", "drift") == ({}, True, None)  # also before NAME
 
 
+@pytest.mark.parametrize(
+    ("name", "params", "bar"),
+    [
+        ("jacobian-spectrum", {"depth": 3, "width": 8}, r"running \S+ \S+ 6/6 layers"),
+        ("bn-lr", {"steps": 3}, r"training bn-lr \S+ 6/6 steps"),
+    ],
+    ids=["stages", "optimizer steps"],
+)
+def test_a_run_on_a_terminal_shows_its_steps_done_of_all(
+    name: str, params: dict[str, int], bar: str
+) -> None:
+    """The progress bar counts a run's own steps (a training run's optimizer steps, another's
+    stages) out of the total known before it starts, in their unit."""
+    import io
+
+    from rich.console import Console
+
+    from normlab import cli
+    from normlab.experiments import get_experiment
+
+    experiment, shown = get_experiment(name), io.StringIO()
+    cli._run(experiment, experiment.make_params(params), Console(file=shown, force_terminal=True))
+    text = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", shown.getvalue())  # without the escapes
+    assert re.search(bar, text), text
+    assert "/?" not in text  # the total is known from the first frame of the bar
+
+
 def test_run_png_plot(tmp_path: Path) -> None:
     plot = tmp_path / "scale.png"
     out = normlab("run", "linear-scale", "--plot", str(plot))

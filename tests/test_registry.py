@@ -339,8 +339,49 @@ def test_a_streaming_entry_yields_the_whole_run_once_even_with_no_step(name: str
 
 
 def test_live_for_an_experiment_that_does_not_stream_is_refused() -> None:
-    with pytest.raises(ValueError, match="'drift' does not stream"):
-        run_experiment("drift", live=lambda partial: None)
+    with pytest.raises(ValueError, match="'linear-scale' does not stream"):
+        run_experiment("linear-scale", live=lambda partial: None)
+
+
+STAGED = [e.name for e in list_experiments() if e.stages is not None]
+
+
+@pytest.mark.parametrize("name", STAGED)
+def test_a_staged_run_reports_progress_at_every_stage(name: str) -> None:
+    """An experiment that streams without training counts its own steps (layers, stacks): one
+    at every yield, up to the total it declares, which the lab's frames and the CLI's bar
+    show as "k of n"."""
+    experiment = get_experiment(name)
+    params = expectations.expected(name, "STREAMING", {})
+    calls: list[tuple[int, int]] = []
+    run_experiment(name, progress=lambda done, total: calls.append((done, total)), **params)
+    total = experiment.steps(experiment.make_params(params))
+    assert calls == [(k, total) for k in range(1, (total or 0) + 1)] and len(calls) >= 2
+    assert experiment.unit == experiment.stage != "step" and not experiment.trains
+
+
+def test_a_progress_callback_that_raises_stops_a_staged_run_at_that_stage() -> None:
+    seen: list[int] = []
+
+    def stop_at_2(done: int, total: int) -> None:
+        seen.append(done)
+        if done == 2:
+            raise Stop
+
+    with pytest.raises(Stop):
+        run_experiment("jacobian-spectrum", progress=stop_at_2, depth=5, width=8)
+    assert seen == [1, 2]
+
+
+def test_only_a_streaming_experiment_that_does_not_train_declares_stages() -> None:
+    plain = get_experiment("linear-scale")  # returns its result: nothing to count at
+    with pytest.raises(ValueError, match="'linear-scale': stages count the yields"):
+        dataclasses.replace(plain, stages=lambda p: 1)
+    trains = get_experiment("bn-lr")  # counted at its optimizer steps
+    with pytest.raises(ValueError, match="'bn-lr': stages count the yields"):
+        dataclasses.replace(trains, stages=lambda p: 1)
+    assert trains.unit == "step" and trains.steps(trains.make_params({"steps": 7})) == 14
+    assert plain.steps(plain.make_params({})) is None
 
 
 class Stop(Exception):

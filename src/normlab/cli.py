@@ -495,19 +495,20 @@ def _default(value: object) -> str:
 
 def _run(experiment: Experiment, params: Any, err: Console) -> Result:
     """Run ``experiment`` on its validated ``Params``, with a progress bar on a terminal when it
-    trains."""
+    counts its steps (a training run's optimizer steps, another's stages)."""
     values = params_dict(params)
-    if not experiment.trains or not err.is_terminal:
+    total = experiment.steps(params)
+    if total is None or not err.is_terminal:
         return run_experiment(experiment.name, **values)
     columns = (
-        TextColumn(f"training {experiment.name}"),
+        TextColumn(f"{'training' if experiment.trains else 'running'} {experiment.name}"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("steps"),
+        TextColumn(f"{experiment.unit}s"),
         TimeElapsedColumn(),
     )
     with Progress(*columns, console=err, transient=True) as bar:
-        task = bar.add_task("train", total=None)
+        task = bar.add_task("run", total=total)
 
         def advance(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)

@@ -233,6 +233,27 @@ def test_the_tables_hold_the_numbers_of_the_result() -> None:
     assert per_block.rows[-1][1] == "1 / 1"  # the top block is the reference
 
 
+def test_a_streamed_run_draws_the_stacks_so_far() -> None:
+    """Every stack is a step of its progress and a frame: a partial run draws the stacks so far
+    and makes no claim yet, and the last yield is the whole comparison."""
+    calls: list[tuple[int, int]] = []
+    partials: list[Any] = []
+    final = run_experiment(
+        "bn-gradient-explosion",
+        **STREAMING,
+        progress=lambda done, total: calls.append((done, total)),
+        live=lambda partial: partials.append(partial()),
+    )
+    assert calls == [(k, 4) for k in range(1, 5)]
+    (figure,) = partials[0].figures()
+    assert figure.title.endswith("at initialization, so far: 1 of 4 stacks")
+    assert [s.name for s in figure.panels[0].series] == [
+        "BatchNorm, no skips",
+        "BatchNorm, no skips theory",
+    ]
+    assert partials[-1].to_dict() == final.to_dict() and "so far" not in final.figures()[0].title
+
+
 def test_same_seed_same_run() -> None:
     params = {"depth": 8, "width": 16, "batch": 8, "seed": 5}
     a = run_experiment("bn-gradient-explosion", **params).to_dict()
@@ -266,3 +287,12 @@ def seed_figure(d: dict[str, Any]) -> bool:
     # finite batch and width, tests/experiments/test_bn_gradient_explosion.py), the same blocks
     # with skips by under 1.1
     return abs(d["stacks"][0]["growth"] / 1.46694 - 1) < 0.04 and d["stacks"][2]["growth"] < 1.1
+
+
+# What it streams with in tests/test_registry.py's streaming test.
+STREAMING = {"depth": 8, "width": 16, "batch": 8}
+
+
+# What grows in its streamed result (the stacks), and how many partials STREAMING gives before
+# the last yield: one a stack.
+CURVE = (lambda d: [s["stack"] for s in d["stacks"]], 3)

@@ -37,7 +37,7 @@ WEIGHTS = ("gaussian", "orthogonal")
 
 def spectra(activation: str, weights: str, q_star: float, depth: int, width: int, seed: int):
     torch.manual_seed(seed)
-    return jacobian_spectra(activation, weights, q_star, depth, width, "cpu")
+    return list(jacobian_spectra(activation, weights, q_star, depth, width, "cpu"))
 
 
 def relative(s2: torch.Tensor) -> float:
@@ -183,6 +183,28 @@ def test_the_figures_draw_the_theory_over_the_measurement() -> None:
     json.dumps([f.to_dict() for f in r.figures()], allow_nan=False)
 
 
+def test_a_streamed_run_draws_the_layers_run_so_far() -> None:
+    """Every layer of each stack is a step of its progress and a frame: a partial run draws the
+    layers so far against the whole stack's theory, and its titles say how far it is."""
+    calls: list[tuple[int, int]] = []
+    partials: list[Any] = []
+    final = run_experiment(
+        "jacobian-spectrum",
+        **STREAMING,
+        progress=lambda done, total: calls.append((done, total)),
+        live=lambda partial: partials.append(partial()),
+    )
+    assert calls == [(k, 6) for k in range(1, 7)]  # 3 Gaussian layers, then 3 orthogonal ones
+    hist, moments = partials[3].figures()  # the orthogonal stack's first layer
+    assert moments.title.endswith("so far: orthogonal weights to layer 1 of 3")
+    by_name = {s.name: s for s in moments.panels[0].series}
+    assert len(by_name["gaussian measured"].x) == 3 and len(by_name["orthogonal measured"].x) == 1
+    assert len(by_name["orthogonal theory"].x) == 3  # predicted for every layer from the start
+    assert [p.title for p in hist.panels][-1] == "Orthogonal, depth 3: to come"
+    assert partials[-1].to_dict() == final.to_dict()
+    assert all("so far" not in f.title for f in final.figures())
+
+
 def test_the_costliest_request_is_the_deepest_widest_stack() -> None:
     # tests/lab/test_maxima.py runs it through a lab and holds it to its Cost (one thread)
     maxima = get_experiment("jacobian-spectrum").maxima()
@@ -198,6 +220,15 @@ SCRIPT_SETTINGS = [
     {"activation": "relu", "depth": 5, "width": 24, "bins": 7, "seed": 2},
     {"activation": "linear", "q_star": 2.5, "depth": 17, "width": 16},
 ]
+
+
+# What it streams with in tests/test_registry.py's streaming test.
+STREAMING = {"activation": "relu", "depth": 3, "width": 16}
+
+
+# What grows in its streamed result (the mean s^2 after every layer, Gaussian then orthogonal),
+# and how many partials STREAMING gives before the last yield: one a layer, 2 x 3 in all.
+CURVE = (lambda d: [m for r in d["runs"] for m in r["mean"]], 5)
 
 
 def seed_figure(d: dict[str, Any]) -> bool:

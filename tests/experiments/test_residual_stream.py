@@ -242,6 +242,26 @@ def test_scaled_branches_scale_every_placement_but_rezero_s_gate() -> None:
     assert r.theory_of("pre")[-1] == pytest.approx(1.5)  # 1 + L * (1/L) * 1/2
 
 
+def test_a_streamed_run_draws_the_stacks_run_so_far() -> None:
+    """Every stack is a step of its progress and a frame: a partial run draws the placements
+    so far, its title says how far, and attention without skips comes last, in the whole run."""
+    calls: list[tuple[int, int]] = []
+    partials: list[Any] = []
+    final = run_experiment(
+        "residual-stream",
+        **STREAMING,
+        progress=lambda done, total: calls.append((done, total)),
+        live=lambda partial: partials.append(partial()),
+    )
+    assert calls == [(k, 7) for k in range(1, 8)]  # six placements, then attention alone
+    (second,) = partials[1].figures()
+    assert second.title.endswith("so far: 2 stacks (pre-LN last)")
+    assert [s.name for s in second.panels[0].series if s.dash != "dash"] == ["post-LN", "pre-LN"]
+    assert "attention, no skips" not in {s.name for s in partials[5].figures()[0].panels[2].series}
+    assert partials[-1].to_dict() == final.to_dict() and "so far" not in final.figures()[0].title
+    assert "attention, no skips" in {s.name for s in final.figures()[0].panels[2].series}
+
+
 # -- the blocks (normlab.models) --------------------------------------------------------------
 
 
@@ -293,6 +313,15 @@ SCRIPT_SETTINGS = [
     {"block": "attention+mlp", "depth": 6, "d_model": 32, "scaled_branches": True},
     {"depth": 10, "tokens": 4, "sequences": 2, "d_model": 16, "seed": 3},
 ]
+
+
+# What it streams with in tests/test_registry.py's streaming test.
+STREAMING = {"depth": 2, "d_model": 8, "tokens": 3, "sequences": 1}
+
+
+# What grows in its streamed result (the stacks, one placement after another), and how many
+# partials STREAMING gives before the last yield: one a stack, six (attention alone is last).
+CURVE = (lambda d: [s["placement"] for s in d["stacks"]], 6)
 
 
 def seed_figure(d: dict[str, Any]) -> bool:

@@ -125,7 +125,8 @@ def test_bad_settings_are_a_422_before_the_stream(
 
 
 def test_an_experiment_that_does_not_stream_has_no_stream(client: TestClient) -> None:
-    assert client.get("/api/experiments/drift/stream").status_code in (404, 405)
+    name = next(e.name for e in list_experiments() if not e.streams)  # linear-scale
+    assert client.get(f"/api/experiments/{name}/stream").status_code in (404, 405)
 
 
 def test_a_run_stopped_by_shutdown_ends_its_stream_with_an_error_event() -> None:
@@ -154,13 +155,19 @@ def test_streams_beyond_the_bound_are_refused_while_pages_answer(client: TestCli
 
 LONG_S = 1.0
 """A run that may take longer than this streams (issue 33): a widget shows its progress."""
-LONG = [e for e in list_experiments() if e.trains and e.cost.cpu_s > LONG_S]
-"""The experiments whose declared cost at their maxima exceeds :data:`LONG_S` and that train
-(steps to count): each must stream."""
+LONG = [e for e in list_experiments() if e.cost.cpu_s > LONG_S]
+"""The experiments whose declared cost at their maxima exceeds :data:`LONG_S`, training or not
+(a training run counts optimizer steps, another its own steps: layers, stacks): each must
+stream and say how many of its steps are done."""
+NOT_YET = {"doctor"}
+"""Issue 33's part left over: these do not stream yet (``doctor``'s run is one call of
+:func:`normlab.doctor.fix` and one of :func:`normlab.doctor.diagnose`, which yield nothing to
+draw before the diagnosis is whole: 2.4 s measured at its maxima)."""
 
 
 def _long(e: Experiment) -> Any:
-    return pytest.param(e, id=e.name)
+    not_yet = pytest.mark.xfail(e.name in NOT_YET, reason="no stream yet (issue 33)", strict=True)
+    return pytest.param(e, id=e.name, marks=[not_yet])
 
 
 def _small(e: Experiment) -> dict[str, Any]:
@@ -184,8 +191,8 @@ def test_every_run_that_can_take_seconds_streams_its_progress(
     runner = Watching()
     framer = runner_module._framer
 
-    def waits_for_the_first_frame(entry: Any, count: list[int]) -> Live:
-        live = framer(entry, count)
+    def waits_for_the_first_frame(entry: Any, count: list[int], unit: str) -> Live:
+        live = framer(entry, count, unit)
 
         def shown_once(partial: Callable[[], Any]) -> None:
             live(partial)
@@ -195,9 +202,10 @@ def test_every_run_that_can_take_seconds_streams_its_progress(
         return shown_once
 
     monkeypatch.setattr(runner_module, "_framer", waits_for_the_first_frame)
-    assert experiment.streams, f"{experiment.name} may train for seconds and does not stream"
+    assert experiment.streams, f"{experiment.name} may run for seconds and does not stream"
     params = _small(experiment)
-    total = experiment.total_steps(experiment.make_params(params))  # type: ignore[misc]
+    total = experiment.steps(experiment.make_params(params))
+    assert total is not None, f"{experiment.name} streams but counts no steps"
     query = "&".join(f"{k}={v}" for k, v in params.items())
     with TestClient(create_app(runner), base_url=LAB) as client:
         got = events(client, f"/api/experiments/{experiment.name}/stream?{query}")
@@ -208,3 +216,4 @@ def test_every_run_that_can_take_seconds_streams_its_progress(
     assert done == sorted(done) and done[-1] <= total
     for f in frames:
         assert f["total"] == total and f["figures"], f"{f['done']} of {f['total']}"
+        assert f["unit"] == experiment.unit

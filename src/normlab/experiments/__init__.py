@@ -106,31 +106,43 @@ def run_experiment(
 
     The Result records the experiment's name and the full parameter set it ran with, so it can
     be reproduced. The caller's global random state is restored afterwards. ``progress`` is
-    called as ``progress(done, total)`` after every optimizer step of a training experiment (it
-    may raise to stop the run). ``live``, for an experiment that streams (``Experiment.streams``:
-    its entry yields its result as it grows), is called as ``live(partial)`` at every yield, the
-    last (the whole run) included; ``partial()`` builds the Result so far (it copies the data:
-    call it only for what you will show). The experiment's code knows nothing of ``live``.
+    called as ``progress(done, total)`` after every optimizer step of a training experiment,
+    and after every yield of one that streams its stages (``Experiment.stages``: a layer, a
+    stack done); it may raise to stop the run. ``live``, for an experiment that streams
+    (``Experiment.streams``: its entry yields its result as it grows), is called as
+    ``live(partial)`` at every yield, the last (the whole run) included; ``partial()`` builds
+    the Result so far (it copies the data: call it only for what you will show). The
+    experiment's code knows nothing of ``live``.
     """
     experiment = get_experiment(name)
     p = experiment.make_params(params)
     values = params_dict(p)
-    total = experiment.total_steps(p) if experiment.total_steps is not None else 0
+    total = experiment.steps(p) or 0
     if live is not None and not experiment.streams:
         raise ValueError(f"experiment {name!r} does not stream its result: pass no live")
-    with ENGINE, _own_rng(values.get("device", "cpu")), _counting(progress, total):
-        raw = _run(experiment, values, live)
+    trained = progress if experiment.trains else None  # counted at its optimizer steps
+    staged = progress if experiment.stages is not None else None  # counted at its yields
+    with ENGINE, _own_rng(values.get("device", "cpu")), _counting(trained, total):
+        raw = _run(experiment, values, live, staged, total)
     return _result(experiment, raw, values)
 
 
-def _run(experiment: Experiment, values: dict[str, Any], live: Live | None) -> dict[str, Any]:
+def _run(
+    experiment: Experiment,
+    values: dict[str, Any],
+    live: Live | None,
+    staged: Progress | None = None,
+    total: int = 0,
+) -> dict[str, Any]:
     """The dict ``entry`` returns, or the last one a streaming entry yields (each yield is
-    handed to ``live`` as it comes)."""
+    handed to ``live`` as it comes, after ``staged(done, total)`` where its stages count)."""
     if not experiment.streams:
         raw: dict[str, Any] = experiment.entry(**values)
         return raw
     last: dict[str, Any] | None = None
-    for raw in experiment.entry(**values):
+    for done, raw in enumerate(experiment.entry(**values), start=1):
+        if staged is not None:
+            staged(done, total)
         if live is not None:
             live(functools.partial(_result, experiment, raw, values))
         last = raw

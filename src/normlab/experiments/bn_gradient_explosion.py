@@ -43,6 +43,7 @@ scatters by a few tenths of a percent from seed to seed
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -161,10 +162,19 @@ def growth_fit(values: list[float], first: int, last: int) -> float:
 
 def bn_gradient_explosion(
     activation: str, depth: int, width: int, batch: int, seed: int, device: str
-) -> dict[str, Any]:
-    """Every stack's gradient per block, relative to the top's, against the theory."""
+) -> Iterator[dict[str, Any]]:
+    """Every stack's gradient per block, relative to the top's, against the theory.
+
+    Yields the stacks so far after every stack, and last the whole comparison.
+    """
     first, last = depth // 4, depth - depth // 4  # the middle half: no end effects
-    stacks = []
+    result: dict[str, Any] = {
+        "activation": activation,
+        "batch": batch,
+        "plain_sigma_w2": 1.0 / gauss_moments(activation)["phi2"],
+        "fit": [first, last],
+        "stacks": [],
+    }
     for stack in ("bn", "bn-orthogonal", "bn-skip", "plain"):
         torch.manual_seed(seed)  # the same input and the same draws for every stack
         x = torch.randn(batch, width).to(device)  # (N, n) ~ N(0, 1)
@@ -172,7 +182,7 @@ def bn_gradient_explosion(
         grads = layer_gradients(blocks, x)
         relative = [g / grads[-1] for g in grads]  # (L,): 1 at the top
         theory = predicted_gradients(stack, activation, depth)
-        stacks.append(
+        result["stacks"].append(
             {
                 "stack": stack,
                 "gradients": relative,
@@ -181,13 +191,7 @@ def bn_gradient_explosion(
                 "theory_growth": growth_fit(theory, first, last),
             }
         )
-    return {
-        "activation": activation,
-        "batch": batch,
-        "plain_sigma_w2": 1.0 / gauss_moments(activation)["phi2"],
-        "fit": [first, last],
-        "stacks": stacks,
-    }
+        yield result  # every stack so far
 
 
 def stack_name(stack: str) -> str:
@@ -371,13 +375,11 @@ class BNGradientResult(Result):
             else "a linear φ gives BatchNorm nothing to explode"
         )
         depth = len(self.stacks[0].gradients)
-        return [
-            fig.Figure(
-                f"A random gradient going down {depth} {self.activation} blocks at "
-                f"initialization: {claim}",
-                [left, right],
-            )
-        ]
+        title = f"A random gradient going down {depth} {self.activation} blocks at initialization"
+        if len(self.stacks) < len(STACKS):  # a partial run (a streamed frame): no claim yet
+            title += f", so far: {len(self.stacks)} of {len(STACKS)} stacks"
+            return [fig.Figure(title, [left, right])]
+        return [fig.Figure(f"{title}: {claim}", [left, right])]
 
 
 def _ratios(values: list[float]) -> list[float | None]:
@@ -411,4 +413,6 @@ EXPERIMENT = Experiment(
         tables,
     ),
     cost=Cost(8.0),
+    stages=lambda p: len(STACKS),  # a stack at a time
+    stage="stack",
 )

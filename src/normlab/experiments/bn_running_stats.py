@@ -10,6 +10,7 @@ batch from the same distribution (mean 0, std ``scale``), so the estimates head 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,28 +53,31 @@ def running_stats(
     scale: float,
     seed: int,
     device: str,
-) -> dict[str, Any]:
-    """Feed ``passes`` fresh batches to a training-mode BatchNorm1d; record its running stats."""
+) -> Iterator[dict[str, Any]]:
+    """Feed ``passes`` fresh batches to a training-mode BatchNorm1d; record its running stats.
+
+    Yields the record after every pass, and last the whole run.
+    """
     torch.manual_seed(seed)
     norm = nn.BatchNorm1d(features, momentum=None if cumulative else momentum).to(device)
     norm.train()
-    running_means, running_vars, batch_means, batch_vars = [], [], [], []
-    with torch.no_grad():
-        for _ in range(passes):
-            x = (torch.randn(batch, features) * scale).to(device)  # (N, C), mean 0, std scale
-            norm(x)  # updates running_mean and running_var in place
-            batch_means.append(x.mean(dim=0).tolist())
-            batch_vars.append(x.var(dim=0).tolist())  # unbiased (÷ N-1), as the layer feeds in
-            running_means.append(norm.running_mean.tolist())
-            running_vars.append(norm.running_var.tolist())
-    return {
-        "running_means": running_means,  # (passes, C)
-        "running_vars": running_vars,
-        "batch_means": batch_means,
-        "batch_vars": batch_vars,
+    result: dict[str, Any] = {
+        "running_means": [],  # (passes, C)
+        "running_vars": [],
+        "batch_means": [],
+        "batch_vars": [],
         "true_mean": 0.0,
         "true_var": scale**2,
     }
+    for _ in range(passes):
+        x = (torch.randn(batch, features) * scale).to(device)  # (N, C), mean 0, std scale
+        with torch.no_grad():
+            norm(x)  # updates running_mean and running_var in place
+        result["batch_means"].append(x.mean(dim=0).tolist())
+        result["batch_vars"].append(x.var(dim=0).tolist())  # unbiased (÷ N-1), as the layer uses
+        result["running_means"].append(norm.running_mean.tolist())
+        result["running_vars"].append(norm.running_var.tolist())
+        yield result  # every pass so far
 
 
 def rounded(values: list[float]) -> list[float]:
@@ -180,6 +184,9 @@ class RunningStatsResult(Result):
             else f"momentum {self.params.get('momentum', '')}"
         )
         title = f"BatchNorm1d running statistics, {rule}"
+        passes_run, passes_all = len(self.running_means), self.params.get("passes", 0)
+        if passes_run < passes_all:  # a partial run (a streamed frame)
+            title += f", so far: pass {passes_run} of {passes_all}"
         return [fig.Figure(title, [means, var_values])]
 
 
@@ -193,4 +200,6 @@ EXPERIMENT = Experiment(
     tables=tables,
     code=(running_stats, rounded, tables),
     cost=Cost(5.0),
+    stages=lambda p: p.passes,  # a batch at a time
+    stage="pass",
 )

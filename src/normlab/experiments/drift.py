@@ -22,4 +22,6 @@ EXPERIMENT = Experiment(
     code=stack.CODE,
     cost=Cost(6.0),
     heaviest={"activation": "sigmoid"},
+    stages=lambda p: p.depth,  # a block at a time
+    stage="layer",
 )

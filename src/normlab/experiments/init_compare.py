@@ -11,6 +11,7 @@ prediction beside each, and histograms of the activations at one deep layer.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,8 +96,11 @@ def init_compare(
     bins: int,
     seed: int,
     device: str,
-) -> dict[str, Any]:
-    """The formulas against torch.nn.init, then four schemes raced on a deep ReLU stack."""
+) -> Iterator[dict[str, Any]]:
+    """The formulas against torch.nn.init, then four schemes raced on a deep ReLU stack.
+
+    Yields the result so far after every scheme's stack, and last the whole race.
+    """
     torch.manual_seed(seed)
     w = torch.empty(fan_out, fan_in)
     nn.init.xavier_uniform_(w)
@@ -109,18 +113,18 @@ def init_compare(
         "Xavier uniform": (xavier_uniform, 1.0),
         "He normal": (he_normal, 2.0),
     }
-    curves = []
-    for name, (init, n_var) in schemes.items():
-        run = relu_stack(init, depth, width, batch, hist_layer, bins, seed, device)
-        curves.append({"scheme": name, **run, "theory": relu_variance(n_var**0.5, depth)})
-    return {
+    result: dict[str, Any] = {
         "xavier_bound_formula": (6.0 / (fan_in + fan_out)) ** 0.5,
         "xavier_max_abs": xavier_max,
         "he_std_formula": (2.0 / fan_in) ** 0.5,
         "he_std_measured": he_std,
         "hist_layer": hist_layer,
-        "curves": curves,
+        "curves": [],
     }
+    for name, (init, n_var) in schemes.items():
+        run = relu_stack(init, depth, width, batch, hist_layer, bins, seed, device)
+        result["curves"].append({"scheme": name, **run, "theory": relu_variance(n_var**0.5, depth)})
+        yield result  # every scheme so far
 
 
 def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -177,7 +181,13 @@ class InitCompareResult(Result):
         return Table.from_dicts(tables(self.data()))
 
     def figures(self) -> list[fig.Figure]:
+        """The variance over depth and the histograms; a partial run (a streamed frame) draws
+        the schemes run so far."""
         return [self._variance_figure(), self._histogram_figure()]
+
+    def _so_far(self) -> str:
+        """A partial run's title: how many of the four schemes have run."""
+        return f", so far: {len(self.curves)} of 4 schemes" if len(self.curves) < 4 else ""
 
     def _variance_figure(self) -> fig.Figure:
         series = []
@@ -205,7 +215,7 @@ class InitCompareResult(Result):
             lines=[fig.Line(1.0), fig.Line(float(self.hist_layer), axis="x", color="#000000")],
             note=f"dashed: theory; dotted vertical: layer {self.hist_layer}, histogrammed below",
         )
-        return fig.Figure("Four initializations on a deep ReLU stack", [panel])
+        return fig.Figure(f"Four initializations on a deep ReLU stack{self._so_far()}", [panel])
 
     def _histogram_figure(self) -> fig.Figure:
         panels = []
@@ -231,7 +241,8 @@ class InitCompareResult(Result):
                     note=note,
                 )
             )
-        return fig.Figure(f"Activations at layer {self.hist_layer}", panels, columns=2, height=2.8)
+        title = f"Activations at layer {self.hist_layer}{self._so_far()}"
+        return fig.Figure(title, panels, columns=2, height=2.8)
 
 
 def _cut_spike(counts: list[float], edges: list[float]) -> tuple[float | None, str]:
@@ -265,4 +276,6 @@ EXPERIMENT = Experiment(
         tables,
     ),
     cost=Cost(8.0),
+    stages=lambda p: 4,  # a scheme's stack at a time (the formulas are checked with the first)
+    stage="scheme",
 )

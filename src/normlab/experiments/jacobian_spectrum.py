@@ -35,6 +35,7 @@ The prediction's variance is :math:`\\mathrm{mean}^2 L (\\ldots)`, so the figure
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,23 +106,22 @@ def draw_weight(weights: str, n: int, sigma_w2: float) -> torch.Tensor:
 
 def jacobian_spectra(
     activation: str, weights: str, q_star: float, depth: int, width: int, device: str
-) -> list[torch.Tensor]:
-    """s^2 of J_l = D_l W_l ... D_1 W_1 after every layer l, for one input at the fixed point."""
+) -> Iterator[torch.Tensor]:
+    """Yields s^2 of J_l = D_l W_l ... D_1 W_1 after every layer l, for one input at the fixed
+    point."""
     phi, dphi = activation_pair(activation)
     sigma_w2, sigma_b2 = critical_point(activation, q_star)
     z = torch.randn(width)  # (n,)
     h = z * (q_star / z.pow(2).mean()) ** 0.5  # (n,): pre-activations of length exactly q*
     x = phi(h).to(device)  # x^0: the output of a layer at the fixed point
     jac = torch.eye(width, device=device)  # (n, n): dx^0 / dx^0
-    spectra = []
     for _ in range(depth):
         w = draw_weight(weights, width, sigma_w2).to(device)  # (n_out, n_in)
         b = (torch.randn(width) * sigma_b2**0.5).to(device)  # (n,)
         h = w @ x + b  # (n,) pre-activations
         x = phi(h)
         jac = dphi(h)[:, None] * (w @ jac)  # D_l W_l J_{l-1}: (n, n)
-        spectra.append(torch.linalg.svdvals(jac).cpu() ** 2)  # (n,) squared singular values
-    return spectra
+        yield torch.linalg.svdvals(jac).cpu() ** 2  # (n,) squared singular values
 
 
 def histogram(s2: torch.Tensor, bins: int, top: float = 3.0) -> dict[str, Any]:
@@ -134,44 +134,53 @@ def histogram(s2: torch.Tensor, bins: int, top: float = 3.0) -> dict[str, Any]:
 
 def dynamical_isometry(
     activation: str, q_star: float, depth: int, width: int, bins: int, seed: int, device: str
-) -> dict[str, Any]:
+) -> Iterator[dict[str, Any]]:
     """Measured and predicted moments of s^2 at every depth, and histograms at a few depths,
-    for Gaussian and for orthogonal weights (the same input, the same seed)."""
+    for Gaussian and for orthogonal weights (the same input, the same seed).
+
+    Yields the result so far after every layer of each stack, and last the whole result.
+    """
     hist_depths = sorted({d for d in (1, 4, 16, 64) if d <= depth} | {depth})
     sigma_w2, sigma_b2 = critical_point(activation, q_star)
-    runs = []
-    for weights in ("gaussian", "orthogonal"):
-        torch.manual_seed(seed)
-        spectra = jacobian_spectra(activation, weights, q_star, depth, width, device)
-        # Pennington et al.: mean chi^L = 1 here, variance mean^2 L (mu2 / mu1^2 - 1 - s1)
-        predicted = [
-            jacobian_spectrum(activation, layer, width, weights, q_star=q_star)
-            for layer in range(1, depth + 1)
-        ]
-        runs.append(
-            {
-                "weights": weights,
-                "mean": [s2.mean().item() for s2 in spectra],
-                "variance": [s2.var(unbiased=False).item() for s2 in spectra],
-                # var / mean^2: the spread with the finite width's drift of the scale divided out
-                "relative": [(s2.var(unbiased=False) / s2.mean() ** 2).item() for s2 in spectra],
-                "largest": [s2.max().item() for s2 in spectra],
-                "theory": {
-                    "mean": [p.mean for p in predicted],
-                    "variance": [p.variance for p in predicted],
-                },
-                "histograms": [histogram(spectra[d - 1], bins) for d in hist_depths],
-            }
-        )
-    return {
+    result: dict[str, Any] = {
         "activation": activation,
         "q_star": q_star,
         "sigma_w2": sigma_w2,
         "sigma_b2": sigma_b2,
         "width": width,
         "hist_depths": hist_depths,
-        "runs": runs,
+        "runs": [],
     }
+    for weights in ("gaussian", "orthogonal"):
+        torch.manual_seed(seed)
+        # Pennington et al.: mean chi^L = 1 here, variance mean^2 L (mu2 / mu1^2 - 1 - s1)
+        predicted = [
+            jacobian_spectrum(activation, layer, width, weights, q_star=q_star)
+            for layer in range(1, depth + 1)
+        ]
+        run: dict[str, Any] = {
+            "weights": weights,
+            "mean": [],
+            "variance": [],
+            "relative": [],  # var / mean^2: the spread with the finite width's drift divided out
+            "largest": [],
+            "theory": {
+                "mean": [p.mean for p in predicted],
+                "variance": [p.variance for p in predicted],
+            },
+            "histograms": [],
+        }
+        result["runs"].append(run)
+        for layer, s2 in enumerate(
+            jacobian_spectra(activation, weights, q_star, depth, width, device), start=1
+        ):
+            run["mean"].append(s2.mean().item())
+            run["variance"].append(s2.var(unbiased=False).item())
+            run["relative"].append((s2.var(unbiased=False) / s2.mean() ** 2).item())
+            run["largest"].append(s2.max().item())
+            if layer in hist_depths:
+                run["histograms"].append(histogram(s2, bins))
+            yield result  # every layer so far
 
 
 def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -253,7 +262,13 @@ class JacobianSpectrumResult(Result):
 
     @property
     def depth(self) -> int:
-        return len(self.runs[0].mean)
+        return len(self.runs[0].theory.mean)  # the whole stack's (a partial run predicts it all)
+
+    @property
+    def finished(self) -> bool:
+        """Whether both stacks have run every layer (a streamed frame's partial run has not)."""
+        last = self.runs[-1]
+        return last.weights == "orthogonal" and len(last.mean) == self.depth
 
     def run(self, weights: str) -> WeightsRun:
         """The run with ``weights`` ("gaussian" or "orthogonal")."""
@@ -263,17 +278,31 @@ class JacobianSpectrumResult(Result):
         return Table.from_dicts(tables(self.data()))
 
     def figures(self) -> list[fig.Figure]:
+        """The histograms and the moments over depth; a partial run (a streamed frame) draws
+        the layers run so far, the theory over the whole stack."""
         return [self._histogram_figure(), self._moments_figure()]
+
+    def _so_far(self) -> str:
+        """A partial run's title: the stack under way and its layers done."""
+        if self.finished:
+            return ""
+        last = self.runs[-1]
+        return f", so far: {last.weights} weights to layer {len(last.mean)} of {self.depth}"
 
     def _histogram_figure(self) -> fig.Figure:
         panels = []  # a row per depth: Gaussian weights left, orthogonal right
-        for i, depth in enumerate(self.hist_depths):
+        reached = self.hist_depths[: len(self.runs[0].histograms)]  # the first stack's so far
+        for i, depth in enumerate(reached):
             for k, r in enumerate(self.runs):
-                panels.append(self._histogram_panel(r, depth, r.histograms[i], fig.PALETTE[k]))
+                if i < len(r.histograms):
+                    panels.append(self._histogram_panel(r, depth, r.histograms[i], fig.PALETTE[k]))
+                else:  # a partial run's second stack, not this deep yet
+                    title = f"{r.weights.capitalize()}, depth {depth}: to come"
+                    panels.append(fig.Panel(fig.Axis("s²"), fig.Axis("count"), [], title=title))
         kind = {"linear": "linear", "relu": "ReLU", "tanh": "tanh"}[self.activation]
         return fig.Figure(
             f"Squared singular values of a {kind} stack's Jacobian over depth "
-            "(over each panel: var/mean², measured vs theory)",
+            f"(over each panel: var/mean², measured vs theory){self._so_far()}",
             panels,
             columns=len(self.runs),
             height=2.4,
@@ -302,7 +331,7 @@ class JacobianSpectrumResult(Result):
         )
 
     def _moments_figure(self) -> fig.Figure:
-        depths = fig.steps(self.depth, start=1)
+        depths = fig.steps(self.depth, start=1)  # the theory's, every layer
         panels = []
         # theory's variance is mean^2 L (...): at its mean of 1, the measured var / mean^2
         for stat, label in (("mean", "mean of s²"), ("relative", "var(s²) / mean(s²)²")):
@@ -313,7 +342,7 @@ class JacobianSpectrumResult(Result):
                 series += [
                     fig.Series(
                         f"{r.weights} measured",
-                        depths,
+                        depths[: len(r.mean)],  # the layers run (a partial run: so far)
                         fig.floored(getattr(r, stat), LOG_FLOOR),
                         kind="markers",
                         color=color,
@@ -335,7 +364,8 @@ class JacobianSpectrumResult(Result):
                     note="dots: measured; dashed: theory (Pennington et al. 2017)",
                 )
             )
-        return fig.Figure("Mean and spread of s² over depth: measured against theory", panels)
+        title = f"Mean and spread of s² over depth: measured against theory{self._so_far()}"
+        return fig.Figure(title, panels)
 
 
 EXPERIMENT = Experiment(
@@ -361,4 +391,6 @@ EXPERIMENT = Experiment(
         tables,
     ),
     cost=Cost(12.0),
+    stages=lambda p: 2 * p.depth,  # every layer of the Gaussian stack, then the orthogonal one
+    stage="layer",
 )

@@ -27,6 +27,7 @@ branch's own LayerNorm fixes its output to 1).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,12 +145,15 @@ def compare_placements(
     scaled_branches: bool,
     seed: int,
     device: str,
-) -> dict[str, Any]:
+) -> Iterator[dict[str, Any]]:
     """Every placement's stack, from the same seed (same input, same weights), then the
-    attention stack without skips."""
+    attention stack without skips.
+
+    Yields the stacks so far after every stack, and last the whole comparison.
+    """
     attention = block == "attention+mlp"
     branches = depth * (2 if attention else 1)
-    stacks = []
+    result: dict[str, Any] = {"block": block, "stacks": []}
     for placement in ("post", "pre", "peri", "dyt", "none", "rezero"):
         scale = branches**-0.5 if scaled_branches or placement == "none" else 1.0
         torch.manual_seed(seed)
@@ -158,7 +162,7 @@ def compare_placements(
             TransformerBlock(d_model, placement, attention, scale).to(device) for _ in range(depth)
         ]
         r = torch.randn(sequences, tokens, d_model).to(device)  # the loss's fixed direction
-        stacks.append(
+        result["stacks"].append(
             {
                 "placement": placement,
                 "branch_scale": scale,
@@ -166,13 +170,11 @@ def compare_placements(
                 "theory": predicted(placement, depth, attention, scale),
             }
         )
+        yield result  # every stack so far
     torch.manual_seed(seed)
     x0 = torch.randn(sequences, tokens, d_model).to(device)
-    return {
-        "block": block,
-        "stacks": stacks,
-        "no_skip": attention_without_skips(x0, depth),
-    }
+    result["no_skip"] = attention_without_skips(x0, depth)
+    yield result  # the whole comparison
 
 
 def placement_name(placement: str) -> str:
@@ -269,12 +271,12 @@ class NoSkip:
 @dataclass
 class ResidualStreamResult(Result):
     block: str
-    stacks: list[Stack]
-    no_skip: NoSkip
+    stacks: list[Stack]  # a streamed frame's partial run: the stacks so far
+    no_skip: NoSkip | None = None  # None until the stacks are done (a partial run)
 
     @property
     def depth(self) -> int:
-        return len(self.no_skip.cosine) - 1
+        return len(self.stacks[0].second_moment) - 1
 
     def stack(self, placement: str) -> Stack:
         return next(s for s in self.stacks if s.placement == placement)
@@ -287,6 +289,8 @@ class ResidualStreamResult(Result):
         return Table.from_dicts(tables(self.data()))
 
     def figures(self) -> list[fig.Figure]:
+        """The four panels over the blocks; a partial run (a streamed frame) draws the stacks
+        so far, and attention without skips once it has run."""
         blocks = fig.steps(self.depth + 1)
         moment, grads, cosine, rank = [], [], [], []
         for i, s in enumerate(self.stacks):
@@ -303,10 +307,11 @@ class ResidualStreamResult(Result):
             cosine.append(fig.Series(name, blocks, s.cosine, "line+markers", color, legend=False))
             residual = fig.floored(s.rank_residual, RANK_ONE_FLOOR)
             rank.append(fig.Series(name, blocks, residual, "line+markers", color, legend=False))
-        no_skip, black = "attention, no skips", "#000000"
-        cosine.append(fig.Series(no_skip, blocks, self.no_skip.cosine, "line+markers", black))
-        residual = fig.floored(self.no_skip.rank_residual, RANK_ONE_FLOOR)
-        rank.append(fig.Series(no_skip, blocks, residual, "line+markers", black, legend=False))
+        if self.no_skip is not None:
+            no_skip, black = "attention, no skips", "#000000"
+            cosine.append(fig.Series(no_skip, blocks, self.no_skip.cosine, "line+markers", black))
+            residual = fig.floored(self.no_skip.rank_residual, RANK_ONE_FLOOR)
+            rank.append(fig.Series(no_skip, blocks, residual, "line+markers", black, legend=False))
         return [self._figure(moment, grads, cosine, rank)]
 
     def _figure(
@@ -342,7 +347,11 @@ class ResidualStreamResult(Result):
             ),
         ]
         kind = "MLP blocks" if self.block == "mlp" else "attention + MLP blocks"
-        return fig.Figure(f"{self.depth} {kind} at initialization", panels, columns=2)
+        title = f"{self.depth} {kind} at initialization"
+        if self.no_skip is None:  # a partial run: the stacks so far
+            last = placement_name(self.stacks[-1].placement)
+            title += f", so far: {len(self.stacks)} stacks ({last} last)"
+        return fig.Figure(title, panels, columns=2)
 
 
 EXPERIMENT = Experiment(
@@ -376,4 +385,6 @@ EXPERIMENT = Experiment(
         tables,
     ),
     cost=Cost(15.0),
+    stages=lambda p: 6 + 1,  # a stack per placement (post ... ReZero), then attention alone
+    stage="stack",
 )

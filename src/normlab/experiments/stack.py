@@ -9,6 +9,7 @@ norm's stack is one more such module.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,27 +43,30 @@ class Params:
 
 def drift(
     depth: int, width: int, batch: int, activation: str, norm: str, seed: int, device: str
-) -> dict[str, Any]:
-    """Push one batch through ``depth`` blocks and measure each block's output."""
+) -> Iterator[dict[str, Any]]:
+    """Push one batch through ``depth`` blocks and measure each block's output.
+
+    Yields the result after every block, and last the whole stack.
+    """
     torch.manual_seed(seed)
     x = torch.randn(batch, width).to(device)  # (N, D), drawn on the CPU
     stack = nn.Sequential(*[block(width, width, norm, activation) for _ in range(depth)])
     stack.to(device).train()  # BatchNorm normalizes with the batch's own statistics
-    means, stds = [], []
-    h = x
-    with torch.no_grad():
-        for layer in stack:
-            h = layer(h)  # (N, D) -> (N, D): nothing resets the scale unless a norm does
-            means.append(h.mean().item())
-            stds.append(h.std().item())
-    return {
+    result: dict[str, Any] = {
         "input_mean": x.mean().item(),
         "input_std": x.std().item(),
-        "means": means,
-        "stds": stds,
+        "means": [],
+        "stds": [],
         "norm": norm,
         "activation": activation,
     }
+    h = x
+    for layer in stack:
+        with torch.no_grad():
+            h = layer(h)  # (N, D) -> (N, D): nothing resets the scale unless a norm does
+        result["means"].append(h.mean().item())
+        result["stds"].append(h.std().item())
+        yield result  # every block so far
 
 
 def stack_name(norm: str, activation: str) -> str:
@@ -102,6 +106,8 @@ class StackResult(Result):
         return Table.from_dicts(tables(self.data()))
 
     def figures(self) -> list[fig.Figure]:
+        """The std and the mean over the layers; a partial run (a streamed frame) draws the
+        layers so far."""
         layers = fig.steps(len(self.stds) + 1)
         series = [
             fig.Series(
@@ -125,7 +131,9 @@ class StackResult(Result):
             lines=[fig.Line(0.0, color=fig.GRAY, dash="solid")],
         )
         stack = stack_name(self.norm, self.activation)
-        return [fig.Figure(f"{len(self.stds)} × ({stack}): {what}", [panel])]
+        depth = self.params.get("depth", len(self.stds))  # the whole stack's
+        so_far = f", so far: layer {len(self.stds)} of {depth}" if len(self.stds) < depth else ""
+        return [fig.Figure(f"{depth} × ({stack}): {what}{so_far}", [panel])]
 
 
 CODE = (block, drift, fmt, stack_name, tables)

@@ -9,6 +9,7 @@ A zero-mean, unit-variance batch passes through ``depth`` square layers whose we
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,18 +73,23 @@ def variance(
     activation: str,
     seed: int,
     device: str,
-) -> dict[str, Any]:
-    """Measured and predicted variance per layer for every gain (the same seed for each)."""
+) -> Iterator[dict[str, Any]]:
+    """Measured and predicted variance per layer for every gain (the same seed for each).
+
+    Yields the curves so far after every gain, and last the whole result.
+    """
     predict = linear_variance if activation == "linear" else relu_variance
-    curves = [
-        {
-            "gain": gain,
-            "measured": layer_variances(gain, depth, width, batch, activation, seed, device),
-            "theory": predict(gain, depth),
-        }
-        for gain in gains
-    ]
-    return {"layers": list(range(1, depth + 1)), "curves": curves, "activation": activation}
+    result: dict[str, Any] = {"layers": list(range(1, depth + 1)), "curves": []}
+    result["activation"] = activation
+    for gain in gains:
+        result["curves"].append(
+            {
+                "gain": gain,
+                "measured": layer_variances(gain, depth, width, batch, activation, seed, device),
+                "theory": predict(gain, depth),
+            }
+        )
+        yield result  # every gain so far
 
 
 def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -125,6 +131,8 @@ class VarianceResult(Result):
         return Table.from_dicts(tables(self.data()))
 
     def figures(self) -> list[fig.Figure]:
+        """Every gain's curve against its theory; a partial run (a streamed frame) draws the
+        gains run so far."""
         layers = [float(k) for k in self.layers]
         series = []
         for i, c in enumerate(self.curves):
@@ -155,7 +163,11 @@ class VarianceResult(Result):
             note=f"dots: measured; dashed: theory {rule}",
         )
         kind = "Linear" if self.activation == "linear" else "ReLU"
-        return [fig.Figure(f"{kind} stack, weight std g/√n: measured against theory", [panel])]
+        title = f"{kind} stack, weight std g/√n: measured against theory"
+        gains = len(self.params.get("gains", self.curves))  # the whole run's
+        if len(self.curves) < gains:
+            title += f", so far: {len(self.curves)} of {gains} gains"
+        return [fig.Figure(title, [panel])]
 
 
 EXPERIMENT = Experiment(
@@ -168,4 +180,6 @@ EXPERIMENT = Experiment(
     tables=tables,
     code=(linear_variance, relu_variance, layer_variances, variance, fmt_as, tables),
     cost=Cost(6.0),
+    stages=lambda p: len(p.gains),  # a gain's stack at a time
+    stage="gain",
 )

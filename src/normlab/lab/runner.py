@@ -371,15 +371,14 @@ class Runner:
             self._check(entry)  # refuse at once while shutting down
 
             experiment = get_experiment(name)
-            steps = experiment.total_steps
             # steps done, of the total: known before the first step (a frame may come first)
-            count = [0, steps(experiment.make_params(params)) if steps is not None else 0]
+            count = [0, experiment.steps(experiment.make_params(params)) or 0]
 
             def progress(done: int, total: int) -> None:
                 count[:] = done, total
                 self._check(entry)
 
-            live = _framer(entry, count) if experiment.streams else None
+            live = _framer(entry, count, experiment.unit) if experiment.streams else None
             result = run_experiment(name, progress=progress, live=live, **params)
             value = answer(experiment, result)
             del result  # its tensors and lists go now, and their memory with trim() below
@@ -524,7 +523,7 @@ class Runner:
     async def astream(
         self, name: str, params: dict[str, Any]
     ) -> AsyncIterator[tuple[str, str | bytes]]:
-        """The run as it goes: ``("frame", text)``, the JSON of ``{done, total, figures}``, at
+        """The run as it goes: ``("frame", text)``, the JSON of ``{done, total, unit, figures}``, at
         most every :data:`FRAME_S` while it computes (an experiment that streams), then
         ``("result", body)``, the answer as :meth:`arun_json` gives it (UTF-8 JSON). A cached
         answer comes at once.
@@ -569,12 +568,12 @@ FRAME_SHARE = 0.2
 ``t`` to make waits ``t / FRAME_SHARE`` before the next (a big result makes fewer frames)."""
 
 
-def _framer(entry: _Entry, count: list[int]) -> Live:
+def _framer(entry: _Entry, count: list[int], unit: str = "step") -> Live:
     """The ``live`` callback that keeps ``entry.frame`` fresh while a stream reads it:
     :func:`~normlab.experiments.run_experiment` calls it at every yield of the experiment's
     code (the result so far), and it makes the partial result's figures and how many steps are
-    done into JSON, in the run's thread, at most every :data:`FRAME_S` and within
-    :data:`FRAME_SHARE` of its time."""
+    done (of ``count``'s total, each one ``unit``: "step", "layer", ...) into JSON, in the
+    run's thread, at most every :data:`FRAME_S` and within :data:`FRAME_SHARE` of its time."""
     due = -math.inf
 
     def live(partial: Callable[[], Result]) -> None:
@@ -583,7 +582,7 @@ def _framer(entry: _Entry, count: list[int]) -> Live:
         if not entry.watched or started < due:
             return
         figures = [f.to_dict() for f in partial().figures()]
-        frame = {"done": count[0], "total": count[1], "figures": figures}
+        frame = {"done": count[0], "total": count[1], "unit": unit, "figures": figures}
         text = json.dumps(frame, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
         number = entry.frame[0] + 1 if entry.frame is not None else 1
         entry.frame = (number, text)

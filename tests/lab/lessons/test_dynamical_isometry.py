@@ -89,7 +89,7 @@ def test_the_why_question_s_claims_hold() -> None:
 def measured(activation: str, q_star: float, depth: int, seed: int) -> float:
     """var(s^2) / mean(s^2)^2 of the experiment's orthogonal stack of width 512 at ``depth``."""
     torch.manual_seed(seed)
-    s2 = jacobian_spectra(activation, "orthogonal", q_star, depth, 512, "cpu")[-1]
+    s2 = [*jacobian_spectra(activation, "orthogonal", q_star, depth, 512, "cpu")][-1]
     return (s2.var(unbiased=False) / s2.mean() ** 2).item()
 
 

@@ -18,7 +18,8 @@ from normlab.experiments.base.params import Parameter, make_params, parameters_o
 from normlab.experiments.base.results import Result
 
 Progress = Callable[[int, int], None]
-"""Called as ``progress(done, total)`` while a training run advances."""
+"""Called as ``progress(done, total)`` while a run advances: after every optimizer step of a run
+that trains, after every step (every yield) of one that streams without training."""
 Live = Callable[[Callable[[], "Result"]], None]
 """Called as ``live(partial)`` at every yield of a streaming experiment's entry (its result so
 far; the last yield is the whole run); ``partial()`` builds that Result."""
@@ -62,8 +63,11 @@ class Experiment:
     calls ``entry`` itself and builds ``result_type`` from its dict, and :mod:`~normlab.
     experiments.script` renders the same objects' source as a script, so what normlab reports
     is what the code prints. ``total_steps(params)`` counts the optimizer steps a training run
-    takes (for a progress bar). ``cost`` bounds its costliest allowed run, :meth:`maxima`, whose
-    choices ``heaviest`` names where the last one is not the costliest.
+    takes; an entry that streams without training declares ``stages(params)`` instead, how many
+    times it yields (its own steps, each a ``stage``: a layer, a stack; the last yield is the whole
+    run). Either is the run's progress, :meth:`steps` of them in :attr:`unit`. ``cost`` bounds
+    its costliest allowed run, :meth:`maxima`, whose choices ``heaviest`` names where the last
+    one is not the costliest.
     """
 
     name: str
@@ -77,6 +81,8 @@ class Experiment:
     cost: Cost
     heaviest: Mapping[str, Any] = field(default_factory=dict)
     total_steps: Callable[[Any], int] | None = None
+    stages: Callable[[Any], int] | None = None
+    stage: str = "step"
     # Batching (a sweep's, normlab.sweep): ``batched(configs)`` runs several full parameter
     # dicts (every declared parameter) in one call, and returns each one's result dict in order:
     # the dict ``entry`` returns (or yields last) for it, to float tolerance. Configurations may
@@ -104,6 +110,11 @@ class Experiment:
         unbounded = [p.name for p in declared if p.kind in ("int", "float") and p.max is None]
         if unbounded:  # its cost could not be bounded, nor maxima() built
             raise ValueError(f"experiment {self.name!r}: {unbounded} declare no maximum")
+        if self.stages is not None and (self.trains or not self.streams):
+            raise ValueError(
+                f"experiment {self.name!r}: stages count the yields of an entry that streams "
+                "without training (a training run counts its optimizer steps: total_steps)"
+            )
 
     @property
     def trains(self) -> bool:
@@ -115,6 +126,18 @@ class Experiment:
         """Whether ``entry`` shows its result as it grows: it yields the result so far, and
         last the whole run (a generator function), rather than returning it."""
         return inspect.isgeneratorfunction(self.entry)
+
+    def steps(self, params: Any) -> int | None:
+        """How many steps a run with ``params`` (a ``Params``) takes, as its progress counts
+        them: the optimizer steps of a run that trains, the stages of one that streams without
+        training; ``None`` where the run counts none."""
+        counted = self.total_steps if self.trains else self.stages
+        return counted(params) if counted is not None else None
+
+    @property
+    def unit(self) -> str:
+        """What one of :meth:`steps` is: an optimizer "step", or the declared ``stage``."""
+        return "step" if self.trains else self.stage
 
     @property
     def parameters(self) -> tuple[Parameter, ...]:

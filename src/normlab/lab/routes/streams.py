@@ -85,8 +85,9 @@ def _route(r: APIRouter, e: Experiment) -> None:
         tags=["experiments"],
         summary=f"{e.title}, live (Server-Sent Events)",
         description="A text/event-stream of the run for these parameters (query values as the "
-        "CLI takes them): `frame` events (`done`, `total` steps and the `figures` of the "
-        "result so far) while it trains, then one `result` event, the JSON that POST "
+        f"CLI takes them): `frame` events (`done` of `total` steps, each a `unit` ({e.unit!r}), "
+        "and the `figures` of the result so far) while it runs, then one `result` event, the "
+        "JSON that POST "
         f"/api/experiments/{e.name} answers, and the stream ends; an `error` event instead "
         f"when the run was stopped. At most {MAX_STREAMS} streams at once.",
         name=f"stream_{e.name}",

@@ -286,7 +286,9 @@
     frame(data) {
       this.node.nlFrames += 1;
       this.node.nlLastFrame = data;
-      this.setState("loading", `training… step ${data.done} of ${data.total}`);
+      // "training… step 40 of 80", "running… layer 12 of 64": the run's own steps, done of all
+      const doing = this.spec.trains ? "training…" : "running…";
+      this.setState("loading", `${doing} ${data.unit} ${data.done} of ${data.total}`);
       this.waiting = data;
       this.drawing ??= (async () => {
         while (this.waiting) {
