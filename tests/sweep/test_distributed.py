@@ -1,0 +1,154 @@
+"""The Ray backend: the same outcomes as in this process, and a killed worker costs nothing.
+
+One local Ray instance (``ray.init(num_cpus=2)``) serves the whole module: starting one costs
+seconds, and a task's first run on a worker imports torch. The grid is four ``bn-lr`` runs of
+two steps on a 1x4 MLP, so that the runs themselves cost milliseconds and what is tested is the
+path: tasks out, outcomes back, a worker killed on the way.
+
+The same numbers: a task runs ``run_group`` on one CPU, in a worker where Ray sets
+``OMP_NUM_THREADS=1``, with the Python, torch and normlab of this process (a local instance);
+this process runs the reference under ``OMP_NUM_THREADS=1`` too. Same code, same machine, same
+thread count: the same float operations in the same order, so the results are compared for
+equality, not within a tolerance.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from normlab.sweep import Config, Grid, Group, Outcome, groups_of, in_process, run_group
+from normlab.sweep.distributed import (
+    RayBackend,
+    RayNotInstalled,
+    RayUnreachable,
+    chunk_size,
+    import_ray,
+    run_on_ray,
+    split,
+)
+
+pytestmark = pytest.mark.slow
+
+AXES = ["lr=0.1,0.5", "batch_norm=true,false", "steps=2", "hidden_layers=1", "width=4"]
+
+
+@pytest.fixture(scope="module")
+def ray_instance() -> Iterator[Any]:
+    """One local Ray instance for the module, with two CPUs; ``run_on_ray`` uses it as found."""
+    ray = import_ray()
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def configs() -> list[Config]:
+    return Grid.parse("bn-lr", AXES).configs()
+
+
+@pytest.fixture(scope="module")
+def expected(configs: list[Config]) -> dict[str, Outcome]:
+    """Every configuration's outcome, run in this process."""
+    outcomes = {o.config_id: o for o in in_process(groups_of(configs))}
+    assert all(o.ok for o in outcomes.values()), outcomes
+    return outcomes
+
+
+def _by_id(outcomes: Iterator[Outcome]) -> dict[str, Outcome]:
+    """Outcomes by configuration id, checking that none came twice."""
+    seen: dict[str, Outcome] = {}
+    for outcome in outcomes:
+        assert outcome.config_id not in seen, f"{outcome.config_id} handed over twice"
+        seen[outcome.config_id] = outcome
+    return seen
+
+
+def _dies_once(marker: Path, group: Group) -> list[Outcome]:
+    """``run_group``, except that the first task to get here kills its own worker process.
+
+    ``open(marker, "x")`` creates the file for exactly one caller (it fails where it exists), so
+    exactly one task attempt dies, whichever worker runs it and whenever: no timing decides.
+    """
+    try:
+        open(marker, "x").close()
+    except FileExistsError:
+        return run_group(group)
+    os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer or a lost node would
+    raise AssertionError("unreachable: SIGKILL ends this process")
+
+
+def test_outcomes_on_ray_equal_those_in_this_process(
+    ray_instance: Any, configs: list[Config], expected: dict[str, Outcome]
+) -> None:
+    # one configuration a task: four tasks over the two workers
+    got = _by_id(RayBackend("auto", chunk=1)(groups_of(configs)))
+    assert sorted(got) == sorted(expected)
+    for config_id, outcome in got.items():
+        assert outcome.error is None, outcome.error
+        assert outcome.result == expected[config_id].result
+    assert ray_instance.is_initialized()  # it found Ray connected, and left it so
+
+
+def test_a_worker_killed_mid_task_is_retried_and_the_sweep_completes(
+    ray_instance: Any, configs: list[Config], expected: dict[str, Outcome], tmp_path: Path
+) -> None:
+    marker = tmp_path / "killed"
+    runner = functools.partial(_dies_once, marker)
+    got = _by_id(run_on_ray(groups_of(configs), chunk=1, max_retries=1, runner=runner))
+    assert marker.exists()  # a worker was killed
+    assert sorted(got) == sorted(expected)  # every configuration once, none lost
+    for config_id, outcome in got.items():
+        assert outcome.error is None, outcome.error
+        assert outcome.result == expected[config_id].result
+
+
+def test_a_task_lost_on_every_try_gives_its_configurations_an_error(
+    ray_instance: Any, configs: list[Config], expected: dict[str, Outcome], tmp_path: Path
+) -> None:
+    # no retries: the killed task's two configurations are stored as errors, the rest as results
+    runner = functools.partial(_dies_once, tmp_path / "killed")
+    got = _by_id(run_on_ray(groups_of(configs), chunk=2, max_retries=0, runner=runner))
+    assert sorted(got) == sorted(expected)
+    lost = [o for o in got.values() if not o.ok]
+    assert len(lost) == 2
+    assert all(o.result is None and "lost after 0 retries" in str(o.error) for o in lost)
+    for outcome in got.values():
+        if outcome.ok:
+            assert outcome.result == expected[outcome.config_id].result
+
+
+def test_split_cuts_groups_into_ordered_chunks(configs: list[Config]) -> None:
+    (group,) = groups_of(configs)
+    parts = split([group], 3)
+    assert [len(p.configs) for p in parts] == [3, 1]
+    assert all(p.experiment == group.experiment for p in parts)
+    assert tuple(c for p in parts for c in p.configs) == group.configs
+    assert chunk_size(4, 2) == 1 and chunk_size(64, 2) == 16 and chunk_size(65, 2) == 17
+    with pytest.raises(ValueError, match="chunk 0 not supported"):
+        split([group], 0)
+
+
+def test_without_ray_installed_the_error_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray now raises ImportError
+    with pytest.raises(RayNotInstalled, match=r"pip install 'normlab\[ray\]'"):
+        import_ray()
+
+
+def test_an_address_where_nothing_answers_is_refused_at_once() -> None:
+    with socket.socket() as probe:  # a port that was free a moment ago and is closed now
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+        with pytest.raises(RayUnreachable, match="no Ray cluster answers at"):
+            list(run_on_ray([], address=address))
