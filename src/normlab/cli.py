@@ -14,6 +14,8 @@ Commands::
                    [--fix METHOD --out FILE.pt [--fix-tied]] [--traceback]
                    [--no-check | --check-seeds K --check-steps S]
     normlab doctor FILE.py:FACTORY --widths N,N[,...] --input-shape N,D[,...] [--json]
+    normlab sweep NAME [--grid NAME=SPEC ...] [--seeds N] [--file SWEEP.toml] [--store PATH]
+                  [--retry-errors] [--export FILE] [--json]
 
 ``run`` has one argparse sub-parser per registered experiment, its flags generated from the
 experiment's declared parameters (``--depth 20``, ``--gains 0.9,1,1.1``, ``--batch-norm``,
@@ -57,6 +59,9 @@ from normlab.experiments import (
     script,
 )
 from normlab.experiments.base.params import MAX_SEED
+from normlab.sweep import DEFAULT_STORE, Backend, RunSummary, Store, StoreError, Sweep
+from normlab.sweep.grid import grid_items
+from normlab.sweep.sweeps import check_export
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl+C
@@ -160,6 +165,7 @@ def _build_parser() -> _Parser:
     _add_run_parser(sub)
     _add_train_parser(sub)
     _add_doctor_parser(sub)
+    _add_sweep_parser(sub)
     p_lab = sub.add_parser("lab", help="start the web lab", allow_abbrev=False)
     p_lab.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p_lab.add_argument("--port", type=_port, default=8000, help="port (default 8000)")
@@ -1060,6 +1066,159 @@ def _cmd_doctor(args: argparse.Namespace, console: Console) -> None:
         notes.print(f"report written to {html_path}", soft_wrap=True)
 
 
+# -- normlab sweep -------------------------------------------------------------------------------
+
+SWEEP_ROWS = 40
+"""The most result rows ``normlab sweep`` prints as a table (``--export`` writes them all)."""
+
+
+def _add_sweep_parser(sub: Any) -> None:
+    """``normlab sweep``: a grid over one experiment's declared parameters, into a store."""
+    p = sub.add_parser(
+        "sweep",
+        help="run a grid of one experiment's settings into a store (resumable)",
+        usage="normlab sweep NAME [--grid NAME=SPEC ...] [--seeds N] [--file SWEEP.toml] "
+        "[--store PATH] [--retry-errors] [--export FILE] [--json]",
+        description="Run every cell of a grid over one experiment's parameters (the others keep "
+        "their default). Every cell is validated before the first runs. Each result is stored "
+        "as it arrives, keyed by a hash of the experiment, its code's version and the cell's "
+        "parameters: run the same command again after an interruption and only the missing "
+        "cells run.",
+        formatter_class=_HelpFormatter,
+        allow_abbrev=False,
+    )
+    p.add_argument(
+        "experiment",
+        nargs="?",
+        metavar="NAME",
+        help="the experiment (see `normlab list`); optional with --file",
+    )
+    p.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="NAME=SPEC",
+        help="one axis (repeat for more): a list, true,false or he,xavier or 0.1,0.3 (a list "
+        "parameter's lists separated by ;), or a range A:B:N, N points from A to B: geometric "
+        "when A and B are above 0 and span a decade or more (B/A >= 10), else linear; "
+        "A:B:N:log or A:B:N:lin chooses. One value fixes the parameter",
+    )
+    p.add_argument("--seeds", type=int, default=None, metavar="N", help="seeds 0..N-1 (an axis)")
+    p.add_argument(
+        "--file",
+        metavar="SWEEP.toml",
+        default=None,
+        help="a sweep file: experiment = NAME, seeds = N, and a [grid] table of NAME = SPEC "
+        "(a text as --grid takes, a list, or one value); --grid and --seeds replace its own",
+    )
+    p.add_argument(
+        "--store",
+        metavar="PATH",
+        default=DEFAULT_STORE,
+        help=f"the SQLite file of results (default {DEFAULT_STORE} in the working folder)",
+    )
+    p.add_argument(
+        "--retry-errors",
+        action="store_true",
+        help="run again the cells that raised (by default a stored error is kept)",
+    )
+    p.add_argument(
+        "--export",
+        metavar="FILE",
+        default=None,
+        help="also write the results: .parquet or .csv (a row per cell: parameters, status, key "
+        "numbers) or .jsonl (each cell's whole record)",
+    )
+    p.add_argument("--json", action="store_true", help="print the summary and rows as JSON")
+
+
+def _sweep_of(args: argparse.Namespace) -> Sweep:
+    """The sweep the command line describes, every cell validated (nothing runs)."""
+    if args.file is not None:
+        grid = grid_items(args.grid)
+        return Sweep.from_file(args.file, args.store, grid, args.seeds, args.experiment)
+    if args.experiment is None:
+        raise UsageError(f"the following arguments are required: NAME (one of: {_names()})")
+    return Sweep(args.experiment, args.grid, args.seeds, args.store)
+
+
+def _sweep_backend(args: argparse.Namespace) -> Backend | None:
+    """What runs the sweep's groups: None, in this process (the seam for other backends)."""
+    return None
+
+
+def _run_sweep(
+    sweep: Sweep, retry_errors: bool, err: Console, backend: Backend | None
+) -> RunSummary:
+    """Run ``sweep`` on ``backend``, with a progress bar on a terminal."""
+    if not err.is_terminal:
+        return sweep.run(retry_errors=retry_errors, backend=backend)
+    columns = (
+        TextColumn(f"sweep {sweep.experiment}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("configurations"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task("sweep", total=len(sweep.configs))
+
+        def advance(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        return sweep.run(advance, retry_errors, backend)
+
+
+def _cmd_sweep(args: argparse.Namespace, console: Console) -> None:
+    sweep = _sweep_of(args)
+    export = Path(args.export) if args.export else None
+    if export is not None:
+        check_export(export)
+    try:
+        Store(sweep.store).close()  # a store that cannot be opened: refused before any run
+    except StoreError as exc:
+        raise UsageError(f"--store: {exc}") from None
+    summary = _run_sweep(sweep, args.retry_errors, Console(stderr=True), _sweep_backend(args))
+    rows = sweep.table()
+    if args.json:
+        out = {"store": str(sweep.store), "experiment": sweep.experiment, **vars(summary)}
+        print(json.dumps({**out, "rows": rows}))
+    else:
+        _print_sweep(console, sweep, summary, rows)
+    if export is not None:
+        sweep.export(export)
+        said = Console(stderr=True) if args.json else console
+        said.print(f"results written to {export}", soft_wrap=True)
+
+
+def _print_sweep(
+    console: Console, sweep: Sweep, summary: RunSummary, rows: Sequence[Mapping[str, Any]]
+) -> None:
+    """The swept parameters, status and key numbers of each cell, then what the run did."""
+    axes = [a.name for a in sweep.grid.axes if len(a.values) > 1]
+    fixed = {"id", "status", "seconds", "error", *sweep.configs[0].params} if rows else set()
+    numbers = [k for k in rows[0] if k not in fixed] if rows else []
+    table = RichTable(title=f"sweep {summary.sweep_id} ({sweep.experiment})", title_justify="left")
+    for column in ("id", *axes, "status", *numbers):
+        table.add_column(column, justify="left" if column in ("id", "status") else "right")
+    for row in rows[:SWEEP_ROWS]:
+        table.add_row(*(_cell(row.get(c)) for c in ("id", *axes, "status", *numbers)))
+    console.print(table)
+    if len(rows) > SWEEP_ROWS:
+        console.print(f"  ({len(rows) - SWEEP_ROWS} more rows: --export FILE writes them all)")
+    console.print(
+        f"{summary.total} configurations: {summary.ran} run now ({summary.errors} raised), "
+        f"{summary.stored_before} already stored in {sweep.store}",
+        soft_wrap=True,
+    )
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "" if value is None else _default(value)
+
+
 PIPE_WIDTH = 160
 """Width of tables written to a file or a pipe (no terminal to fit, unless ``COLUMNS`` says)."""
 
@@ -1092,6 +1251,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _cmd_doctor(args, console)
         elif args.command == "train":
             _cmd_train(args, console)
+        elif args.command == "sweep":
+            _cmd_sweep(args, console)
         else:
             _cmd_run(args, console)
     except _Exit as done:  # argparse printed the help

@@ -8,8 +8,11 @@
 
 from normlab.sweep.engine import Backend, Group, Outcome, groups_of, in_process, run_group
 from normlab.sweep.grid import Axis, Config, Grid, GridError, config_id
+from normlab.sweep.store import DEFAULT_STORE, Store, StoreError
+from normlab.sweep.sweeps import RunSummary, Sweep, run_sweep
 
 __all__ = [
+    "DEFAULT_STORE",
     "Axis",
     "Backend",
     "Config",
@@ -17,8 +20,13 @@ __all__ = [
     "GridError",
     "Group",
     "Outcome",
+    "RunSummary",
+    "Store",
+    "StoreError",
+    "Sweep",
     "config_id",
     "groups_of",
     "in_process",
     "run_group",
+    "run_sweep",
 ]

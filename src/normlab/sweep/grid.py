@@ -104,16 +104,7 @@ class Grid:
     @classmethod
     def parse(cls, experiment: str, specs: Sequence[str] = (), seeds: int | None = None) -> Grid:
         """A grid from command-line texts ``NAME=SPEC`` and ``--seeds N``."""
-        items: dict[str, Any] = {}
-        for text in specs:
-            name, sep, spec = text.partition("=")
-            if not sep or not name.strip():
-                raise GridError("grid", f"--grid {text!r}: write NAME=VALUES (e.g. lr=0.1:3:12)")
-            key = name.strip().replace("-", "_")
-            if key in items:
-                raise GridError(key, f"parameter {key!r}: given twice in the grid")
-            items[key] = spec
-        return cls.from_mapping(experiment, items, seeds)
+        return cls.from_mapping(experiment, grid_items(specs), seeds)
 
     @classmethod
     def from_mapping(
@@ -148,6 +139,21 @@ class Grid:
     def spec(self) -> dict[str, str]:
         """The axes as the user wrote them, ``{name: spec}`` (for the store's sweep record)."""
         return {a.name: a.spec for a in self.axes}
+
+
+def grid_items(specs: Sequence[str]) -> dict[str, str]:
+    """``["lr=0.1:3:12", "init=he,xavier"]`` as ``{"lr": "0.1:3:12", "init": "he,xavier"}``
+    (a name may be written with ``-`` for ``_``, as its flag is)."""
+    items: dict[str, str] = {}
+    for text in specs:
+        name, sep, spec = text.partition("=")
+        if not sep or not name.strip():
+            raise GridError("grid", f"--grid {text!r}: write NAME=VALUES (e.g. lr=0.1:3:12)")
+        key = name.strip().replace("-", "_")
+        if key in items:
+            raise GridError(key, f"parameter {key!r}: given twice in the grid")
+        items[key] = spec
+    return items
 
 
 def config_id(experiment: str, params: Mapping[str, Any]) -> str:
