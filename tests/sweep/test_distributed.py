@@ -25,7 +25,18 @@ from typing import Any
 
 import pytest
 
-from normlab.sweep import Config, Grid, Group, Outcome, groups_of, in_process, run_group
+from normlab.cli import main
+from normlab.sweep import (
+    Config,
+    Grid,
+    Group,
+    Outcome,
+    Store,
+    Sweep,
+    groups_of,
+    in_process,
+    run_group,
+)
 from normlab.sweep.distributed import (
     RayBackend,
     RayNotInstalled,
@@ -152,3 +163,50 @@ def test_an_address_where_nothing_answers_is_refused_at_once() -> None:
     for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
         with pytest.raises(RayUnreachable, match="no Ray cluster answers at"):
             list(run_on_ray([], address=address))
+
+
+def _results(store: Path) -> dict[str, Any]:
+    """Each stored configuration's result (or error), by id."""
+    return {r["id"]: r["result"] or r["error"] for r in Sweep("bn-lr", AXES, None, store).records()}
+
+
+def test_normlab_sweep_ray_stores_what_an_in_process_sweep_stores(
+    ray_instance: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    grid = [arg for axis in AXES for arg in ("--grid", axis)]
+    on_ray, here = tmp_path / "ray.sqlite3", tmp_path / "here.sqlite3"
+    assert main(["sweep", "bn-lr", *grid, "--store", str(on_ray), "--ray", "auto", "--json"]) == 0
+    assert main(["sweep", "bn-lr", *grid, "--store", str(here), "--json"]) == 0
+    assert len(_results(on_ray)) == 4 and None not in _results(on_ray).values()
+    assert _results(on_ray) == _results(here)
+    assert ray_instance.is_initialized()
+
+
+@pytest.mark.parametrize(
+    ("case", "why"),
+    [
+        ("not installed", "Ray is not installed: pip install 'normlab[ray]'"),
+        ("nothing there", "no Ray cluster answers at '127.0.0.1:"),
+    ],
+)
+def test_normlab_sweep_ray_refused_in_one_line_before_anything_runs(
+    case: str,
+    why: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    address = "auto"
+    if case == "not installed":
+        monkeypatch.setitem(sys.modules, "ray", None)  # import ray now raises ImportError
+    else:
+        with socket.socket() as probe:  # a port that was free a moment ago and is closed now
+            probe.bind(("127.0.0.1", 0))
+            address = f"127.0.0.1:{probe.getsockname()[1]}"
+    store = tmp_path / "s.sqlite3"
+    grid = [arg for axis in AXES for arg in ("--grid", axis)]
+    assert main(["sweep", "bn-lr", *grid, "--store", str(store), "--ray", address]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("normlab: error: --ray: ") and why in err
+    with Store(store) as stored:
+        assert stored.count() == 0
