@@ -64,8 +64,9 @@ Either way torch must be on the nodes, at the driver's version, or the numbers (
 configuration ids, which carry the experiment's version) may differ.
 
 **Threads.** Each task asks for one CPU, and Ray sets ``OMP_NUM_THREADS=1`` in a one-CPU task's
-worker: torch computes with one thread, as an in-process sweep does under ``OMP_NUM_THREADS=1``,
-so that a configuration gives the same numbers on either path on the same machine.
+worker (unless the environment Ray starts from sets it): torch computes with one thread, as an
+in-process sweep does under ``OMP_NUM_THREADS=1``, so that a configuration gives the same
+numbers on either path on the same machine.
 """
 
 from __future__ import annotations
