@@ -137,6 +137,18 @@ def test_a_task_lost_on_every_try_gives_its_configurations_an_error(
             assert outcome.result == expected[outcome.config_id].result
 
 
+def _engine_bug(group: Group) -> list[Outcome]:
+    raise RuntimeError(f"a bug in the engine, on {len(group.configs)} configurations")
+
+
+def test_an_engine_bug_in_a_task_is_raised_not_stored(
+    ray_instance: Any, configs: list[Config]
+) -> None:
+    # run_group raises only for a bug of its own: that stops the sweep, as it would in process
+    with pytest.raises(RuntimeError, match="a bug in the engine, on 4 configurations"):
+        list(run_on_ray(groups_of(configs), chunk=4, runner=_engine_bug))
+
+
 def test_split_cuts_groups_into_ordered_chunks(configs: list[Config]) -> None:
     (group,) = groups_of(configs)
     parts = split([group], 3)
