@@ -1084,6 +1084,9 @@ def _add_sweep_parser(sub: Any) -> None:
         "as it arrives, keyed by a hash of the experiment, its code's version and the cell's "
         "parameters: run the same command again after an interruption and only the missing "
         "cells run.",
+        epilog="Example: normlab sweep bn-lr --grid lr=0.1:3:12 --grid batch_norm=true,false "
+        "--grid init=he,xavier --seeds 3. The parameters and what each allows: "
+        "`normlab run NAME --help`.",
         formatter_class=_HelpFormatter,
         allow_abbrev=False,
     )

@@ -23,6 +23,7 @@ value (a fixed setting)::
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import tomllib
@@ -76,13 +77,13 @@ class Sweep:
         store: str | Path = DEFAULT_STORE,
     ) -> None:
         if isinstance(grid, Grid):
-            if seeds is not None:
-                raise GridError("seeds", "seeds: give them in the Grid itself")
+            if seeds is not None or grid.experiment != experiment:
+                raise GridError("grid", f"a Grid of {grid.experiment!r} with its seeds, no others")
             self.grid = grid
         elif isinstance(grid, Mapping):
             self.grid = Grid.from_mapping(experiment, grid, seeds)
-        else:
-            self.grid = Grid.parse(experiment, list(grid), seeds)
+        else:  # NAME=SPEC texts (one text alone is one axis, not its characters)
+            self.grid = Grid.parse(experiment, [grid] if isinstance(grid, str) else grid, seeds)
         self.experiment = experiment
         self.configs: list[Config] = self.grid.configs()
         self.store = Path(store)
@@ -124,6 +125,7 @@ class Sweep:
         ``retry_errors``), storing each outcome as it arrives; ``backend`` runs the groups
         (default :func:`~normlab.sweep.engine.in_process`)."""
         ids = [c.id for c in self.configs]
+        known = set(ids)
         with Store(self.store) as store:
             sweep_id = store.add_sweep(self.experiment, self.spec(), ids)
             done = store.finished(ids, retry_errors)
@@ -134,7 +136,7 @@ class Sweep:
             for outcome in (backend or in_process)(groups_of(list(todo.values()))):
                 config = todo.pop(outcome.config_id, None)
                 if config is None:
-                    _check_known(outcome, ids)
+                    _check_known(outcome, known)
                     continue  # a second outcome for a config (a retried task): stored once
                 store.put(config, outcome)
                 stored, errors = stored + 1, errors + (outcome.error is not None)
@@ -238,6 +240,11 @@ def check_export(path: Path) -> str:
         raise GridError("export", f"--export {str(path)!r}: suffix {shown!r}, use one of {EXPORTS}")
     if not path.parent.is_dir():
         raise GridError("export", f"--export {str(path)!r}: folder {str(path.parent)!r} is missing")
+    needs = {".csv": ("pandas",), ".parquet": ("pandas", "pyarrow")}.get(suffix, ())
+    missing = [name for name in needs if importlib.util.find_spec(name) is None]
+    if missing:
+        words = " and ".join(missing)
+        raise GridError("export", f"--export {suffix} needs {words}: pip install 'normlab[sweep]'")
     return suffix
 
 
@@ -268,6 +275,6 @@ def _numbers(value: object) -> bool:
     )
 
 
-def _check_known(outcome: Outcome, ids: Sequence[str]) -> None:
+def _check_known(outcome: Outcome, ids: set[str]) -> None:
     if outcome.config_id not in ids:
         raise RuntimeError(f"the backend answered {outcome.config_id!r}, no config of this sweep")
