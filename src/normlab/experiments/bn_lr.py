@@ -14,12 +14,16 @@ block, the scale a method gives the weights cancels in the forward pass
 
 from __future__ import annotations
 
+import copy
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, stack_module_state, vmap
 
 from normlab import figures as fig
 from normlab.data import two_moons
@@ -154,6 +158,146 @@ class BnLrResult(Result):
         return [fig.Figure(title, [panel])]
 
 
+# -- batched: many configurations in one process (the sweep engine's path) ----------------------
+#
+# Not in the script: a learner's script trains one configuration, the plain code above. A sweep
+# (normlab.sweep) hands ``bn_lr_batched`` the configurations that share a ``batch_key`` and
+# trains them all at once: the K nets' weights stacked along a new first dimension, one forward
+# and one backward per step for all of them. It reuses the very ``MLP`` the plain run trains,
+# mapped over the K weight sets with ``torch.func.vmap`` (the model-ensembling recipe of the
+# torch.func tutorials) rather than a hand-written ``torch.bmm`` copy of the net: batching then
+# changes nothing in the model (its Linear, BatchNorm1d and its running-statistics rule are
+# torch's), and the batched loop differs from the plain one only where it must: K losses and K
+# learning rates.
+
+
+def batch_key(params: Mapping[str, Any]) -> tuple[int, int, int, str]:
+    """The configurations that may train together: those with equal keys.
+
+    Stacking needs one net shape (``hidden_layers``, ``width``), one number of ``steps`` and one
+    ``device``. ``lr``, ``init`` and ``seed`` live in the stacked weights and the per-net rates,
+    and ``batch_norm`` only chooses which of its two nets a configuration reports as ``losses``
+    (every configuration trains both), so all four may differ.
+    """
+    return (params["hidden_layers"], params["width"], params["steps"], params["device"])
+
+
+def initial_net(
+    batch_norm: bool, init: str, seed: int, width: int, hidden_layers: int, device: str
+) -> nn.Module:
+    """One of :func:`bn_lr`'s two nets as it starts, drawn as :func:`bn_lr` draws it."""
+    torch.manual_seed(seed)
+    net = MLP(width, hidden_layers, norm="batch" if batch_norm else "none")
+    if init != "default":
+        apply_init(net, init)
+    return net.to(device)
+
+
+def train_stacked(
+    nets: Sequence[nn.Module], x: torch.Tensor, y: torch.Tensor, lrs: torch.Tensor, steps: int
+) -> list[list[float]]:
+    r"""Train K nets of one architecture together, net :math:`k` with full-batch SGD at rate
+    ``lrs[k]``: what :func:`~normlab.train.train` does to each, in one forward and one backward
+    per step for all K.
+
+    The K nets' parameters and buffers are stacked into tensors of shape ``(K, *shape)``
+    (:func:`torch.func.stack_module_state`); :func:`torch.func.vmap` maps one net's loss over
+    that first dimension. BatchNorm's batch statistics and its running statistics stay per net:
+    vmap runs it on the K nets' ``(N, C)`` activations as one batch of ``K * C`` channels, each
+    net's own. The K losses share no weight, so the gradient of
+    their sum with respect to net :math:`k`'s weights is net :math:`k`'s own gradient, and the
+    update is SGD's with each net's rate:
+
+    .. math::
+        W_k \leftarrow W_k - \mathrm{lr}_k \, \nabla_{W_k} \ell_k
+
+    The order is :func:`~normlab.train.train_step`'s (zero the gradients, forward, loss,
+    backward, step, record); that function cannot serve, as it steps one optimizer at one rate
+    and returns one loss. The nets are trained in place (their final weights and buffers are
+    written back), as ``train`` trains its net.
+
+    The numbers are ``train``'s to float32 rounding: a batched kernel may add the terms of a sum
+    in another order than the kernel of one net (``tests/experiments/test_bn_lr_batched.py``
+    derives the tolerance).
+
+    Args:
+        nets: K nets of one architecture, mapping ``(N, D)`` inputs to ``(N, 1)`` logits.
+        x: ``(N, D)`` inputs.  y: ``(N, 1)`` targets in {0, 1}, the same for every net.
+        lrs: ``(K,)`` learning rates, on the nets' device.  steps: the number of updates.
+
+    Returns:
+        K loss curves of ``steps`` losses each, each loss measured before its step's update.
+    """
+    params, buffers = stack_module_state(list(nets))  # name -> (K, *shape), params are leaves
+    skeleton = copy.deepcopy(nets[0]).to("meta").train()  # the architecture without its data
+
+    def loss_of(p: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> torch.Tensor:
+        logits = functional_call(skeleton, (p, b), (x,))  # one net's (N, 1) logits
+        return F.binary_cross_entropy_with_logits(logits, y)  # a scalar: its mean loss
+
+    losses_of = vmap(loss_of)  # the K nets' stacked tensors -> (K,) losses
+    curves: list[list[float]] = []  # (steps, K)
+    for _ in range(steps):
+        for p in params.values():
+            p.grad = None  # zero_grad
+        losses = losses_of(params, buffers)  # (K,): forward and loss, every net
+        losses.sum().backward()  # p.grad[k]: net k's own gradient
+        with torch.no_grad():
+            for p in params.values():
+                rate = lrs.view(-1, *[1] * (p.dim() - 1))  # (K,) -> (K, 1, ...) to broadcast
+                p.addcmul_(p.grad, rate, value=-1.0)  # W_k - lr_k * grad_k, as SGD rounds it
+        curves.append(losses.tolist())
+    with torch.no_grad():  # the trained weights and running statistics back into each net
+        for k, net in enumerate(nets):
+            net.load_state_dict({name: t[k] for name, t in (params | buffers).items()})
+    return [list(curve) for curve in zip(*curves, strict=True)]  # (steps, K) -> K curves
+
+
+def bn_lr_batched(configs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Run many ``bn-lr`` configurations of one :func:`batch_key` together.
+
+    Each configuration trains the same two nets :func:`bn_lr` trains (with and without BN, from
+    ``torch.manual_seed(seed)``, set by ``init``, at rate ``lr``); here all the nets without BN
+    train in one :func:`train_stacked` call and all those with BN in another. A net that two
+    configurations share (they differ only in ``batch_norm``) trains once.
+
+    Args:
+        configs: full parameter dicts (every declared parameter), with one :func:`batch_key`.
+
+    Returns:
+        Each configuration's result, in order: the dict :func:`bn_lr` yields last for it.
+    """
+    if not configs:
+        return []
+    keys = {batch_key(c) for c in configs}
+    if len(keys) != 1:
+        raise ValueError(
+            f"configs must share one batch_key (hidden_layers, width, steps, "
+            f"device), got {sorted(keys, key=str)}"
+        )
+    hidden_layers, width, steps, device = keys.pop()
+    x, y = two_moons(device=device)
+    runs = list(dict.fromkeys((c["init"], c["seed"], c["lr"]) for c in configs))  # each once
+    curves: dict[tuple[bool, str, int, float], list[float]] = {}
+    for bn in (False, True):
+        nets = [initial_net(bn, init, seed, width, hidden_layers, device) for init, seed, _ in runs]
+        lrs = torch.tensor([lr for *_, lr in runs], device=device)  # (K,)
+        for run, curve in zip(runs, train_stacked(nets, x, y, lrs, steps), strict=True):
+            curves[(bn, *run)] = curve
+    results = []
+    for c in configs:
+        run = (c["init"], c["seed"], c["lr"])
+        results.append(
+            {
+                "batch_norm": c["batch_norm"],
+                "lr": c["lr"],
+                "losses": list(curves[(c["batch_norm"], *run)]),  # a copy: runs may share
+                "contrast_losses": list(curves[(not c["batch_norm"], *run)]),
+            }
+        )
+    return results
+
+
 EXPERIMENT = Experiment(
     name="bn-lr",
     title="BatchNorm and the learning rate",
@@ -178,4 +322,6 @@ EXPERIMENT = Experiment(
     ),
     cost=Cost(10.0),
     total_steps=lambda p: 2 * p.steps,
+    batched=bn_lr_batched,
+    batch_key=batch_key,
 )

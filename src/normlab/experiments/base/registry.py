@@ -10,7 +10,7 @@ import dataclasses
 import functools
 import inspect
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -77,8 +77,20 @@ class Experiment:
     cost: Cost
     heaviest: Mapping[str, Any] = field(default_factory=dict)
     total_steps: Callable[[Any], int] | None = None
+    # Batching (a sweep's, normlab.sweep): ``batched(configs)`` runs several full parameter
+    # dicts (every declared parameter) in one call, and returns each one's result dict in order:
+    # the dict ``entry`` returns (or yields last) for it, to float tolerance. Configurations may
+    # share a call when ``batch_key(params)`` gives them equal keys: what stacking their models
+    # needs equal (a net's shape, its steps, the device), while what differs (learning rate,
+    # init, seed) lives in the stacked weights. An experiment sets both or neither; one that
+    # sets neither runs one configuration at a time. Like ``entry``, ``batched`` seeds torch's
+    # generator: its caller holds ENGINE and keeps its own random state, as run_experiment does.
+    batched: Callable[[Sequence[Mapping[str, Any]]], list[dict[str, Any]]] | None = None
+    batch_key: Callable[[Mapping[str, Any]], Hashable] | None = None
 
     def __post_init__(self) -> None:
+        if (self.batched is None) != (self.batch_key is None):
+            raise ValueError(f"experiment {self.name!r}: set batched and batch_key together")
         for needed in (self.entry, self.tables):
             if needed not in self.code:
                 raise ValueError(f"experiment {self.name!r}: {needed.__name__} is not in its code")

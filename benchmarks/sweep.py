@@ -1,0 +1,146 @@
+"""A sweep of same-shape ``bn-lr`` configurations: one after another against batched.
+
+64 configurations of the default shape (4 hidden blocks of 64 units, 150 steps, two moons):
+16 learning rates from 0.05 to 3.0 x 2 inits x 2 seeds, ``batch_norm`` alternating. Each
+configuration trains two nets (with and without BN), and no two configurations share one, so
+every row trains the same 128 nets:
+
+- one after another: ``run_experiment("bn-lr", **params)`` per configuration, what a sweep of an
+  experiment that cannot batch does;
+- batched in one process: the experiment's ``batched`` entry, one call for all 64 (every net
+  without BN stacked in one ``torch.func.vmap`` forward/backward per step, every net with BN in
+  another).
+
+Each row prints its wall time, its time per configuration and its speed-up over the first row
+(the goal: 5x or more), and the same for the CPU time of this process (all its threads): on a
+shared machine the wall time also counts other processes' turns, the CPU time does not (a row
+whose work runs in other processes, as Ray's workers, shows only its wall time's meaning). A
+row is a name and a function from the configurations to their result dicts (:data:`ROWS`), so
+another way to run them (a Ray cluster) is one more entry. The batched
+results are checked against the first row's: how many losses are bit-identical, the largest
+relative difference over the first steps (where float32 rounding has not yet been amplified)
+and over the whole run (the lr 2.0 nets without BN are chaotic: rounding differences grow).
+
+Absolute times on a shared machine move from run to run; the ratio within one run is the result.
+The thread count and the load average are printed so a noisy run can be told apart.
+
+Usage::
+
+    python benchmarks/sweep.py                 # 64 configurations, 150 steps
+    python benchmarks/sweep.py --quick         # 8 configurations, 20 steps: a smoke test
+    python benchmarks/sweep.py --device cuda   # the same on the GPU
+"""
+
+import argparse
+import itertools
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from normlab.experiments import get_experiment, params_dict, run_experiment
+
+NAME = "bn-lr"
+LRS = [0.05, 0.07, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0]
+QUICK_LRS = [0.1, 2.0]  # a calm rate and the notebook's chaotic one
+INITS = ["default", "he"]
+SEEDS = [0, 1]
+
+WIDTHS = [9, 12, 10, 9, 10]  # the table's columns after the row's name
+
+Run = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+
+
+def configs(lrs: list[float], steps: int, device: str) -> list[dict[str, Any]]:
+    """Full parameter dicts (every declared parameter, validated), ``batch_norm`` alternating."""
+    experiment = get_experiment(NAME)
+    grid = itertools.product(lrs, INITS, SEEDS)
+    return [
+        params_dict(
+            experiment.make_params(
+                {"lr": lr, "init": init, "seed": seed, "steps": steps, "device": device}
+                | {"batch_norm": k % 2 == 1}
+            )
+        )
+        for k, (lr, init, seed) in enumerate(grid)
+    ]
+
+
+def one_after_another(cs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [run_experiment(NAME, **c).data() for c in cs]
+
+
+def batched(cs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    batched_entry = get_experiment(NAME).batched
+    assert batched_entry is not None
+    with torch.random.fork_rng(devices=[]):  # as the sweep engine calls it: its state kept
+        return batched_entry(cs)
+
+
+ROWS: dict[str, Run] = {
+    "one after another": one_after_another,
+    "batched in one process": batched,
+}
+
+
+def curves(results: list[dict[str, Any]]) -> torch.Tensor:
+    """``(configs, 2, steps)``: every configuration's two loss curves, float64."""
+    return torch.tensor([[r["losses"], r["contrast_losses"]] for r in results], dtype=torch.float64)
+
+
+def agreement(ours: list[dict[str, Any]], ref: list[dict[str, Any]], first: int) -> str:
+    """How close ``ours`` is to ``ref``: bit-identical losses, largest relative differences."""
+    a, b = curves(ours), curves(ref)
+    finite = a.isfinite() & b.isfinite()
+    same = ((a == b) | (a.isnan() & b.isnan())).double().mean().item()
+    rel = torch.where(finite, (a - b).abs() / b.abs(), 0.0)  # (configs, 2, steps)
+    one_diverged = (a.isfinite() != b.isfinite()).any(-1).sum().item()
+    return (
+        f"{same:.0%} of losses bit-identical; largest relative difference"
+        f" {rel[..., :first].max().item():.1e} in the first {first} steps,"
+        f" {rel.max().item():.1e} over all (float32 epsilon {torch.finfo().eps:.1e});"
+        f" {one_diverged} curves diverge in one run only"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="8 configurations, 20 steps")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    args = parser.parse_args(argv)
+    lrs, steps = (QUICK_LRS, 20) if args.quick else (LRS, 150)
+    cs = configs(lrs, steps, args.device)
+    load = ", ".join(f"{v:.2f}" for v in os.getloadavg())
+    print(
+        f"{len(cs)} {NAME} configurations, {steps} steps, {args.device},"
+        f" {torch.get_num_threads()} torch threads, load average {load}"
+    )
+    for run in ROWS.values():  # warm up: imports, allocator, kernels
+        run(configs(lrs[:1], 2, args.device)[:2])
+    results: dict[str, list[dict[str, Any]]] = {}
+    wall: dict[str, float] = {}
+    cpu: dict[str, float] = {}
+    for name, run in ROWS.items():
+        start, start_cpu = time.perf_counter(), time.process_time()
+        results[name] = run(cs)
+        wall[name] = time.perf_counter() - start
+        cpu[name] = time.process_time() - start_cpu
+    base = next(iter(ROWS))
+    print(
+        f"{'':26s}{'wall s':>9s}{'per config':>12s}{'speed-up':>10s}{'CPU s':>9s}{'speed-up':>10s}"
+    )
+    for name in ROWS:
+        print(
+            f"  {name:24s}{wall[name]:9.2f}{wall[name] / len(cs):12.3f}"
+            f"{wall[base] / wall[name]:9.1f}x{cpu[name]:9.2f}{cpu[base] / cpu[name]:9.1f}x"
+        )
+    for name in list(ROWS)[1:]:
+        print(f"{name} vs {base}: {agreement(results[name], results[base], first=10)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
