@@ -2,8 +2,9 @@
 
 One local Ray instance (``ray.init(num_cpus=2)``) serves the whole module: starting one costs
 seconds, and a task's first run on a worker imports torch. The grid is four ``bn-lr`` runs of
-two steps on a 1x4 MLP, so that the runs themselves cost milliseconds and what is tested is the
-path: tasks out, outcomes back, a worker killed on the way.
+two steps on 1x4 and 1x5 MLPs (two batched groups of two: two tasks), so that the runs
+themselves cost milliseconds and what is tested is the path: tasks out, outcomes back, a worker
+killed on the way.
 
 The same numbers: a task runs ``run_group`` on one CPU, in a worker where Ray sets
 ``OMP_NUM_THREADS=1``, with the Python, torch and normlab of this process (a local instance);
@@ -49,7 +50,7 @@ from normlab.sweep.distributed import (
 
 pytestmark = pytest.mark.slow
 
-AXES = ["lr=0.1,0.5", "batch_norm=true,false", "steps=2", "hidden_layers=1", "width=4"]
+AXES = ["lr=0.1,0.5", "width=4,5", "batch_norm=true", "steps=2", "hidden_layers=1"]
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +70,7 @@ def configs() -> list[Config]:
 @pytest.fixture(scope="module")
 def expected(configs: list[Config]) -> dict[str, Outcome]:
     """Every configuration's outcome, run in this process."""
+    assert len(groups_of(configs)) == 2  # the two shapes: two groups, batched each
     outcomes = {o.config_id: o for o in in_process(groups_of(configs))}
     assert all(o.ok for o in outcomes.values()), outcomes
     return outcomes
@@ -100,8 +102,8 @@ def _dies_once(marker: Path, group: Group) -> list[Outcome]:
 def test_outcomes_on_ray_equal_those_in_this_process(
     ray_instance: Any, configs: list[Config], expected: dict[str, Outcome]
 ) -> None:
-    # one configuration a task: four tasks over the two workers
-    got = _by_id(RayBackend("auto", chunk=1)(groups_of(configs)))
+    # one batched group a task: two tasks over the two workers
+    got = _by_id(RayBackend("auto")(groups_of(configs)))
     assert sorted(got) == sorted(expected)
     for config_id, outcome in got.items():
         assert outcome.error is None, outcome.error
@@ -114,7 +116,7 @@ def test_a_worker_killed_mid_task_is_retried_and_the_sweep_completes(
 ) -> None:
     marker = tmp_path / "killed"
     runner = functools.partial(_dies_once, marker)
-    got = _by_id(run_on_ray(groups_of(configs), chunk=1, max_retries=1, runner=runner))
+    got = _by_id(run_on_ray(groups_of(configs), max_retries=1, runner=runner))
     assert marker.exists()  # a worker was killed
     assert sorted(got) == sorted(expected)  # every configuration once, none lost
     for config_id, outcome in got.items():
@@ -127,7 +129,7 @@ def test_a_task_lost_on_every_try_gives_its_configurations_an_error(
 ) -> None:
     # no retries: the killed task's two configurations are stored as errors, the rest as results
     runner = functools.partial(_dies_once, tmp_path / "killed")
-    got = _by_id(run_on_ray(groups_of(configs), chunk=2, max_retries=0, runner=runner))
+    got = _by_id(run_on_ray(groups_of(configs), max_retries=0, runner=runner))
     assert sorted(got) == sorted(expected)
     lost = [o for o in got.values() if not o.ok]
     assert len(lost) == 2
@@ -145,19 +147,24 @@ def test_an_engine_bug_in_a_task_is_raised_not_stored(
     ray_instance: Any, configs: list[Config]
 ) -> None:
     # run_group raises only for a bug of its own: that stops the sweep, as it would in process
-    with pytest.raises(RuntimeError, match="a bug in the engine, on 4 configurations"):
-        list(run_on_ray(groups_of(configs), chunk=4, runner=_engine_bug))
+    with pytest.raises(RuntimeError, match="a bug in the engine, on 2 configurations"):
+        list(run_on_ray(groups_of(configs), runner=_engine_bug))
 
 
-def test_split_cuts_groups_into_ordered_chunks(configs: list[Config]) -> None:
-    (group,) = groups_of(configs)
-    parts = split([group], 3)
-    assert [len(p.configs) for p in parts] == [3, 1]
-    assert all(p.experiment == group.experiment for p in parts)
-    assert tuple(c for p in parts for c in p.configs) == group.configs
+def test_split_cuts_groups_that_run_alone_and_keeps_batched_ones_whole(
+    configs: list[Config],
+) -> None:
+    alone = Grid.parse("drift", ["width=2,3,4,5", "depth=1"]).configs()  # drift cannot batch
+    (runs_alone,) = groups_of(alone)
+    batched = groups_of(configs)
+    tasks = split([runs_alone, *batched], 3)
+    assert [len(t.configs) for t in tasks] == [3, 1, 2, 2]
+    assert tasks[2:] == batched == split(batched, 1)  # whole: cut, it gives other numbers
+    assert tuple(c for t in tasks[:2] for c in t.configs) == runs_alone.configs  # in order
+    assert all(t.experiment == "drift" for t in tasks[:2])
     assert chunk_size(4, 2) == 1 and chunk_size(64, 2) == 16 and chunk_size(65, 2) == 17
     with pytest.raises(ValueError, match="chunk 0 not supported"):
-        split([group], 0)
+        split([runs_alone], 0)
 
 
 def test_without_ray_installed_the_error_says_how_to_install_it(

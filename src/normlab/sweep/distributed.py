@@ -19,14 +19,21 @@ arguments and results, a worker's first import of torch) once per configuration.
 per-trial cost shows how that ends: 100 trivial trials took 22.7 s against 0.1 s run plainly
 (ray-project/ray#11004), which dominates runs of 10 seconds.
 
-**Chunks.** One task per group is too coarse when a group is large (500 configurations that run
-one by one would be one long task on one CPU, and a worker lost near its end would cost all of
-it), so a group is cut into chunks of at most ``chunk`` configurations, each chunk one task. By
-default ``chunk`` is chosen for about two tasks per CPU of the cluster (``ceil(n / (2 * cpus))``
-for ``n`` configurations): every CPU has work, a fast CPU takes a second task while a slow one
-finishes its first, and a task still holds many configurations, so that it runs for seconds and
-its fixed cost (milliseconds: ``benchmarks/sweep.py`` prints it) is small beside it. A group
-smaller than ``chunk`` stays whole; groups of different shapes are never merged.
+**Chunks.** A group of an experiment that cannot batch runs its configurations one by one,
+each alone: cutting it changes no number. One task per such group is too coarse when the group
+is large beside the cluster (16 configurations on one CPU while others idle, and a worker lost
+near the end costs them all), so these groups are cut into chunks of at most ``chunk``
+configurations, each chunk a task. By default ``chunk`` gives about two tasks per CPU of the
+cluster (``ceil(n / (2 * cpus))`` for ``n`` such configurations): every CPU has work, a fast CPU
+takes a second task while a slow one finishes its first, and a task still runs for seconds, so
+that its fixed cost (a millisecond or so: ``benchmarks/sweep.py`` prints it) is small beside it.
+
+A batched group is one task, never cut: which configurations share a batched call changes the
+last bits of their numbers (``bn-lr``'s group of 16 cut into pairs: none of the 16 results
+bit-identical to the group's; a chunk of one would even run unbatched), and a stored result
+must be what the same group gives in process, whatever the cluster's size. The engine bounds a
+batched group (``BATCHED_GROUP`` configurations, one call of seconds); a sweep over several
+shapes has several groups, and those spread over the cluster.
 
 **Retries.** A task whose worker process dies (killed, out of memory, its node lost) is run
 again, up to ``max_retries`` times: Ray retries a task on such a system failure by itself. A
@@ -80,6 +87,7 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import urlsplit
 
+from normlab.experiments import get_experiment
 from normlab.sweep.engine import Group, Outcome, run_group
 
 __all__ = [
@@ -119,23 +127,23 @@ def import_ray() -> ModuleType:
 
 
 def split(groups: Sequence[Group], chunk: int) -> list[Group]:
-    """Cut every group into consecutive chunks of at most ``chunk`` configurations.
+    """The tasks of ``groups``: each group of an experiment that cannot batch cut into
+    consecutive chunks of at most ``chunk`` configurations, each batched group whole.
 
-    A chunk keeps its group's experiment (and any other field of the group): it is a smaller
-    group of the same shape, batched the same way. The configurations keep their order, so the
-    chunks of a group, read in order, are the group.
-
-    >>> from normlab.sweep.engine import Group
-    >>> [len(g.configs) for g in split([Group("bn-lr", tuple(range(5)))], 2)]
-    [2, 2, 1]
+    A chunk keeps its group's experiment (and any other field of the group), and the
+    configurations keep their order, so the chunks of a group, read in order, are the group.
+    Why batched groups stay whole: the module's docstring ("Chunks").
     """
     if chunk < 1:
         raise ValueError(f"chunk {chunk!r} not supported, use an integer >= 1")
-    return [
-        dataclasses.replace(group, configs=group.configs[start : start + chunk])
-        for group in groups
-        for start in range(0, len(group.configs), chunk)
-    ]
+    tasks = []
+    for group in groups:
+        if get_experiment(group.experiment).batched is not None:
+            tasks.append(group)
+            continue
+        for start in range(0, len(group.configs), chunk):
+            tasks.append(dataclasses.replace(group, configs=group.configs[start : start + chunk]))
+    return tasks
 
 
 def chunk_size(configs: int, cpus: int) -> int:
@@ -248,8 +256,9 @@ def run_on_ray(
         groups: the sweep's groups (what :func:`~normlab.sweep.engine.groups_of` makes), all of
             whose configurations are to run.
         address: ``"auto"``, ``"HOST:PORT"`` or ``"ray://HOST:PORT"`` (module docstring).
-        chunk: the most configurations in one task; default :func:`chunk_size` over the
-            cluster's CPUs (about two tasks per CPU).
+        chunk: the most configurations in one task of an experiment that cannot batch
+            (a batched group is one task); default :func:`chunk_size` over the cluster's CPUs
+            (about two tasks per CPU).
         max_retries: how many times Ray runs a task again whose worker process died.
         runtime_env: Ray's ``runtime_env`` for the workers, e.g. ``{"py_modules": [normlab]}``
             for a remote cluster without normlab (module docstring).
@@ -280,7 +289,8 @@ def _run(
     pending: dict[Any, Group] = {}
     try:
         cpus = int(ray.cluster_resources().get("CPU", 1))
-        total = sum(len(group.configs) for group in groups)
+        alone = [g for g in groups if get_experiment(g.experiment).batched is None]
+        total = sum(len(group.configs) for group in alone)  # the configurations split cuts
         task = ray.remote(num_cpus=1, max_retries=max_retries)(_call)
         for part in split(groups, chunk or chunk_size(total, cpus)):
             pending[task.remote(runner, part)] = part
