@@ -200,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     for name in list(ROWS)[1:]:
         print(f"{name} vs {base}: {agreement(results[name], results[base], first=10)}")
-    if "start_s" in RAY:
+    if "start_s" in RAY:  # the same batched group, in a Ray task: the same numbers
+        ray_vs = agreement(results["through local Ray"], results["batched in one process"], 10)
+        print(f"through local Ray vs batched in one process: {ray_vs}")
         per_task = ray_overhead_per_task(cs)
         import_ray().shutdown()
         print(

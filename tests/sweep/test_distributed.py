@@ -44,6 +44,7 @@ from normlab.sweep.distributed import (
     RayUnreachable,
     chunk_size,
     import_ray,
+    resources,
     run_on_ray,
     split,
 )
@@ -165,6 +166,13 @@ def test_split_cuts_groups_that_run_alone_and_keeps_batched_ones_whole(
     assert chunk_size(4, 2) == 1 and chunk_size(64, 2) == 16 and chunk_size(65, 2) == 17
     with pytest.raises(ValueError, match="chunk 0 not supported"):
         split([runs_alone], 0)
+
+
+def test_a_task_on_the_gpu_asks_ray_for_one(configs: list[Config]) -> None:
+    (group, _) = groups_of(configs)
+    assert resources(group) == {"num_cpus": 1, "num_gpus": 0}
+    on_gpu = Config("bn-lr", {**group.configs[0].params, "device": "cuda"}, "id-on-gpu")
+    assert resources(Group("bn-lr", (on_gpu,))) == {"num_cpus": 1, "num_gpus": 1}
 
 
 def test_without_ray_installed_the_error_says_how_to_install_it(

@@ -70,6 +70,9 @@ the usual way), or pass a ``runtime_env`` that ships it::
 Either way torch must be on the nodes, at the driver's version, or the numbers (and the stored
 configuration ids, which carry the experiment's version) may differ.
 
+**Resources.** A task asks for one CPU, and for one GPU when its configurations run on
+``device="cuda"`` (:func:`resources`).
+
 **Threads.** Each task asks for one CPU, and Ray sets ``OMP_NUM_THREADS=1`` in a one-CPU task's
 worker (unless the environment Ray starts from sets it): torch computes with one thread, as an
 in-process sweep does under ``OMP_NUM_THREADS=1``, so that a configuration gives the same
@@ -98,6 +101,7 @@ __all__ = [
     "chunk_size",
     "connect",
     "import_ray",
+    "resources",
     "run_on_ray",
     "split",
 ]
@@ -210,6 +214,18 @@ def connect(
     return ray, True
 
 
+def resources(group: Group) -> dict[str, float]:
+    """What one task of ``group`` asks Ray for: one CPU, and one GPU when a configuration runs
+    on ``device="cuda"`` (Ray hides the GPUs from a task that asks for none).
+
+    >>> from normlab.sweep.engine import Group
+    >>> resources(Group("bn-lr", ()))
+    {'num_cpus': 1, 'num_gpus': 0}
+    """
+    cuda = any(config.params.get("device") == "cuda" for config in group.configs)
+    return {"num_cpus": 1, "num_gpus": 1 if cuda else 0}
+
+
 def _call(runner: Runner, group: Group) -> list[Outcome]:
     """A task's body: ``runner(group)`` (the runner travels as an argument, so that it may be
     any picklable callable, a ``functools.partial`` too, which ``ray.remote`` does not take)."""
@@ -291,9 +307,9 @@ def _run(
         cpus = int(ray.cluster_resources().get("CPU", 1))
         alone = [g for g in groups if get_experiment(g.experiment).batched is None]
         total = sum(len(group.configs) for group in alone)  # the configurations split cuts
-        task = ray.remote(num_cpus=1, max_retries=max_retries)(_call)
+        task = ray.remote(max_retries=max_retries)(_call)
         for part in split(groups, chunk or chunk_size(total, cpus)):
-            pending[task.remote(runner, part)] = part
+            pending[task.options(**resources(part)).remote(runner, part)] = part
         yield from _collect(ray, pending, max_retries)
     finally:
         for ref in pending:  # left by Ctrl+C, an error or close(): nobody will collect them
