@@ -82,9 +82,12 @@ class Experiment:
     # the dict ``entry`` returns (or yields last) for it, to float tolerance. Configurations may
     # share a call when ``batch_key(params)`` gives them equal keys: what stacking their models
     # needs equal (a net's shape, its steps, the device), while what differs (learning rate,
-    # init, seed) lives in the stacked weights. An experiment sets both or neither; one that
-    # sets neither runs one configuration at a time. Like ``entry``, ``batched`` seeds torch's
-    # generator: its caller holds ENGINE and keeps its own random state, as run_experiment does.
+    # init, seed) lives in the stacked weights. Why: a small net's step is mostly per-operation
+    # overhead (Python, dispatch, a kernel launch on a GPU), which one stacked forward and
+    # backward for all pays once. An experiment sets both or neither; one that sets neither
+    # (its runs differ in shape, or it does not train) runs one configuration at a time. Like
+    # ``entry``, ``batched`` seeds torch's generator: its caller holds ENGINE and keeps its own
+    # random state, as run_experiment does.
     batched: Callable[[Sequence[Mapping[str, Any]]], list[dict[str, Any]]] | None = None
     batch_key: Callable[[Mapping[str, Any]], Hashable] | None = None
 
