@@ -55,7 +55,7 @@ stored).
 - ``"HOST:PORT"`` (``--ray HOST:PORT``): join the running cluster whose head is there (what
   ``ray start --head`` prints), from a machine of that cluster; ``"ray://HOST:10001"`` joins
   from outside it through Ray Client (``pip install 'ray[client]'``). Nothing answering there is
-  an error (:class:`RayUnreachable`), found in seconds rather than after Ray's own minute of
+  an error (:class:`RayUnreachable`), found in seconds rather than after Ray's own minutes of
   retries.
 
 **Workers must import normlab.** A local instance's workers start from the driver's Python and
@@ -65,10 +65,11 @@ the usual way), or pass a ``runtime_env`` that ships it::
 
     import normlab
     RayBackend("ray://head:10001", runtime_env={"py_modules": [normlab]})  # this normlab
-    RayBackend("ray://head:10001", runtime_env={"pip": ["normlab==0.1.0"]})  # or from PyPI
+    RayBackend("ray://head:10001", runtime_env={"pip": ["normlab==0.1.0"]})  # or an index
 
-Either way torch must be on the nodes, at the driver's version, or the numbers (and the stored
-configuration ids, which carry the experiment's version) may differ.
+Either way torch must be on the nodes, at the driver's version, and normlab at the driver's
+code: the ids the driver stores name its code's version, and another version's numbers would be
+stored under them.
 
 **Resources.** A task asks for one CPU, and for one GPU when its configurations run on
 ``device="cuda"`` (:func:`resources`).
