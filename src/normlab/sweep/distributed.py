@@ -28,10 +28,11 @@ cluster (``ceil(n / (2 * cpus))`` for ``n`` such configurations): every CPU has 
 takes a second task while a slow one finishes its first, and a task still runs for seconds, so
 that its fixed cost (a millisecond or so: ``benchmarks/sweep.py`` prints it) is small beside it.
 
-A batched group is one task, never cut: which configurations share a batched call changes the
-last bits of their numbers (``bn-lr``'s group of 16 cut into pairs: none of the 16 results
-bit-identical to the group's; a chunk of one would even run unbatched), and a stored result
-must be what the same group gives in process, whatever the cluster's size. The engine bounds a
+A batched group is one task, never cut: which configurations share a batched call can change
+the last bits of their numbers (``bn-lr``'s group of 16 cut into pairs: none of the 16 results
+bit-identical to the group's, though cut into fours or eights they all were; a chunk of one
+would even run unbatched), and a stored result must be what the same group gives in process,
+whatever the cluster's size. The engine bounds a
 batched group (``BATCHED_GROUP`` configurations, one call of seconds); a sweep over several
 shapes has several groups, and those spread over the cluster.
 
