@@ -9,7 +9,17 @@ every row trains the same 128 nets:
   experiment that cannot batch does;
 - batched in one process: the experiment's ``batched`` entry, one call for all 64 (every net
   without BN stacked in one ``torch.func.vmap`` forward/backward per step, every net with BN in
-  another).
+  another);
+- through a local Ray instance (when Ray is installed): what ``normlab sweep --ray auto`` does,
+  the sweep's groups as Ray tasks (:func:`normlab.sweep.distributed.run_on_ray`). The 64 share
+  one shape, so they are one batched group and one task (a batched group is never cut: cut, its
+  numbers change), on one CPU with one torch thread: this row is the batched one plus what Ray
+  costs; a sweep over several shapes spreads its groups over the CPUs. The instance starts in
+  the warm-up (its start-up, with a first batched call on every worker, is printed on its own
+  line: once a sweep); after the table, Ray's overhead per task: the wall time of as many tasks
+  that do nothing, one configuration each, divided by their number (what a task adds beside its
+  compute, to weigh against a task of seconds). Its results come back as the store keeps them
+  (``Result.to_dict()``: a non-finite loss as None), read back here as NaN.
 
 Each row prints its wall time, its time per configuration and its speed-up over the first row
 (the goal: 5x or more), and the same for the CPU time of this process (all its threads): on a
@@ -33,6 +43,7 @@ Usage::
 """
 
 import argparse
+import importlib.util
 import itertools
 import os
 import sys
@@ -43,6 +54,8 @@ from typing import Any
 import torch
 
 from normlab.experiments import get_experiment, params_dict, run_experiment
+from normlab.sweep import Config, Group, Outcome, config_id, groups_of
+from normlab.sweep.distributed import import_ray, run_on_ray
 
 NAME = "bn-lr"
 LRS = [0.05, 0.07, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0]
@@ -85,10 +98,58 @@ def batched(cs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return batched_entry(cs)
 
 
+RAY: dict[str, float] = {}  # the Ray row's own figures: its start-up, its overhead per task
+
+
+def on_ray(cs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The sweep's groups as tasks on a local Ray instance (started at the first call)."""
+    ray = import_ray()
+    if not ray.is_initialized():
+        start = time.perf_counter()
+        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+        # and a first batched call on every worker (imports, allocator): a group a worker, each
+        # of its own width
+        pairs = configs(LRS[:1], 2, cs[0]["device"])[:2]
+        widths = range(2, 2 + min(os.cpu_count() or 1, 64))
+        _ray_results([c | {"width": w} for w in widths for c in pairs])
+        RAY["start_s"] = time.perf_counter() - start
+    return _ray_results(cs)
+
+
+def _ray_results(cs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    cells = [Config(NAME, c, config_id(NAME, c)) for c in cs]
+    outcomes = {o.config_id: o for o in run_on_ray(groups_of(cells))}
+    return [_losses_as_floats(outcomes[c.id]) for c in cells]
+
+
+def _losses_as_floats(outcome: Outcome) -> dict[str, Any]:
+    """The loss curves of a stored result (``to_dict()``: a non-finite float as None) as floats."""
+    assert outcome.result is not None, outcome.error
+    nan = float("nan")
+    return {k: [nan if v is None else v for v in outcome.result[k]] for k in CURVES}
+
+
+def _noop(group: Group) -> list[Outcome]:
+    """A Ray task that runs nothing: what is left of its time is Ray's."""
+    return []
+
+
+def ray_overhead_per_task(cs: list[dict[str, Any]]) -> float:
+    """Seconds per task of ``len(cs)`` no-op tasks, one configuration each."""
+    cells = [Config(NAME, c, config_id(NAME, c)) for c in cs]
+    start = time.perf_counter()
+    list(run_on_ray([Group(NAME, (cell,)) for cell in cells], runner=_noop))
+    return (time.perf_counter() - start) / len(cells)
+
+
+CURVES = ("losses", "contrast_losses")
+
 ROWS: dict[str, Run] = {
     "one after another": one_after_another,
     "batched in one process": batched,
 }
+if importlib.util.find_spec("ray") is not None:  # pip install 'normlab[ray]'
+    ROWS["through local Ray"] = on_ray
 
 
 def curves(results: list[dict[str, Any]]) -> torch.Tensor:
@@ -151,6 +212,16 @@ def main(argv: list[str] | None = None) -> int:
         )
     for name in list(ROWS)[1:]:
         print(f"{name} vs {base}: {agreement(results[name], results[base])}")
+    if "start_s" in RAY:  # the same batched group, in a Ray task: the same numbers
+        ray_vs = agreement(results["through local Ray"], results["batched in one process"])
+        print(f"through local Ray vs batched in one process: {ray_vs}")
+        per_task = ray_overhead_per_task(cs)
+        import_ray().shutdown()
+        print(
+            f"Ray: the local instance started in {RAY['start_s']:.2f} s (once a sweep);"
+            f" overhead per task {per_task * 1e3:.1f} ms ({len(cs)} no-op tasks,"
+            f" {os.cpu_count()} CPUs)"
+        )
     return 0
 
 

@@ -15,7 +15,7 @@ Commands::
                    [--no-check | --check-seeds K --check-steps S]
     normlab doctor FILE.py:FACTORY --widths N,N[,...] --input-shape N,D[,...] [--json]
     normlab sweep NAME [--grid NAME=SPEC ...] [--seeds N] [--file SWEEP.toml] [--store PATH]
-                  [--retry-errors] [--export FILE] [--json]
+                  [--retry-errors] [--export FILE] [--json] [--ray auto|ADDRESS]
 
 ``run`` has one argparse sub-parser per registered experiment, its flags generated from the
 experiment's declared parameters (``--depth 20``, ``--gains 0.9,1,1.1``, ``--batch-norm``,
@@ -59,7 +59,7 @@ from normlab.experiments import (
     script,
 )
 from normlab.experiments.base.params import MAX_SEED
-from normlab.sweep import DEFAULT_STORE, Backend, RunSummary, Store, StoreError, Sweep
+from normlab.sweep import DEFAULT_STORE, Backend, RunSummary, Store, StoreError, Sweep, distributed
 from normlab.sweep.grid import grid_items
 from normlab.sweep.sweeps import check_export
 
@@ -1079,7 +1079,7 @@ def _add_sweep_parser(sub: Any) -> None:
         "sweep",
         help="run a grid of one experiment's settings into a store (resumable)",
         usage="normlab sweep NAME [--grid NAME=SPEC ...] [--seeds N] [--file SWEEP.toml] "
-        "[--store PATH] [--retry-errors] [--export FILE] [--json]",
+        "[--store PATH] [--retry-errors] [--export FILE] [--json] [--ray auto|ADDRESS]",
         description="Run every cell of a grid over one experiment's parameters (the others keep "
         "their default). Every cell is validated before the first runs. Each result is stored "
         "as it arrives, keyed by a hash of the experiment, its code's version and the cell's "
@@ -1134,6 +1134,16 @@ def _add_sweep_parser(sub: Any) -> None:
         "numbers) or .jsonl (each cell's whole record)",
     )
     p.add_argument("--json", action="store_true", help="print the summary and rows as JSON")
+    p.add_argument(
+        "--ray",
+        metavar="auto|ADDRESS",
+        default=None,
+        help="run the groups as Ray tasks, results stored here (pip install 'normlab[ray]'): "
+        "auto joins the Ray this machine runs ($RAY_ADDRESS, or one `ray start` left) or else "
+        "starts a local one on every core; HOST:PORT (on a node of the cluster) or "
+        "ray://HOST:10001 (from outside it, with ray[client]) joins that cluster, whose nodes "
+        "need normlab installed",
+    )
 
 
 def _sweep_of(args: argparse.Namespace) -> Sweep:
@@ -1147,8 +1157,19 @@ def _sweep_of(args: argparse.Namespace) -> Sweep:
 
 
 def _sweep_backend(args: argparse.Namespace) -> Backend | None:
-    """What runs the sweep's groups: None, in this process (the seam for other backends)."""
-    return None
+    """What runs the sweep's groups: None, in this process; with ``--ray``, Ray tasks.
+
+    Ray is joined (or started) here, before any cell runs, so that a missing Ray or an address
+    where none answers is one line and exit 2. The backend then finds this connection; Ray stops
+    a local instance it started when the command ends.
+    """
+    if args.ray is None:
+        return None
+    try:
+        distributed.connect(args.ray)
+    except (distributed.RayNotInstalled, distributed.RayUnreachable) as exc:
+        raise UsageError(f"--ray: {exc}") from None
+    return distributed.RayBackend(args.ray)
 
 
 def _run_sweep(
