@@ -24,9 +24,11 @@ import ast
 import bisect
 import builtins
 import contextlib
+import functools
 import inspect
 import io
 import itertools
+import math
 import re
 import sys
 import textwrap
@@ -186,19 +188,16 @@ def parts(experiment: Experiment, params: object) -> tuple[list[str], list[str],
     code objects that the call reaches, each as :func:`plain` renders it."""
     values = params_dict(params)
     run = call(experiment, values)
-    code = {obj: source_of(obj) for obj in code_of(experiment)}
-    code[experiment.entry] = specialized(code[experiment.entry], values)
-    code = {obj: plain(source) for obj, source in code.items()}
-    reached = _reached(run, {obj.__name__: source for obj, source in code.items()})
-    kept = [obj for obj in code if obj.__name__ in reached]
-    sources = [code[obj] for obj in kept]
+    objects = {obj.__name__: obj for obj in code_of(experiment)}
+    code = pruned({name: plain(source_of(obj)) for name, obj in objects.items()}, run)
+    kept, sources = [objects[name] for name in code], list(code.values())
     return imports(kept, "\n\n".join([*sources, run])), sources, run
 
 
 def _reached(run: str, sources: Mapping[str, str]) -> set[str]:
     """The names of ``sources`` that ``run`` calls, directly or through one another."""
     reached: set[str] = set()
-    todo = _names(run)
+    todo = set(_names(run))
     while todo:
         name = todo.pop()
         if name in sources and name not in reached:
@@ -207,8 +206,9 @@ def _reached(run: str, sources: Mapping[str, str]) -> set[str]:
     return reached
 
 
-def _names(text: str) -> set[str]:
-    return {n.id for n in ast.walk(parse(text)) if isinstance(n, ast.Name)}
+@functools.lru_cache(maxsize=1024)
+def _names(text: str) -> frozenset[str]:
+    return frozenset(n.id for n in ast.walk(_tree(text)) if isinstance(n, ast.Name))
 
 
 def code_of(experiment: Experiment) -> tuple[Any, ...]:
@@ -280,6 +280,8 @@ def plain(source: str) -> str:
 
 
 Def = ast.FunctionDef | ast.AsyncFunctionDef
+Edit = tuple[int, int, str]
+"""``(start, end, replacement)``: a span of a source (in characters) and its new text."""
 
 
 class _Edits:
@@ -290,13 +292,17 @@ class _Edits:
         self.source = source
         self.lines = source.splitlines(keepends=True)
         self.starts = list(itertools.accumulate((len(line) for line in self.lines), initial=0))
-        self.operators = [  # (offset, text) of every operator token: brackets, colons
-            (self.starts[t.start[0] - 1] + t.start[1], t.string)
-            for t in tokenize.generate_tokens(io.StringIO(source).readline)
-            if t.type == tokenize.OP
-        ]
         self.edits: list[tuple[int, int, str]] = []  # (start, end, replacement)
         self.cut: list[tuple[int, int]] = []  # the statements taken out
+
+    @functools.cached_property
+    def operators(self) -> list[tuple[int, str]]:
+        """``(offset, text)`` of every operator token: brackets, colons."""
+        return [
+            (self.starts[t.start[0] - 1] + t.start[1], t.string)
+            for t in tokenize.generate_tokens(io.StringIO(self.source).readline)
+            if t.type == tokenize.OP
+        ]
 
     def apply(self) -> str:
         text = self.source
@@ -404,22 +410,53 @@ class _Edits:
     def is_elif(self, node: ast.stmt) -> bool:
         return self.lines[node.lineno - 1].lstrip().startswith("elif")
 
-    def decide(self, node: ast.If | ast.IfExp, taken: bool) -> tuple[int, int, str]:
-        """The edit that keeps only the branch ``taken`` (True: the body) of ``node``."""
+    def decide(self, node: ast.If | ast.IfExp, taken: bool, alone: bool = False) -> Edit:
+        """The edit that keeps only the branch ``taken`` (True: the body) of ``node`` (``alone``:
+        the only statement of its block, which must not empty)."""
         if isinstance(node, ast.IfExp):
             return self.start(node), self.end(node), self.text(node.body if taken else node.orelse)
+        if self.is_elif(node):
+            return self.decide_elif(node, taken)
         start, end = self.starts[node.lineno - 1], self.starts[node.end_lineno or node.lineno]
         if not taken and node.orelse and self.is_elif(node.orelse[0]):  # "elif b:" -> "if b:"
             return self.start(node), self.start(node.orelse[0]) + len("el"), ""
         branch = node.body if taken else node.orelse
         if not branch:
-            return start, end, ""
+            return start, end, " " * node.col_offset + "pass\n" if alone else ""
         first = branch[0].lineno
         while self.lines[first - 2].lstrip().startswith("#"):  # its comments above it
             first -= 1
         shift = " " * (branch[0].col_offset - node.col_offset)
         lines = self.lines[first - 1 : branch[-1].end_lineno]
         return start, end, "".join(line.removeprefix(shift) for line in lines)
+
+    def decide_elif(self, node: ast.If, taken: bool) -> Edit:
+        """``elif test:`` decided: taken, it becomes the ``else:`` (what follows it goes); not
+        taken, it goes (what follows it takes its place)."""
+        start = self.starts[node.lineno - 1]
+        after = self.orelse_line(node)  # the line of "else:" or of the next "elif", or None
+        if taken:
+            end = self.starts[node.end_lineno or node.lineno]
+            body = self.starts[node.body[-1].end_lineno or node.body[-1].lineno]
+            head = self.starts[node.body[0].lineno - 1]
+            indent = " " * (
+                len(self.lines[node.lineno - 1]) - len(self.lines[node.lineno - 1].lstrip())
+            )
+            return start, end, indent + "else:\n" + self.source[head:body]
+        if after is None:
+            return start, self.starts[node.end_lineno or node.lineno], ""
+        return start, self.starts[after - 1], ""
+
+    def orelse_line(self, node: ast.If) -> int | None:
+        """The line number of the ``else:`` or ``elif`` after ``node``'s body, if any."""
+        if not node.orelse:
+            return None
+        if self.is_elif(node.orelse[0]):
+            return node.orelse[0].lineno
+        line = node.body[-1].end_lineno or node.body[-1].lineno
+        while not self.lines[line].lstrip().startswith("else"):
+            line += 1
+        return line + 1
 
     def hook_keywords(self, call: ast.Call) -> None:
         """Take ``live=...`` out of a call, with the comma before it (or after it, when first)."""
@@ -486,54 +523,352 @@ def _summary(doc: str, width: int) -> str:
     return ""
 
 
-# -- the entry at the parameters it runs with ---------------------------------------------------
+# -- the code at the parameters it runs with ----------------------------------------------------
+#
+# The run's call fixes the entry's parameters; every call the pasted code makes with constants
+# (or with parameters already known) fixes the callee's the same way. A parameter that may take
+# a few values is known as that set: a test true for all of them (or false for all) is decided.
 
-_CONSTANT_TEST: tuple[type[ast.AST], ...] = (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Not)
-_CONSTANT_TEST += (ast.Name, ast.Constant, ast.Tuple, ast.List, ast.Load, ast.cmpop, ast.boolop)
-"""What a test that :func:`specialized` decides may hold: comparisons of names and constants."""
+Values = frozenset[tuple[type, Any]]
+"""The values a name may hold where the run reaches it, each with its type (``1`` is not
+``True``)."""
+
+CASES = 64
+"""The most combinations of known values a test is evaluated for."""
+
+
+def _one_of(values: Iterable[Any]) -> Values:
+    return frozenset((type(v), v) for v in values)
 
 
 def specialized(source: str, values: Mapping[str, Any]) -> str:
-    """The entry's ``source`` with each ``if`` on its parameters decided by ``values``: the
-    branch the run takes stays (dedented to the ``if``), the other goes, and with it any helper
-    only that branch called. A parameter the function reassigns is left alone.
+    """The function's ``source`` with each ``if`` on its parameters decided by ``values``: the
+    branch the run takes stays (dedented to the ``if``), the other goes; a dict looked up by a
+    known key gives its value, and a constant no line reads any more goes. A parameter the
+    function reassigns is left alone.
 
     >>> print(specialized('def f(init):\\n    if init != "default":\\n        g(init)\\n'
     ...                   '    return 1 if init == "he" else 2', {"init": "default"}))
     def f(init):
         return 2
     """
+    known = {name: _one_of([value]) for name, value in values.items()}
+    while (step := _step(source, known)) is not None:
+        source = step
+    return source
+
+
+def pruned(sources: Mapping[str, str], run: str) -> dict[str, str]:
+    """The ``sources`` (name -> one function's or class's source) that ``run`` reaches, each
+    :func:`specialized` for the values its callers give it, in their order."""
+    out = dict(sources)
+    steps: dict[tuple[str, frozenset[tuple[str, Values]]], str | None] = {}  # sources unchanged
     while True:
-        function = parse(source).body[0]
-        assert isinstance(function, Def)
-        at = _Edits(source)
-        names = [n for n in ast.walk(function) if isinstance(n, ast.Name)]
-        stored = {n.id for n in names if not isinstance(n.ctx, ast.Load)}
-        own = {id(a) for a in ast.walk(function.args)}
-        nested = [a for a in ast.walk(function) if isinstance(a, ast.arg) and id(a) not in own]
-        stored |= {a.arg for a in nested}  # a lambda's own parameter may take the same name
-        known = {k: v for k, v in values.items() if k not in stored}
-        for node in ast.walk(function):
-            if isinstance(node, ast.If) and at.is_elif(node):
-                continue  # decided with the ``if`` it belongs to
-            if isinstance(node, ast.If | ast.IfExp) and _decided(node.test, known) is not None:
+        reached = _reached(run, out)
+        out = {name: source for name, source in out.items() if name in reached}
+        known = _known(out, run)
+        for name, source in out.items():
+            key = (source, frozenset(known.get(name, {}).items()))
+            if key not in steps:
+                steps[key] = _step(source, known.get(name, {}))
+            step = steps[key]
+            if step is not None:
+                out[name] = step
                 break
         else:
-            return source
-        taken = _decided(node.test, known)
-        start, end, new = at.decide(node, bool(taken))
-        source = source[:start] + new + source[end:]
+            return out
 
 
-def _decided(test: ast.expr, known: Mapping[str, Any]) -> bool | None:
-    """The truth of ``test`` when it compares only known parameters and constants, else None."""
-    names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
-    if (
-        not names
-        or names - set(known)
-        or not all(isinstance(n, _CONSTANT_TEST) for n in ast.walk(test))
+@functools.lru_cache(maxsize=1024)
+def _tree(source: str) -> ast.Module:
+    """:func:`parse`, once per source text (the trees are read, never changed)."""
+    return parse(source)
+
+
+def _scope(tree: ast.Module) -> Def | None:
+    """The function whose parameters the callers set: the source's function, or the class's
+    ``__init__``."""
+    node = tree.body[0]
+    if isinstance(node, ast.ClassDef):
+        return next((s for s in node.body if isinstance(s, Def) and s.name == "__init__"), None)
+    return node if isinstance(node, Def) else None
+
+
+def _known(sources: Mapping[str, str], run: str) -> dict[str, dict[str, Values]]:
+    """For each source, the values of its parameters that every call the code makes gives.
+
+    A function (or class) whose name is used but not called (passed on, a base class) gets
+    none; a parameter one call gives an unknown value is left out. Callers' parameters are
+    known once their own callers' are: repeated until nothing changes.
+    """
+    trees = {name: _tree(source) for name, source in sources.items()}
+    trees[""] = _tree(run)
+    scopes = {name: _scope(tree) for name, tree in trees.items() if name}
+    inside = {  # the nodes where a caller's own parameters are in scope
+        name: {id(n) for n in ast.walk(scope)} for name, scope in scopes.items() if scope
+    }
+    called = [  # (callee, the call, its caller)
+        (call.func.id, call, caller)
+        for caller, tree in trees.items()
+        for call in ast.walk(tree)
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+        if call.func.id in scopes
+    ]
+    funcs = {id(call.func) for _, call, _ in called}
+    escaped = {  # named otherwise than called: passed on, a base class
+        n.id
+        for tree in trees.values()
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Name) and n.id in scopes and id(n) not in funcs
+    }
+    known: dict[str, dict[str, Values]] = {}
+    while True:
+        envs = {name: _env(scope, known.get(name, {})) for name, scope in scopes.items()}
+        new: dict[str, dict[str, Values]] = {}
+        for name, scope in scopes.items():
+            if scope is not None and name not in escaped:
+                new[name] = _union(
+                    _bind(call, scope, envs[caller] if id(call) in inside.get(caller, ()) else {})
+                    for callee, call, caller in called
+                    if callee == name
+                )
+        if new == known:
+            return known
+        known = new
+
+
+def _union(bindings: Iterable[dict[str, Values] | None]) -> dict[str, Values]:
+    """Each parameter's values over all the calls: only those every call gives known values."""
+    out: dict[str, Values] | None = None
+    for binding in bindings:
+        if binding is None:
+            return {}
+        if out is None:
+            out = dict(binding)
+        else:
+            out = {k: v | binding[k] for k, v in out.items() if k in binding}
+    return out or {}
+
+
+def _bind(call: ast.Call, scope: Def, env: Mapping[str, Values]) -> dict[str, Values] | None:
+    """The known values one call gives ``scope``'s parameters (a default where it gives none);
+    None where the call unpacks ``*args`` or ``**kwargs`` or gives more than the parameters."""
+    a = scope.args
+    if any(isinstance(arg, ast.Starred) for arg in call.args) or any(
+        k.arg is None for k in call.keywords
     ):
         return None
+    positional = [*a.posonlyargs, *a.args]
+    defaults: dict[str, ast.expr | None] = dict.fromkeys(p.arg for p in positional)
+    defaults.update(
+        zip(
+            [p.arg for p in positional][len(positional) - len(a.defaults) :],
+            a.defaults,
+            strict=True,
+        )
+    )
+    defaults.update({p.arg: d for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=True)})
+    given: dict[str, ast.expr] = {}
+    method = int(isinstance(scope, Def) and scope.name == "__init__")  # self
+    if len(call.args) > len(positional) - method:
+        return None
+    given.update({p.arg: arg for p, arg in zip(positional[method:], call.args, strict=False)})
+    given.update({str(k.arg): k.value for k in call.keywords})
+    out: dict[str, Values] = {}
+    for name, default in list(defaults.items())[method:]:
+        expr = given.get(name, default)
+        values = None if expr is None else _values(expr, env if name in given else {})
+        if values is not None:
+            out[name] = values
+    return out
+
+
+def _values(expr: ast.expr, env: Mapping[str, Values]) -> Values | None:
+    """The values ``expr`` may take: a constant, a known name, ``a if test else b`` of those."""
+    if isinstance(expr, ast.Name):
+        return env.get(expr.id)
+    if isinstance(expr, ast.IfExp):
+        taken = _decided(expr.test, env)
+        if taken is not None:
+            return _values(expr.body if taken else expr.orelse, env)
+        body, orelse = _values(expr.body, env), _values(expr.orelse, env)
+        return None if body is None or orelse is None else body | orelse
+    try:
+        value = ast.literal_eval(expr)
+        hash(value)
+    except (ValueError, TypeError, SyntaxError):
+        return None
+    return _one_of([value])
+
+
+def _env(scope: Def | None, known: Mapping[str, Values]) -> dict[str, Values]:
+    """What ``scope``'s names are known to hold: its parameters that it never rebinds, and the
+    locals its body binds once, at its top level, to a constant."""
+    if scope is None:
+        return {}
+    stores, constants = _locals(scope)
+    return {k: v for k, v in known.items() if k not in stores} | constants
+
+
+@functools.lru_cache(maxsize=1024)
+def _locals(scope: Def) -> tuple[frozenset[str], dict[str, Values]]:
+    """The names ``scope`` binds (a nested function's or lambda's parameters too), and those
+    its body binds once, at its top level, to a constant, with their value."""
+    names = [n for n in ast.walk(scope) if isinstance(n, ast.Name)]
+    stores = [n.id for n in names if not isinstance(n.ctx, ast.Load)]
+    own = {id(a) for a in ast.walk(scope.args)}
+    stores += [a.arg for a in ast.walk(scope) if isinstance(a, ast.arg) and id(a) not in own]
+    constants = {}
+    for stmt in scope.body:
+        target = _single_target(stmt)
+        if target is not None and stores.count(target) == 1:
+            values = _values(stmt.value, {})  # type: ignore[attr-defined]
+            if values is not None:
+                constants[target] = values
+    return frozenset(stores), constants
+
+
+def _single_target(stmt: ast.stmt) -> str | None:
+    """``name`` for ``name = value``, else None."""
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+        target = stmt.targets[0]
+        return target.id if isinstance(target, ast.Name) else None
+    return None
+
+
+_CONSTANT_TEST: tuple[type[ast.AST], ...] = (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Not)
+_CONSTANT_TEST += (ast.Name, ast.Constant, ast.Tuple, ast.List, ast.Load, ast.cmpop, ast.boolop)
+"""What a test that :func:`specialized` decides may hold: comparisons of names and constants."""
+
+
+def _decided(
+    test: ast.expr, known: Mapping[str, Values], before: Iterable[ast.expr] = ()
+) -> bool | None:
+    """The truth of ``test`` for every combination of the known values of the names it reads
+    (it compares only names and constants), when all agree; else None. ``before``: the tests of
+    the ``if`` and ``elif`` above an ``elif``, where those that can be evaluated so are false."""
+    if not _evaluable(test, known):
+        return None
+    earlier = [t for t in before if _evaluable(t, known)]
+    names = sorted({n.id for t in (test, *earlier) for n in ast.walk(t) if isinstance(n, ast.Name)})
+    if math.prod(len(known[n]) for n in names) > CASES:
+        return None
     with _AST:  # a tree compiled is a tree built again (see parse)
-        code = compile(ast.Expression(test), "<test>", "eval")
-    return bool(eval(code, {"__builtins__": {}}, dict(known)))  # constants and parameters only
+        codes = [compile(ast.Expression(t), "<test>", "eval") for t in (test, *earlier)]
+    truths = set()
+    for case in itertools.product(*([v for _, v in known[n]] for n in names)):
+        scope = dict(zip(names, case, strict=True))  # constants and parameters only
+        first, *rest = (bool(eval(code, {"__builtins__": {}}, scope)) for code in codes)
+        if not any(rest):
+            truths.add(first)
+    return truths.pop() if len(truths) == 1 else (False if not truths else None)
+
+
+def _evaluable(test: ast.expr, known: Mapping[str, Values]) -> bool:
+    """Whether ``test`` compares only known names and constants."""
+    names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
+    return (
+        bool(names)
+        and names <= set(known)
+        and all(isinstance(n, _CONSTANT_TEST) for n in ast.walk(test))
+    )
+
+
+def _step(source: str, known: Mapping[str, Values]) -> str | None:
+    """``source`` after one decision (an ``if`` decided, a dict lookup folded, a dead constant
+    taken out) that ``known`` (its parameters' values) allows; None when there is none."""
+    tree = _tree(source)
+    node, scope = tree.body[0], _scope(tree)
+    defs = [node] if isinstance(node, Def) else [s for s in _body(node) if isinstance(s, Def)]
+    at = _Edits(source)
+    for function in defs:
+        env = _env(function, known if function is scope else {})
+        edit = _decision(at, function, env) or _fold(at, function, env) or _dead(at, function)
+        if edit is not None:
+            start, end, new = edit
+            return source[:start] + new + source[end:]
+    return None
+
+
+def _body(node: ast.stmt) -> list[ast.stmt]:
+    return list(getattr(node, "body", []))
+
+
+def _decision(at: _Edits, function: Def, env: Mapping[str, Values]) -> Edit | None:
+    """The edit of the first ``if`` (or ``a if test else b``) whose test ``env`` decides."""
+    blocks = [b for n in ast.walk(function) if isinstance(n, ast.stmt) for b in _bodies(n)]
+    alone = {id(b[0]) for b in blocks if len(b) == 1}  # the only statement of its block
+    before: dict[int, list[ast.expr]] = {}  # an elif's: the tests above it
+    for node in ast.walk(function):
+        if isinstance(node, ast.If) and node.orelse and at.is_elif(node.orelse[0]):
+            before[id(node.orelse[0])] = [*before.get(id(node), []), node.test]
+        if isinstance(node, ast.If | ast.IfExp):
+            taken = _decided(node.test, env, before.get(id(node), []))
+            if taken is not None:
+                return at.decide(node, taken, alone=id(node) in alone)
+    return None
+
+
+def _fold(at: _Edits, function: Def, env: Mapping[str, Values]) -> Edit | None:
+    """``table[key]`` with ``key`` known, ``table`` a dict of constant keys and plain values
+    (names, attributes, constants) bound once: that value."""
+    tables = {
+        name: stmt.value
+        for stmt in function.body
+        if (name := _single_target(stmt)) is not None
+        and isinstance(stmt, ast.Assign)
+        and isinstance(stmt.value, ast.Dict)
+        and _pure(stmt.value)
+        and _stores(function).count(name) == 1
+    }
+    for node in ast.walk(function):
+        if not isinstance(node, ast.Subscript) or not isinstance(node.ctx, ast.Load):
+            continue
+        table = tables.get(node.value.id) if isinstance(node.value, ast.Name) else node.value
+        key = _values(node.slice, env)
+        if isinstance(table, ast.Dict) and _pure(table) and key is not None and len(key) == 1:
+            (kind, value), entries = next(iter(key)), zip(table.keys, table.values, strict=True)
+            for k, v in entries:
+                if isinstance(k, ast.Constant) and (type(k.value), k.value) == (kind, value):
+                    return at.start(node), at.end(node), at.text(v)
+    return None
+
+
+def _dead(at: _Edits, function: Def) -> Edit | None:
+    """The lines of ``name = value`` (at the function's top level, ``value`` plain) when no
+    line reads ``name``, with the comment lines above it."""
+    read = {
+        n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+    }
+    for stmt in function.body[:-1] if len(function.body) > 1 else []:
+        name = _single_target(stmt)
+        if name is not None and name not in read and _pure(stmt.value):  # type: ignore[attr-defined]
+            first = stmt.lineno
+            while first > 1 and at.lines[first - 2].lstrip().startswith("#"):
+                first -= 1
+            return at.starts[first - 1], at.starts[stmt.end_lineno or stmt.lineno], ""
+    return None
+
+
+def _stores(function: Def) -> list[str]:
+    return [
+        n.id
+        for n in ast.walk(function)
+        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
+    ]
+
+
+def _pure(expr: ast.expr) -> bool:
+    """Whether evaluating ``expr`` can only build a value: constants, names, attributes and the
+    displays of those."""
+    if isinstance(expr, ast.Constant | ast.Name):
+        return True
+    if isinstance(expr, ast.Attribute | ast.UnaryOp):
+        return _pure(expr.value if isinstance(expr, ast.Attribute) else expr.operand)
+    if isinstance(expr, ast.Tuple | ast.List | ast.Set):
+        return all(_pure(e) for e in expr.elts)
+    if isinstance(expr, ast.Dict):
+        return all(k is not None and _pure(k) for k in expr.keys) and all(
+            _pure(v) for v in expr.values
+        )
+    return False
