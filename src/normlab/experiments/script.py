@@ -35,7 +35,7 @@ import textwrap
 import threading
 import tokenize
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from normlab import __version__
 from normlab.experiments.base.params import params_dict
@@ -576,7 +576,10 @@ def pruned(sources: Mapping[str, str], run: str) -> dict[str, str]:
                 out[name] = step
                 break
         else:
-            return out
+            fewer = _parameters(out, run)
+            if fewer is None:
+                return out
+            out = fewer
 
 
 @functools.lru_cache(maxsize=1024)
@@ -594,20 +597,22 @@ def _scope(tree: ast.Module) -> Def | None:
     return node if isinstance(node, Def) else None
 
 
-def _known(sources: Mapping[str, str], run: str) -> dict[str, dict[str, Values]]:
-    """For each source, the values of its parameters that every call the code makes gives.
+class _Calls(NamedTuple):
+    """Who calls whom in the pasted code (the run's line named ``""``)."""
 
-    A function (or class) whose name is used but not called (passed on, a base class) gets
-    none; a parameter one call gives an unknown value is left out. Callers' parameters are
-    known once their own callers' are: repeated until nothing changes.
-    """
+    trees: dict[str, ast.Module]
+    scopes: dict[str, Def | None]  # each source's function whose parameters calls set
+    inside: dict[str, set[int]]  # each caller's nodes where its own parameters are in scope
+    called: list[tuple[str, ast.Call, str]]  # (callee, the call, its caller)
+    escaped: set[str]  # named otherwise than called (passed on, a base class, shadowed)
+
+
+def _calls(sources: Mapping[str, str], run: str) -> _Calls:
     trees = {name: _tree(source) for name, source in sources.items()}
     trees[""] = _tree(run)
     scopes = {name: _scope(tree) for name, tree in trees.items() if name}
-    inside = {  # the nodes where a caller's own parameters are in scope
-        name: {id(n) for n in ast.walk(scope)} for name, scope in scopes.items() if scope
-    }
-    called = [  # (callee, the call, its caller)
+    inside = {name: {id(n) for n in ast.walk(scope)} for name, scope in scopes.items() if scope}
+    called = [
         (call.func.id, call, caller)
         for caller, tree in trees.items()
         for call in ast.walk(tree)
@@ -615,26 +620,135 @@ def _known(sources: Mapping[str, str], run: str) -> dict[str, dict[str, Values]]
         if call.func.id in scopes
     ]
     funcs = {id(call.func) for _, call, _ in called}
-    escaped = {  # named otherwise than called: passed on, a base class
-        n.id
-        for tree in trees.values()
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Name) and n.id in scopes and id(n) not in funcs
-    }
+    nodes = [n for tree in trees.values() for n in ast.walk(tree)]
+    escaped = {n.id for n in nodes if isinstance(n, ast.Name) and id(n) not in funcs}
+    escaped |= {n.arg for n in nodes if isinstance(n, ast.arg)}
+    return _Calls(trees, scopes, inside, called, escaped & set(scopes))
+
+
+def _known(sources: Mapping[str, str], run: str) -> dict[str, dict[str, Values]]:
+    """For each source, the values of its parameters that every call the code makes gives.
+
+    A function (or class) whose name is used but not called (passed on, a base class) gets
+    none; a parameter one call gives an unknown value is left out. Callers' parameters are
+    known once their own callers' are: repeated until nothing changes.
+    """
+    c = _calls(sources, run)
     known: dict[str, dict[str, Values]] = {}
     while True:
-        envs = {name: _env(scope, known.get(name, {})) for name, scope in scopes.items()}
+        envs = {name: _env(scope, known.get(name, {})) for name, scope in c.scopes.items()}
         new: dict[str, dict[str, Values]] = {}
-        for name, scope in scopes.items():
-            if scope is not None and name not in escaped:
+        for name, scope in c.scopes.items():
+            if scope is not None and name not in c.escaped:
                 new[name] = _union(
-                    _bind(call, scope, envs[caller] if id(call) in inside.get(caller, ()) else {})
-                    for callee, call, caller in called
+                    _bind(call, scope, envs[caller] if id(call) in c.inside.get(caller, ()) else {})
+                    for callee, call, caller in c.called
                     if callee == name
                 )
         if new == known:
             return known
         known = new
+
+
+def _parameters(sources: Mapping[str, str], run: str) -> dict[str, str] | None:
+    """The sources with one parameter that carries nothing taken out of its function and of
+    the calls to it, or None where there is none: a parameter no line reads, or one no call
+    gives whose default (a name, an attribute, a constant) is then written where the line
+    names it anyway (``loss_fn(...)``, ``bias=bias``). The entry's stay, as the run's call
+    gives them."""
+    c = _calls(sources, run)
+    for name, scope in c.scopes.items():
+        sites = [(call, caller) for callee, call, caller in c.called if callee == name]
+        unpacked = any(  # ``f(*args)``, ``f(**kwargs)``: what they give is not written
+            isinstance(a, ast.Starred) for call, _ in sites for a in call.args
+        ) or any(k.arg is None for call, _ in sites for k in call.keywords)
+        if scope is None or name in c.escaped or unpacked or any(not caller for _, caller in sites):
+            continue
+        edits = {caller: _Edits(sources[caller]) for _, caller in sites}
+        edits[name] = edits.get(name) or _Edits(sources[name])
+        for arg in [*scope.args.args, *scope.args.kwonlyargs][int(scope.name == "__init__") :]:
+            if _parameter(edits, name, scope, arg, sites):
+                return {n: edits[n].apply() if n in edits else s for n, s in sources.items()}
+    return None
+
+
+def _parameter(
+    edits: Mapping[str, _Edits],
+    name: str,
+    scope: Def,
+    arg: ast.arg,
+    sites: list[tuple[ast.Call, str]],
+) -> bool:
+    """Whether ``arg`` of ``scope`` (the function of source ``name``) carries nothing: then its
+    edits (out of the function and the calls ``sites``, or its default written in) are made."""
+    a, at = scope.args, edits[name]
+    if arg.arg in _locals(scope)[0]:
+        return False  # rebound: its value changes
+    last = dict(_signature(scope))[arg]  # its default, or itself when it has none
+    default = last if isinstance(last, ast.expr) else None
+    given = [(call, caller, _given(call, scope, arg)) for call, caller in sites]
+    parents = {id(c): p for p in ast.walk(scope) for c in ast.iter_child_nodes(p)}
+    reads = [n for n in ast.walk(scope) if isinstance(n, ast.Name) and n.id == arg.arg]
+    if reads:  # written in where the line names it anyway: ``f(x)`` for ``loss_fn(x)``
+        if default is None or not _pure(default) or any(g for *_, g in given):
+            return False
+        calls = [p for p in parents.values() if isinstance(p, ast.Call)]
+        named = {id(n) for n in reads if isinstance(parents[id(n)], ast.keyword)}
+        named |= {id(call.func) for call in calls}
+        shadowed = {n.id for n in ast.walk(default) if isinstance(n, ast.Name)}
+        if shadowed & _locals(scope)[0] or not all(id(n) in named for n in reads):
+            return False
+        for n in reads:
+            at.edits.append((at.start(n), at.end(n), at.text(default)))
+        return True
+    alone_keyword = arg in a.kwonlyargs and len(a.kwonlyargs) == 1 and a.vararg is None
+    if alone_keyword or not all(g is None or g[1] for *_, g in given):
+        return False
+    at.edits.append(_cut(at, _signature(scope), arg))
+    for call, caller, g in given:
+        if g is not None:
+            edits[caller].edits.append(_cut(edits[caller], _arguments(call), g[0]))
+    return True
+
+
+def _given(call: ast.Call, scope: Def, arg: ast.arg) -> tuple[ast.AST, bool] | None:
+    """What ``call`` gives ``arg``: the keyword or argument, and whether it can go (a plain value,
+    by keyword or the last one by position); None where it gives nothing."""
+    for k in call.keywords:
+        if k.arg == arg.arg:
+            return k, _pure(k.value)
+    positional = scope.args.args[int(scope.name == "__init__") :]
+    if arg in positional and positional.index(arg) < len(call.args):
+        i = positional.index(arg)
+        return call.args[i], i == len(call.args) - 1 and _pure(call.args[i])
+    return None
+
+
+def _signature(scope: Def) -> list[tuple[ast.AST, ast.AST]]:
+    """Each parameter's span, as (first node, last node): the name, and its default if any."""
+    a = scope.args
+    defaults = dict(zip(a.args[len(a.args) - len(a.defaults) :], a.defaults, strict=True))
+    defaults |= {k: d for k, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d}
+    return [(arg, defaults.get(arg, arg)) for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs]]
+
+
+def _arguments(call: ast.Call) -> list[tuple[ast.AST, ast.AST]]:
+    return [(item, item) for item in sorted([*call.args, *call.keywords], key=_position)]
+
+
+def _position(node: Any) -> tuple[int, int]:
+    return node.lineno, node.col_offset
+
+
+def _cut(at: _Edits, items: list[tuple[ast.AST, ast.AST]], item: ast.AST) -> Edit:
+    """The edit that takes ``item`` out of a list of ``items`` with its comma: the one after it,
+    or the one before it when it is last."""
+    i = next(k for k, (first, _) in enumerate(items) if first is item)
+    if i + 1 < len(items):
+        return at.start(item), at.start(items[i + 1][0]), ""
+    if i:
+        return at.end(items[i - 1][1]), at.end(items[i][1]), ""
+    return at.start(item), at.end(items[i][1]), ""
 
 
 def _union(bindings: Iterable[dict[str, Values] | None]) -> dict[str, Values]:
@@ -810,15 +924,24 @@ def _decision(at: _Edits, function: Def, env: Mapping[str, Values]) -> Edit | No
 
 
 def _fold(at: _Edits, function: Def, env: Mapping[str, Values]) -> Edit | None:
-    """``table[key]`` with ``key`` known, ``table`` a dict of constant keys and plain values
-    (names, attributes, constants) bound once: that value."""
+    """``table[key]`` with ``key`` known, ``table`` a dict of constant keys and of values that
+    are names, attributes or constants (never a list a caller may append to), bound once and
+    only ever looked up: that value."""
+    names = [n for n in ast.walk(function) if isinstance(n, ast.Name)]
+    parents = {id(c): p for p in ast.walk(function) for c in ast.iter_child_nodes(p)}
     tables = {
         name: stmt.value
         for stmt in function.body
         if (name := _single_target(stmt)) is not None
         and isinstance(stmt, ast.Assign)
         and isinstance(stmt.value, ast.Dict)
-        and _pure(stmt.value)
+        and all(  # bound once, then only read by ``name[...]``
+            isinstance(p := parents[id(n)], ast.Subscript)
+            and p.value is n
+            and isinstance(p.ctx, ast.Load)
+            for n in names
+            if n.id == name and isinstance(n.ctx, ast.Load)
+        )
         and _stores(function).count(name) == 1
     }
     for node in ast.walk(function):
@@ -826,12 +949,21 @@ def _fold(at: _Edits, function: Def, env: Mapping[str, Values]) -> Edit | None:
             continue
         table = tables.get(node.value.id) if isinstance(node.value, ast.Name) else node.value
         key = _values(node.slice, env)
-        if isinstance(table, ast.Dict) and _pure(table) and key is not None and len(key) == 1:
+        if isinstance(table, ast.Dict) and _constant_table(table) and key and len(key) == 1:
             (kind, value), entries = next(iter(key)), zip(table.keys, table.values, strict=True)
-            for k, v in entries:
+            for k, v in reversed(list(entries)):  # the last of a key written twice counts
                 if isinstance(k, ast.Constant) and (type(k.value), k.value) == (kind, value):
                     return at.start(node), at.end(node), at.text(v)
     return None
+
+
+def _constant_table(table: ast.Dict) -> bool:
+    """Constant keys; names, attributes or constants as values (each the same object however
+    often it is looked up)."""
+    atoms = (ast.Constant, ast.Name, ast.Attribute)
+    return all(isinstance(k, ast.Constant) for k in table.keys) and all(
+        isinstance(v, atoms) and _pure(v) for v in table.values
+    )
 
 
 def _dead(at: _Edits, function: Def) -> Edit | None:
@@ -842,7 +974,12 @@ def _dead(at: _Edits, function: Def) -> Edit | None:
     }
     for stmt in function.body[:-1] if len(function.body) > 1 else []:
         name = _single_target(stmt)
-        if name is not None and name not in read and _pure(stmt.value):  # type: ignore[attr-defined]
+        if (
+            name is not None
+            and name not in read
+            and isinstance(stmt, ast.Assign)
+            and _pure(stmt.value)
+        ):
             first = stmt.lineno
             while first > 1 and at.lines[first - 2].lstrip().startswith("#"):
                 first -= 1
