@@ -502,7 +502,7 @@ def run(init, norm, steps):
             stop()
 """
     )
-    shadowed = "def run(norm):\n    pick = lambda norm: 1 if norm else 2\n    return norm\n"
+    shadowed = "def run(norm):\n    pick = lambda norm: 1 if norm else 2\n    return pick(norm)\n"
     assert script.specialized(shadowed, {"norm": 0}) == shadowed  # a lambda's own norm: left alone
 
 
@@ -519,3 +519,58 @@ def test_a_script_pastes_only_the_helpers_its_call_reaches() -> None:
     helpers = {"apply_init", "xavier_uniform", "he_normal"}
     assert not defined[0] & helpers
     assert defined[1] & helpers == {"apply_init", "he_normal"}
+
+
+PROGRAM = {
+    "make": '''\
+def make(kind, scale=2.0, act="relu", loss_fn=F.mse_loss):
+    """A layer list of ``kind``."""
+    layers = [kind]
+    if kind == "a":
+        layers.append(1)
+    elif kind == "b":
+        layers.append(2)
+    elif kind != "c":
+        raise ValueError(kind)
+    table = {"relu": R, "tanh": T}
+    layers.append(table[act])
+    return loss_fn(layers, scale=scale)
+''',
+    "run": '''\
+def run(n, label):
+    out = []
+    for flag in (True, False):
+        out.append(make("a" if flag else "c", 3.0))
+    return out * n
+''',
+    "unused": "def unused():\n    return make('b')\n",
+}
+
+
+def test_pruned_specializes_each_helper_for_the_values_its_callers_give() -> None:
+    """``make`` is only ever called with kind "a" or "c" (a test that depends on which stays;
+    those true or false for both are decided, an elif where the ifs above it are false), the
+    activation "relu" (its table gives R), no ``loss_fn`` (its default is written in) and a
+    scale: what no line reads any more leaves the function and its calls. The entry keeps its
+    parameters, as the run's call gives them; a function nothing calls goes. Both programs
+    return the same."""
+    run = 'result = run(n=2, label="x")'
+    pruned = script.pruned(PROGRAM, run)
+    assert list(pruned) == ["make", "run"]
+    assert pruned["make"] == '''\
+def make(kind, scale=2.0):
+    """A layer list of ``kind``."""
+    layers = [kind]
+    if kind == "a":
+        layers.append(1)
+    layers.append(R)
+    return F.mse_loss(layers, scale=scale)
+'''
+    assert pruned["run"] == PROGRAM["run"]
+    results = []
+    for program in (PROGRAM, pruned):
+        namespace: dict[str, Any] = {"R": "R", "T": "T"}
+        namespace["F"] = type("F", (), {"mse_loss": staticmethod(lambda x, scale: (x, scale))})
+        exec("\n".join([*program.values(), run]), namespace)
+        results.append(namespace["result"])
+    assert results[0] == results[1] == 2 * [(["a", 1, "R"], 3.0), (["c", "R"], 3.0)]

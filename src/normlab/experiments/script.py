@@ -190,7 +190,7 @@ def parts(experiment: Experiment, params: object) -> tuple[list[str], list[str],
     run = call(experiment, values)
     objects = {obj.__name__: obj for obj in code_of(experiment)}
     code = pruned({name: plain(source_of(obj)) for name, obj in objects.items()}, run)
-    kept, sources = [objects[name] for name in code], list(code.values())
+    kept, sources = [objects[name] for name in code], [s.strip("\n") for s in code.values()]
     return imports(kept, "\n\n".join([*sources, run])), sources, run
 
 
@@ -602,7 +602,7 @@ class _Calls(NamedTuple):
 
     trees: dict[str, ast.Module]
     scopes: dict[str, Def | None]  # each source's function whose parameters calls set
-    inside: dict[str, set[int]]  # each caller's nodes where its own parameters are in scope
+    inside: dict[str, frozenset[int]]  # each caller's nodes where its own parameters are in scope
     called: list[tuple[str, ast.Call, str]]  # (callee, the call, its caller)
     escaped: set[str]  # named otherwise than called (passed on, a base class, shadowed)
 
@@ -611,19 +611,52 @@ def _calls(sources: Mapping[str, str], run: str) -> _Calls:
     trees = {name: _tree(source) for name, source in sources.items()}
     trees[""] = _tree(run)
     scopes = {name: _scope(tree) for name, tree in trees.items() if name}
-    inside = {name: {id(n) for n in ast.walk(scope)} for name, scope in scopes.items() if scope}
+    inside = {name: _ids(scope) for name, scope in scopes.items() if scope}
     called = [
-        (call.func.id, call, caller)
-        for caller, tree in trees.items()
-        for call in ast.walk(tree)
-        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
-        if call.func.id in scopes
+        (callee, call, caller)
+        for caller, source in [*sources.items(), ("", run)]
+        for callee, call in _named_calls(source)
+        if callee in scopes
     ]
-    funcs = {id(call.func) for _, call, _ in called}
-    nodes = [n for tree in trees.values() for n in ast.walk(tree)]
-    escaped = {n.id for n in nodes if isinstance(n, ast.Name) and id(n) not in funcs}
-    escaped |= {n.arg for n in nodes if isinstance(n, ast.arg)}
+    escaped = {name for source in [*sources.values(), run] for name in _named(source)}
     return _Calls(trees, scopes, inside, called, escaped & set(scopes))
+
+
+@functools.lru_cache(maxsize=1024)
+def _ids(node: ast.AST) -> frozenset[int]:
+    return frozenset(id(n) for n in ast.walk(node))
+
+
+@functools.lru_cache(maxsize=1024)
+def _named_calls(source: str) -> list[tuple[str, ast.Call]]:
+    """``(name, call)`` for every call of a name in ``source``."""
+    calls = [n for n in ast.walk(_tree(source)) if isinstance(n, ast.Call)]
+    return [(c.func.id, c) for c in calls if isinstance(c.func, ast.Name)]
+
+
+@functools.lru_cache(maxsize=1024)
+def _named(source: str) -> frozenset[str]:
+    """The names ``source`` uses otherwise than to call them, or binds as parameters."""
+    funcs = {id(call.func) for _, call in _named_calls(source)}
+    nodes = list(ast.walk(_tree(source)))
+    named = {n.id for n in nodes if isinstance(n, ast.Name) and id(n) not in funcs}
+    return frozenset(named | {n.arg for n in nodes if isinstance(n, ast.arg)})
+
+
+@functools.lru_cache(maxsize=1024)
+def _uses(node: ast.AST) -> dict[str, list[ast.Name]]:
+    """Each name's nodes under ``node``."""
+    uses: dict[str, list[ast.Name]] = {}
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            uses.setdefault(n.id, []).append(n)
+    return uses
+
+
+@functools.lru_cache(maxsize=1024)
+def _parents(node: ast.AST) -> dict[int, ast.AST]:
+    """Each node's parent under ``node``, by the child's ``id``."""
+    return {id(c): p for p in ast.walk(node) for c in ast.iter_child_nodes(p)}
 
 
 def _known(sources: Mapping[str, str], run: str) -> dict[str, dict[str, Values]]:
@@ -687,8 +720,8 @@ def _parameter(
     last = dict(_signature(scope))[arg]  # its default, or itself when it has none
     default = last if isinstance(last, ast.expr) else None
     given = [(call, caller, _given(call, scope, arg)) for call, caller in sites]
-    parents = {id(c): p for p in ast.walk(scope) for c in ast.iter_child_nodes(p)}
-    reads = [n for n in ast.walk(scope) if isinstance(n, ast.Name) and n.id == arg.arg]
+    parents = _parents(scope)
+    reads = _uses(scope).get(arg.arg, [])
     if reads:  # written in where the line names it anyway: ``f(x)`` for ``loss_fn(x)``
         if default is None or not _pure(default) or any(g for *_, g in given):
             return False
@@ -821,7 +854,8 @@ def _env(scope: Def | None, known: Mapping[str, Values]) -> dict[str, Values]:
     if scope is None:
         return {}
     stores, constants = _locals(scope)
-    return {k: v for k, v in known.items() if k not in stores} | constants
+    builtin = {k: _one_of([v]) for k, v in BUILTINS.items() if k not in stores}
+    return builtin | {k: v for k, v in known.items() if k not in stores} | constants
 
 
 @functools.lru_cache(maxsize=1024)
@@ -835,11 +869,47 @@ def _locals(scope: Def) -> tuple[frozenset[str], dict[str, Values]]:
     constants = {}
     for stmt in scope.body:
         target = _single_target(stmt)
-        if target is not None and stores.count(target) == 1:
-            values = _values(stmt.value, {})  # type: ignore[attr-defined]
-            if values is not None:
-                constants[target] = values
+        if target is None or stores.count(target) != 1 or not isinstance(stmt, ast.Assign):
+            continue
+        values = _values(stmt.value, {})
+        if isinstance(stmt.value, ast.Dict) and _looked_up(scope, target):  # for ``k in table``
+            keys = [k.value for k in stmt.value.keys if isinstance(k, ast.Constant)]
+            if len(keys) == len(stmt.value.keys):
+                values = _one_of([frozenset(keys)])
+        if values is not None:
+            constants[target] = values
     return frozenset(stores), constants
+
+
+BUILTINS: dict[str, Any] = {
+    f.__name__: f for f in (isinstance, len, callable, str, int, float, bool, tuple, type)
+}
+"""The builtins a decided test may call (on known values): they only look at them."""
+
+
+def _looked_up(scope: Def, name: str) -> bool:
+    """Whether ``scope`` only looks into ``name`` (a dict it binds once), never changes it or
+    lets it out: ``name[key]``, ``key in name`` and ``list(name)`` (``len``, ``sorted``, ...)."""
+    parents = _parents(scope)
+    for n in ast.walk(scope):
+        if not (isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)):
+            continue
+        p = parents[id(n)]
+        looked = isinstance(p, ast.Subscript) and p.value is n and isinstance(p.ctx, ast.Load)
+        looked |= (
+            isinstance(p, ast.Compare)
+            and n in p.comparators
+            and all(isinstance(op, ast.In | ast.NotIn) for op in p.ops)
+        )
+        looked |= (
+            isinstance(p, ast.Call)
+            and isinstance(p.func, ast.Name)
+            and p.func.id in ("list", "len", "sorted", "tuple", "set")
+            and not p.keywords
+        )
+        if not looked:
+            return False
+    return True
 
 
 def _single_target(stmt: ast.stmt) -> str | None:
@@ -852,7 +922,9 @@ def _single_target(stmt: ast.stmt) -> str | None:
 
 _CONSTANT_TEST: tuple[type[ast.AST], ...] = (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Not)
 _CONSTANT_TEST += (ast.Name, ast.Constant, ast.Tuple, ast.List, ast.Load, ast.cmpop, ast.boolop)
-"""What a test that :func:`specialized` decides may hold: comparisons of names and constants."""
+_CONSTANT_TEST += (ast.Call,)  # of a known name: one of the BUILTINS
+"""What a test that :func:`specialized` decides may hold: comparisons of names and constants,
+and :data:`BUILTINS` called on them."""
 
 
 def _decided(
@@ -897,7 +969,12 @@ def _step(source: str, known: Mapping[str, Values]) -> str | None:
     at = _Edits(source)
     for function in defs:
         env = _env(function, known if function is scope else {})
-        edit = _decision(at, function, env) or _fold(at, function, env) or _dead(at, function)
+        edit = (
+            _decision(at, function, env)
+            or _unreachable(at, function)
+            or _fold(at, function, env)
+            or _dead(at, function)
+        )
         if edit is not None:
             start, end, new = edit
             return source[:start] + new + source[end:]
@@ -923,26 +1000,30 @@ def _decision(at: _Edits, function: Def, env: Mapping[str, Values]) -> Edit | No
     return None
 
 
+def _unreachable(at: _Edits, function: Def) -> Edit | None:
+    """The lines after a ``return``, ``raise``, ``continue`` or ``break`` in the same block."""
+    ends = ast.Return | ast.Raise | ast.Continue | ast.Break
+    nested = [b for n in ast.walk(function) if isinstance(n, ast.stmt) for b in _bodies(n)]
+    for block in [function.body, *nested]:
+        stop = next((i for i, stmt in enumerate(block) if isinstance(stmt, ends)), None)
+        if stop is not None and stop + 1 < len(block):
+            last = block[-1].end_lineno or block[-1].lineno
+            return at.starts[block[stop].end_lineno or block[stop].lineno], at.starts[last], ""
+    return None
+
+
 def _fold(at: _Edits, function: Def, env: Mapping[str, Values]) -> Edit | None:
     """``table[key]`` with ``key`` known, ``table`` a dict of constant keys and of values that
-    are names, attributes or constants (never a list a caller may append to), bound once and
-    only ever looked up: that value."""
-    names = [n for n in ast.walk(function) if isinstance(n, ast.Name)]
-    parents = {id(c): p for p in ast.walk(function) for c in ast.iter_child_nodes(p)}
+    are names, attributes, constants, lambdas or tuples of those (never a list a caller may
+    append to), bound once and only ever looked into: that value."""
     tables = {
         name: stmt.value
         for stmt in function.body
         if (name := _single_target(stmt)) is not None
         and isinstance(stmt, ast.Assign)
         and isinstance(stmt.value, ast.Dict)
-        and all(  # bound once, then only read by ``name[...]``
-            isinstance(p := parents[id(n)], ast.Subscript)
-            and p.value is n
-            and isinstance(p.ctx, ast.Load)
-            for n in names
-            if n.id == name and isinstance(n.ctx, ast.Load)
-        )
         and _stores(function).count(name) == 1
+        and _looked_up(function, name)
     }
     for node in ast.walk(function):
         if not isinstance(node, ast.Subscript) or not isinstance(node.ctx, ast.Load):
@@ -958,11 +1039,16 @@ def _fold(at: _Edits, function: Def, env: Mapping[str, Values]) -> Edit | None:
 
 
 def _constant_table(table: ast.Dict) -> bool:
-    """Constant keys; names, attributes or constants as values (each the same object however
-    often it is looked up)."""
-    atoms = (ast.Constant, ast.Name, ast.Attribute)
+    """Constant keys; values that nobody changes: names, attributes, constants, lambdas and
+    tuples of those."""
+
+    def fixed(v: ast.expr) -> bool:
+        if isinstance(v, ast.Tuple):
+            return all(fixed(e) for e in v.elts)
+        return isinstance(v, ast.Constant | ast.Name | ast.Attribute | ast.Lambda) and _pure(v)
+
     return all(isinstance(k, ast.Constant) for k in table.keys) and all(
-        isinstance(v, atoms) and _pure(v) for v in table.values
+        fixed(v) for v in table.values
     )
 
 
@@ -1000,6 +1086,8 @@ def _pure(expr: ast.expr) -> bool:
     displays of those."""
     if isinstance(expr, ast.Constant | ast.Name):
         return True
+    if isinstance(expr, ast.Lambda):  # made, not called: only its defaults are evaluated
+        return all(_pure(d) for d in [*expr.args.defaults, *expr.args.kw_defaults] if d)
     if isinstance(expr, ast.Attribute | ast.UnaryOp):
         return _pure(expr.value if isinstance(expr, ast.Attribute) else expr.operand)
     if isinstance(expr, ast.Tuple | ast.List | ast.Set):
