@@ -536,13 +536,13 @@ def make(kind, scale=2.0, act="relu", loss_fn=F.mse_loss):
     layers.append(table[act])
     return loss_fn(layers, scale=scale)
 ''',
-    "run": '''\
+    "run": """\
 def run(n, label):
     out = []
     for flag in (True, False):
         out.append(make("a" if flag else "c", 3.0))
     return out * n
-''',
+""",
     "unused": "def unused():\n    return make('b')\n",
 }
 
@@ -551,14 +551,17 @@ def test_pruned_specializes_each_helper_for_the_values_its_callers_give() -> Non
     """``make`` is only ever called with kind "a" or "c" (a test that depends on which stays;
     those true or false for both are decided, an elif where the ifs above it are false), the
     activation "relu" (its table gives R), no ``loss_fn`` (its default is written in) and a
-    scale: what no line reads any more leaves the function and its calls. The entry keeps its
+    scale (whose default no call needs): what no line reads any more leaves the function and
+    its calls. The entry keeps its
     parameters, as the run's call gives them; a function nothing calls goes. Both programs
     return the same."""
     run = 'result = run(n=2, label="x")'
     pruned = script.pruned(PROGRAM, run)
     assert list(pruned) == ["make", "run"]
-    assert pruned["make"] == '''\
-def make(kind, scale=2.0):
+    assert (
+        pruned["make"]
+        == '''\
+def make(kind, scale):
     """A layer list of ``kind``."""
     layers = [kind]
     if kind == "a":
@@ -566,6 +569,7 @@ def make(kind, scale=2.0):
     layers.append(R)
     return F.mse_loss(layers, scale=scale)
 '''
+    )
     assert pruned["run"] == PROGRAM["run"]
     results = []
     for program in (PROGRAM, pruned):
@@ -574,3 +578,36 @@ def make(kind, scale=2.0):
         exec("\n".join([*program.values(), run]), namespace)
         results.append(namespace["result"])
     assert results[0] == results[1] == 2 * [(["a", 1, "R"], 3.0), (["c", "R"], 3.0)]
+
+
+def test_pruned_folds_a_lookup_table_and_drops_what_follows_a_return() -> None:
+    """A function that validates a name and looks it up in a table (theory's activation_pair)
+    called with one known name: ``isinstance`` of a known value is decided, ``name in table``
+    too, the lookup gives the entry (a tuple holding a lambda), the lines after the ``return``
+    can never run, and the table and the name, read no more, go. A value named only to be
+    returned (as mypy wants it typed) is returned."""
+    program = {
+        "pair": """\
+def pair(name):
+    table = {"tanh": (T, lambda x: 1 - x), "relu": (R, lambda x: x > 0)}
+    if isinstance(name, str):
+        if name not in table:
+            raise ValueError(f"{name!r}: use one of {list(table)}")
+        return table[name]
+    raise TypeError(name)
+""",
+        "use": "def use(x):\n    phi, dphi = pair('relu')\n"
+        "    out = phi, dphi(x)  # both\n    return out\n",
+    }
+    run = "result = use(x=3)"
+    pruned = script.pruned(program, run)
+    assert pruned == {
+        "pair": "def pair():\n    return (R, lambda x: x > 0)\n",
+        "use": "def use(x):\n    phi, dphi = pair()\n    return phi, dphi(x)  # both\n",
+    }
+    results = []
+    for code in (program, pruned):
+        namespace: dict[str, Any] = {"R": "R", "T": "T"}
+        exec("\n".join([*code.values(), run]), namespace)
+        results.append(namespace["result"])
+    assert results[0] == results[1] == ("R", True)

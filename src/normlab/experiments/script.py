@@ -720,6 +720,14 @@ def _parameter(
     last = dict(_signature(scope))[arg]  # its default, or itself when it has none
     default = last if isinstance(last, ast.expr) else None
     given = [(call, caller, _given(call, scope, arg)) for call, caller in sites]
+    first_default = len(a.args) - len(a.defaults)  # the first positional one with a default
+    if (
+        default is not None
+        and all(g for *_, g in given)
+        and (arg in a.kwonlyargs or a.args.index(arg) == first_default)
+    ):  # every call gives it: its default goes (``f(a, b=1, c=2)`` -> ``f(a, b, c=2)``)
+        at.edits.append((at.end(arg), at.end(default), ""))
+        return True
     parents = _parents(scope)
     reads = _uses(scope).get(arg.arg, [])
     if reads:  # written in where the line names it anyway: ``f(x)`` for ``loss_fn(x)``
@@ -974,6 +982,7 @@ def _step(source: str, known: Mapping[str, Values]) -> str | None:
             or _unreachable(at, function)
             or _fold(at, function, env)
             or _dead(at, function)
+            or _returned(at, function)
         )
         if edit is not None:
             start, end, new = edit
@@ -1009,6 +1018,30 @@ def _unreachable(at: _Edits, function: Def) -> Edit | None:
         if stop is not None and stop + 1 < len(block):
             last = block[-1].end_lineno or block[-1].lineno
             return at.starts[block[stop].end_lineno or block[stop].lineno], at.starts[last], ""
+    return None
+
+
+def _returned(at: _Edits, function: Def) -> Edit | None:
+    """``name = value`` then ``return name`` (typed so for mypy): ``return value``, where no
+    other line reads ``name``."""
+    if any(isinstance(n, ast.Global | ast.Nonlocal) for n in ast.walk(function)):
+        return None
+    nested = [b for n in ast.walk(function) if isinstance(n, ast.stmt) for b in _bodies(n)]
+    for block in [function.body, *nested]:
+        for stmt, last in itertools.pairwise(block):
+            name = _single_target(stmt)
+            if (
+                name is not None
+                and isinstance(stmt, ast.Assign)
+                and isinstance(last, ast.Return)
+                and isinstance(last.value, ast.Name)
+                and last.value.id == name
+                and len(_uses(function)[name]) == 2  # bound here, read there
+                and last.lineno > (stmt.end_lineno or stmt.lineno)
+            ):
+                start, end = at.start(stmt), at.start(stmt.value)
+                line = at.starts[last.lineno - 1], at.starts[last.end_lineno or last.lineno]
+                return start, line[1], "return " + at.source[end : line[0]]
     return None
 
 
