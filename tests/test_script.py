@@ -523,8 +523,10 @@ def test_a_script_pastes_only_the_helpers_its_call_reaches() -> None:
 
 PROGRAM = {
     "make": '''\
-def make(kind, scale=2.0, act="relu", loss_fn=F.mse_loss):
+def make(kind, verbose, scale=2.0, act="relu", loss_fn=F.mse_loss):
     """A layer list of ``kind``."""
+    if verbose:
+        print(kind)
     layers = [kind]
     if kind == "a":
         layers.append(1)
@@ -539,8 +541,9 @@ def make(kind, scale=2.0, act="relu", loss_fn=F.mse_loss):
     "run": """\
 def run(n, label):
     out = []
+    build = make
     for flag in (True, False):
-        out.append(make("a" if flag else "c", 3.0))
+        out.append(build("a" if flag else "c", False, 3.0))
     return out * n
 """,
     "unused": "def unused():\n    return make('b')\n",
@@ -548,7 +551,8 @@ def run(n, label):
 
 
 def test_pruned_specializes_each_helper_for_the_values_its_callers_give() -> None:
-    """``make`` is only ever called with kind "a" or "c" (a test that depends on which stays;
+    """``make`` (called by another name ``build``, which then names it) is only ever called
+    with ``verbose`` False and kind "a" or "c" (a test that depends on which stays;
     those true or false for both are decided, an elif where the ifs above it are false), the
     activation "relu" (its table gives R), no ``loss_fn`` (its default is written in) and a
     scale (whose default no call needs): what no line reads any more leaves the function and
@@ -570,7 +574,9 @@ def make(kind, scale):
     return F.mse_loss(layers, scale=scale)
 '''
     )
-    assert pruned["run"] == PROGRAM["run"]
+    assert pruned["run"] == PROGRAM["run"].replace("    build = make\n", "").replace(
+        'build("a" if flag else "c", False, 3.0)', 'make("a" if flag else "c", 3.0)'
+    )
     results = []
     for program in (PROGRAM, pruned):
         namespace: dict[str, Any] = {"R": "R", "T": "T"}

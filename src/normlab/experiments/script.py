@@ -9,8 +9,11 @@ exists: the script is the code that produced the numbers, so it prints what norm
 
 It reads like a notebook cell, not like the engine: each source is rendered by :func:`plain`
 (no type annotations, docstrings cut to their summary, no UI hooks; the engine keeps all three),
-the entry's branches on its parameters are decided for the chosen ones (:func:`specialized`),
-and only the objects the call reaches are pasted.
+then every function is specialized for the values its callers give it, starting from the chosen
+parameters (:func:`pruned`): a branch those values decide keeps only the side they take, a
+table looked up by a known key gives its entry, a parameter that carries nothing leaves the
+function and its calls, and only the objects the call still reaches are pasted. A helper that
+handles every norm and activation is pasted as the one block the run builds.
 
 >>> from normlab.experiments import get_experiment
 >>> text = render(get_experiment("linear-scale"), {"seed": 0})
@@ -753,15 +756,16 @@ def _parameter(
 
 
 def _given(call: ast.Call, scope: Def, arg: ast.arg) -> tuple[ast.AST, bool] | None:
-    """What ``call`` gives ``arg``: the keyword or argument, and whether it can go (a plain value,
-    by keyword or the last one by position); None where it gives nothing."""
+    """What ``call`` gives ``arg``: the keyword or argument, and whether it can go (a plain value:
+    taking it out of every call and of the function binds the others as before); None where it
+    gives nothing."""
     for k in call.keywords:
         if k.arg == arg.arg:
             return k, _pure(k.value)
-    positional = scope.args.args[int(scope.name == "__init__") :]
+    positional = [*scope.args.posonlyargs, *scope.args.args][int(scope.name == "__init__") :]
     if arg in positional and positional.index(arg) < len(call.args):
-        i = positional.index(arg)
-        return call.args[i], i == len(call.args) - 1 and _pure(call.args[i])
+        given = call.args[positional.index(arg)]
+        return given, _pure(given)
     return None
 
 
@@ -984,9 +988,26 @@ def _step(source: str, known: Mapping[str, Values]) -> str | None:
             or _dead(at, function)
             or _returned(at, function)
         )
+        if edit is None:
+            edit = _alias(at, function)
         if edit is not None:
             start, end, new = edit
             return source[:start] + new + source[end:]
+    return None
+
+
+def _alias(at: _Edits, function: Def) -> Edit | None:
+    """``name = other`` (both names, bound once, ``other`` never in ``function``): the first line
+    that reads ``name`` reads ``other`` (the assignment then goes, :func:`_dead`)."""
+    stores = _stores(function)
+    for stmt in function.body:
+        name = _single_target(stmt)
+        value = getattr(stmt, "value", None)
+        if name is None or not isinstance(value, ast.Name) or value.id in stores:
+            continue
+        reads = [n for n in _uses(function).get(name, []) if isinstance(n.ctx, ast.Load)]
+        if stores.count(name) == 1 and reads:
+            return at.start(reads[0]), at.end(reads[0]), value.id
     return None
 
 
