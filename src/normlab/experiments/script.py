@@ -748,6 +748,9 @@ def _parameter(
     alone_keyword = arg in a.kwonlyargs and len(a.kwonlyargs) == 1 and a.vararg is None
     if alone_keyword or not all(g is None or g[1] for *_, g in given):
         return False
+    top = _tree(at.source).body[0]  # the function, or the class of an ``__init__``
+    if f"``{arg.arg}``" in (ast.get_docstring(top) or ""):  # "by ``method``": it stays
+        return False
     at.edits.append(_cut(at, _signature(scope), arg))
     for call, caller, g in given:
         if g is not None:
