@@ -192,7 +192,7 @@ def parts(experiment: Experiment, params: object) -> tuple[list[str], list[str],
     values = params_dict(params)
     run = call(experiment, values)
     objects = {obj.__name__: obj for obj in code_of(experiment)}
-    code = pruned({name: plain(source_of(obj)) for name, obj in objects.items()}, run)
+    code = dict(_pruned(tuple((name, plain(source_of(obj))) for name, obj in objects.items()), run))
     kept, sources = [objects[name] for name in code], [s.strip("\n") for s in code.values()]
     return imports(kept, "\n\n".join([*sources, run])), sources, run
 
@@ -565,24 +565,32 @@ def pruned(sources: Mapping[str, str], run: str) -> dict[str, str]:
     """The ``sources`` (name -> one function's or class's source) that ``run`` reaches, each
     :func:`specialized` for the values its callers give it, in their order."""
     out = dict(sources)
-    steps: dict[tuple[str, frozenset[tuple[str, Values]]], str | None] = {}  # sources unchanged
+    settled: dict[tuple[str, frozenset[tuple[str, Values]]], str] = {}  # no step left
     while True:
         reached = _reached(run, out)
         out = {name: source for name, source in out.items() if name in reached}
-        known = _known(out, run)
+        known = _known(out, run)  # what the others' edits below only narrow: still true
+        changed = False
         for name, source in out.items():
             key = (source, frozenset(known.get(name, {}).items()))
-            if key not in steps:
-                steps[key] = _step(source, known.get(name, {}))
-            step = steps[key]
-            if step is not None:
-                out[name] = step
-                break
-        else:
+            if key not in settled:
+                done = source
+                while (step := _step(done, known.get(name, {}))) is not None:
+                    done = step
+                settled[key] = settled[(done, key[1])] = done
+            changed |= settled[key] != source
+            out[name] = settled[key]
+        if not changed:
             fewer = _parameters(out, run)
             if fewer is None:
                 return out
             out = fewer
+
+
+@functools.lru_cache(maxsize=128)
+def _pruned(sources: tuple[tuple[str, str], ...], run: str) -> tuple[tuple[str, str], ...]:
+    """:func:`pruned`, once per sources and call (a page and its notebook render the same)."""
+    return tuple(pruned(dict(sources), run).items())
 
 
 @functools.lru_cache(maxsize=1024)
@@ -626,8 +634,21 @@ def _calls(sources: Mapping[str, str], run: str) -> _Calls:
 
 
 @functools.lru_cache(maxsize=1024)
+def _nodes(node: ast.AST) -> tuple[ast.AST, ...]:
+    """``ast.walk(node)``, once per node (the trees are read, never changed)."""
+    return tuple(ast.walk(node))
+
+
+@functools.lru_cache(maxsize=1024)
 def _ids(node: ast.AST) -> frozenset[int]:
-    return frozenset(id(n) for n in ast.walk(node))
+    return frozenset(id(n) for n in _nodes(node))
+
+
+@functools.lru_cache(maxsize=1024)
+def _blocks(function: ast.AST) -> tuple[list[ast.stmt], ...]:
+    """Every block of statements in ``function``, its body first."""
+    nested = [b for n in _nodes(function) if isinstance(n, ast.stmt) for b in _bodies(n)]
+    return (getattr(function, "body", []), *nested)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -650,7 +671,7 @@ def _named(source: str) -> frozenset[str]:
 def _uses(node: ast.AST) -> dict[str, list[ast.Name]]:
     """Each name's nodes under ``node``."""
     uses: dict[str, list[ast.Name]] = {}
-    for n in ast.walk(node):
+    for n in _nodes(node):
         if isinstance(n, ast.Name):
             uses.setdefault(n.id, []).append(n)
     return uses
@@ -659,7 +680,7 @@ def _uses(node: ast.AST) -> dict[str, list[ast.Name]]:
 @functools.lru_cache(maxsize=1024)
 def _parents(node: ast.AST) -> dict[int, ast.AST]:
     """Each node's parent under ``node``, by the child's ``id``."""
-    return {id(c): p for p in ast.walk(node) for c in ast.iter_child_nodes(p)}
+    return {id(c): p for p in _nodes(node) for c in ast.iter_child_nodes(p)}
 
 
 def _known(sources: Mapping[str, str], run: str) -> dict[str, dict[str, Values]]:
@@ -687,25 +708,36 @@ def _known(sources: Mapping[str, str], run: str) -> dict[str, dict[str, Values]]
 
 
 def _parameters(sources: Mapping[str, str], run: str) -> dict[str, str] | None:
-    """The sources with one parameter that carries nothing taken out of its function and of
-    the calls to it, or None where there is none: a parameter no line reads, or one no call
-    gives whose default (a name, an attribute, a constant) is then written where the line
-    names it anyway (``loss_fn(...)``, ``bias=bias``). The entry's stay, as the run's call
-    gives them."""
+    """The sources with parameters that carry nothing taken out of their functions and of the
+    calls to them (one per function, and none where another's edits touch the same sources),
+    or None where there is none: a parameter no line reads, or one no call gives whose default
+    (a name, an attribute, a constant) is then written where the line names it anyway
+    (``loss_fn(...)``, ``bias=bias``); a default every call gives goes. The entry's stay, as the
+    run's call gives them."""
     c = _calls(sources, run)
+    edits: dict[str, _Edits] = {}
     for name, scope in c.scopes.items():
         sites = [(call, caller) for callee, call, caller in c.called if callee == name]
         unpacked = any(  # ``f(*args)``, ``f(**kwargs)``: what they give is not written
             isinstance(a, ast.Starred) for call, _ in sites for a in call.args
         ) or any(k.arg is None for call, _ in sites for k in call.keywords)
-        if scope is None or name in c.escaped or unpacked or any(not caller for _, caller in sites):
+        touched = {name} | {caller for _, caller in sites}
+        if (
+            scope is None
+            or name in c.escaped
+            or unpacked
+            or "" in touched
+            or touched & set(edits)  # edited this time round already: next time
+        ):
             continue
-        edits = {caller: _Edits(sources[caller]) for _, caller in sites}
-        edits[name] = edits.get(name) or _Edits(sources[name])
+        mine = {n: _Edits(sources[n]) for n in touched}
         for arg in [*scope.args.args, *scope.args.kwonlyargs][int(scope.name == "__init__") :]:
-            if _parameter(edits, name, scope, arg, sites):
-                return {n: edits[n].apply() if n in edits else s for n, s in sources.items()}
-    return None
+            if _parameter(mine, name, scope, arg, sites):
+                edits |= mine
+                break
+    if not edits:
+        return None
+    return {n: edits[n].apply() if n in edits else s for n, s in sources.items()}
 
 
 def _parameter(
@@ -749,7 +781,8 @@ def _parameter(
     if alone_keyword or not all(g is None or g[1] for *_, g in given):
         return False
     top = _tree(at.source).body[0]  # the function, or the class of an ``__init__``
-    if f"``{arg.arg}``" in (ast.get_docstring(top) or ""):  # "by ``method``": it stays
+    doc = ast.get_docstring(top) if isinstance(top, Def | ast.ClassDef) else None
+    if f"``{arg.arg}``" in (doc or ""):  # "by ``method``": it stays
         return False
     at.edits.append(_cut(at, _signature(scope), arg))
     for call, caller, g in given:
@@ -869,7 +902,7 @@ def _env(scope: Def | None, known: Mapping[str, Values]) -> dict[str, Values]:
     if scope is None:
         return {}
     stores, constants = _locals(scope)
-    builtin = {k: _one_of([v]) for k, v in BUILTINS.items() if k not in stores}
+    builtin = {k: v for k, v in _BUILTIN_VALUES.items() if k not in stores}
     return builtin | {k: v for k, v in known.items() if k not in stores} | constants
 
 
@@ -877,10 +910,10 @@ def _env(scope: Def | None, known: Mapping[str, Values]) -> dict[str, Values]:
 def _locals(scope: Def) -> tuple[frozenset[str], dict[str, Values]]:
     """The names ``scope`` binds (a nested function's or lambda's parameters too), and those
     its body binds once, at its top level, to a constant, with their value."""
-    names = [n for n in ast.walk(scope) if isinstance(n, ast.Name)]
+    names = [n for n in _nodes(scope) if isinstance(n, ast.Name)]
     stores = [n.id for n in names if not isinstance(n.ctx, ast.Load)]
     own = {id(a) for a in ast.walk(scope.args)}
-    stores += [a.arg for a in ast.walk(scope) if isinstance(a, ast.arg) and id(a) not in own]
+    stores += [a.arg for a in _nodes(scope) if isinstance(a, ast.arg) and id(a) not in own]
     constants = {}
     for stmt in scope.body:
         target = _single_target(stmt)
@@ -900,13 +933,14 @@ BUILTINS: dict[str, Any] = {
     f.__name__: f for f in (isinstance, len, callable, str, int, float, bool, tuple, type)
 }
 """The builtins a decided test may call (on known values): they only look at them."""
+_BUILTIN_VALUES = {name: _one_of([f]) for name, f in BUILTINS.items()}
 
 
 def _looked_up(scope: Def, name: str) -> bool:
     """Whether ``scope`` only looks into ``name`` (a dict it binds once), never changes it or
     lets it out: ``name[key]``, ``key in name`` and ``list(name)`` (``len``, ``sorted``, ...)."""
     parents = _parents(scope)
-    for n in ast.walk(scope):
+    for n in _uses(scope).get(name, []):
         if not (isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)):
             continue
         p = parents[id(n)]
@@ -1020,10 +1054,10 @@ def _body(node: ast.stmt) -> list[ast.stmt]:
 
 def _decision(at: _Edits, function: Def, env: Mapping[str, Values]) -> Edit | None:
     """The edit of the first ``if`` (or ``a if test else b``) whose test ``env`` decides."""
-    blocks = [b for n in ast.walk(function) if isinstance(n, ast.stmt) for b in _bodies(n)]
+    blocks = _blocks(function)[1:]
     alone = {id(b[0]) for b in blocks if len(b) == 1}  # the only statement of its block
     before: dict[int, list[ast.expr]] = {}  # an elif's: the tests above it
-    for node in ast.walk(function):
+    for node in _nodes(function):
         if isinstance(node, ast.If) and node.orelse and at.is_elif(node.orelse[0]):
             before[id(node.orelse[0])] = [*before.get(id(node), []), node.test]
         if isinstance(node, ast.If | ast.IfExp):
@@ -1036,8 +1070,7 @@ def _decision(at: _Edits, function: Def, env: Mapping[str, Values]) -> Edit | No
 def _unreachable(at: _Edits, function: Def) -> Edit | None:
     """The lines after a ``return``, ``raise``, ``continue`` or ``break`` in the same block."""
     ends = ast.Return | ast.Raise | ast.Continue | ast.Break
-    nested = [b for n in ast.walk(function) if isinstance(n, ast.stmt) for b in _bodies(n)]
-    for block in [function.body, *nested]:
+    for block in _blocks(function):
         stop = next((i for i, stmt in enumerate(block) if isinstance(stmt, ends)), None)
         if stop is not None and stop + 1 < len(block):
             last = block[-1].end_lineno or block[-1].lineno
@@ -1048,10 +1081,9 @@ def _unreachable(at: _Edits, function: Def) -> Edit | None:
 def _returned(at: _Edits, function: Def) -> Edit | None:
     """``name = value`` then ``return name`` (typed so for mypy): ``return value``, where no
     other line reads ``name``."""
-    if any(isinstance(n, ast.Global | ast.Nonlocal) for n in ast.walk(function)):
+    if any(isinstance(n, ast.Global | ast.Nonlocal) for n in _nodes(function)):
         return None
-    nested = [b for n in ast.walk(function) if isinstance(n, ast.stmt) for b in _bodies(n)]
-    for block in [function.body, *nested]:
+    for block in _blocks(function):
         for stmt, last in itertools.pairwise(block):
             name = _single_target(stmt)
             if (
@@ -1082,7 +1114,7 @@ def _fold(at: _Edits, function: Def, env: Mapping[str, Values]) -> Edit | None:
         and _stores(function).count(name) == 1
         and _looked_up(function, name)
     }
-    for node in ast.walk(function):
+    for node in _nodes(function):
         if not isinstance(node, ast.Subscript) or not isinstance(node.ctx, ast.Load):
             continue
         table = tables.get(node.value.id) if isinstance(node.value, ast.Name) else node.value
@@ -1113,7 +1145,7 @@ def _dead(at: _Edits, function: Def) -> Edit | None:
     """The lines of ``name = value`` (at the function's top level, ``value`` plain) when no
     line reads ``name``, with the comment lines above it."""
     read = {
-        n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+        n.id for n in _nodes(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
     }
     for stmt in function.body[:-1] if len(function.body) > 1 else []:
         name = _single_target(stmt)
@@ -1133,7 +1165,7 @@ def _dead(at: _Edits, function: Def) -> Edit | None:
 def _stores(function: Def) -> list[str]:
     return [
         n.id
-        for n in ast.walk(function)
+        for n in _nodes(function)
         if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
     ]
 
