@@ -541,6 +541,7 @@ CASES = 64
 
 
 def _one_of(values: Iterable[Any]) -> Values:
+    """``values`` as :data:`Values`."""
     return frozenset((type(v), v) for v in values)
 
 
@@ -619,6 +620,7 @@ class _Calls(NamedTuple):
 
 
 def _calls(sources: Mapping[str, str], run: str) -> _Calls:
+    """Who calls whom among ``sources``, and from the ``run`` line."""
     trees = {name: _tree(source) for name, source in sources.items()}
     trees[""] = _tree(run)
     scopes = {name: _scope(tree) for name, tree in trees.items() if name}
@@ -641,6 +643,7 @@ def _nodes(node: ast.AST) -> tuple[ast.AST, ...]:
 
 @functools.lru_cache(maxsize=1024)
 def _ids(node: ast.AST) -> frozenset[int]:
+    """The ``id`` of every node under ``node``."""
     return frozenset(id(n) for n in _nodes(node))
 
 
@@ -814,10 +817,12 @@ def _signature(scope: Def) -> list[tuple[ast.AST, ast.AST]]:
 
 
 def _arguments(call: ast.Call) -> list[tuple[ast.AST, ast.AST]]:
+    """A call's arguments and keywords as written, in :func:`_cut`'s spans."""
     return [(item, item) for item in sorted([*call.args, *call.keywords], key=_position)]
 
 
 def _position(node: Any) -> tuple[int, int]:
+    """Where ``node`` starts: ``(line, column)``."""
     return node.lineno, node.col_offset
 
 
@@ -1049,6 +1054,7 @@ def _alias(at: _Edits, function: Def) -> Edit | None:
 
 
 def _body(node: ast.stmt) -> list[ast.stmt]:
+    """A class's (or any compound statement's) body; ``[]`` for a simple statement."""
     return list(getattr(node, "body", []))
 
 
@@ -1163,6 +1169,7 @@ def _dead(at: _Edits, function: Def) -> Edit | None:
 
 
 def _stores(function: Def) -> list[str]:
+    """The names ``function`` binds (assigns, loops over, deletes), once per binding."""
     return [
         n.id
         for n in _nodes(function)
