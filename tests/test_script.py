@@ -502,12 +502,14 @@ def run(init, norm, steps):
             stop()
 """
     )
-    shadowed = "def run(norm):\n    pick = lambda norm: 1 if norm else 2\n    return norm\n"
+    shadowed = "def run(norm):\n    pick = lambda norm: 1 if norm else 2\n    return pick(norm)\n"
     assert script.specialized(shadowed, {"norm": 0}) == shadowed  # a lambda's own norm: left alone
 
 
 def test_a_script_pastes_only_the_helpers_its_call_reaches() -> None:
-    """bn-lr's default keeps nn.Linear's initialization: no apply_init (nor what it calls)."""
+    """bn-lr's default keeps nn.Linear's initialization: no apply_init (nor what it calls);
+    with ``init="he"``, apply_init is called with "he" only, so its other methods' branches go
+    and, with them, the Xavier initializer only they call."""
     experiment = get_experiment("bn-lr")
     default = ast.parse(script.render(experiment, {}))
     he = ast.parse(script.render(experiment, {"init": "he"}))
@@ -515,4 +517,103 @@ def test_a_script_pastes_only_the_helpers_its_call_reaches() -> None:
         {n.name for n in tree.body if isinstance(n, ast.FunctionDef)} for tree in (default, he)
     ]
     helpers = {"apply_init", "xavier_uniform", "he_normal"}
-    assert not defined[0] & helpers and helpers <= defined[1]
+    assert not defined[0] & helpers
+    assert defined[1] & helpers == {"apply_init", "he_normal"}
+
+
+PROGRAM = {
+    "make": '''\
+def make(kind, verbose, scale=2.0, act="relu", loss_fn=F.mse_loss):
+    """A layer list of ``kind``."""
+    if verbose:
+        print(kind)
+    layers = [kind]
+    if kind == "a":
+        layers.append(1)
+    elif kind == "b":
+        layers.append(2)
+    elif kind != "c":
+        raise ValueError(kind)
+    table = {"relu": R, "tanh": T}
+    layers.append(table[act])
+    return loss_fn(layers, scale=scale)
+''',
+    "run": """\
+def run(n, label):
+    out = []
+    build = make
+    for flag in (True, False):
+        out.append(build("a" if flag else "c", False, 3.0))
+    return out * n
+""",
+    "unused": "def unused():\n    return make('b')\n",
+}
+
+
+def test_pruned_specializes_each_helper_for_the_values_its_callers_give() -> None:
+    """``make`` (called by another name ``build``, which then names it) is only ever called
+    with ``verbose`` False and kind "a" or "c" (a test that depends on which stays;
+    those true or false for both are decided, an elif where the ifs above it are false), the
+    activation "relu" (its table gives R), no ``loss_fn`` (its default is written in) and a
+    scale (whose default no call needs): what no line reads any more leaves the function and
+    its calls. The entry keeps its
+    parameters, as the run's call gives them; a function nothing calls goes. Both programs
+    return the same."""
+    run = 'result = run(n=2, label="x")'
+    pruned = script.pruned(PROGRAM, run)
+    assert list(pruned) == ["make", "run"]
+    assert (
+        pruned["make"]
+        == '''\
+def make(kind, scale):
+    """A layer list of ``kind``."""
+    layers = [kind]
+    if kind == "a":
+        layers.append(1)
+    layers.append(R)
+    return F.mse_loss(layers, scale=scale)
+'''
+    )
+    assert pruned["run"] == PROGRAM["run"].replace("    build = make\n", "").replace(
+        'build("a" if flag else "c", False, 3.0)', 'make("a" if flag else "c", 3.0)'
+    )
+    results = []
+    for program in (PROGRAM, pruned):
+        namespace: dict[str, Any] = {"R": "R", "T": "T"}
+        namespace["F"] = type("F", (), {"mse_loss": staticmethod(lambda x, scale: (x, scale))})
+        exec("\n".join([*program.values(), run]), namespace)
+        results.append(namespace["result"])
+    assert results[0] == results[1] == 2 * [(["a", 1, "R"], 3.0), (["c", "R"], 3.0)]
+
+
+def test_pruned_folds_a_lookup_table_and_drops_what_follows_a_return() -> None:
+    """A function that validates a name and looks it up in a table (theory's activation_pair)
+    called with one known name: ``isinstance`` of a known value is decided, ``name in table``
+    too, the lookup gives the entry (a tuple holding a lambda), the lines after the ``return``
+    can never run, and the table and the name, read no more, go. A value named only to be
+    returned (as mypy wants it typed) is returned."""
+    program = {
+        "pair": """\
+def pair(name):
+    table = {"tanh": (T, lambda x: 1 - x), "relu": (R, lambda x: x > 0)}
+    if isinstance(name, str):
+        if name not in table:
+            raise ValueError(f"{name!r}: use one of {list(table)}")
+        return table[name]
+    raise TypeError(name)
+""",
+        "use": "def use(x):\n    phi, dphi = pair('relu')\n"
+        "    out = phi, dphi(x)  # both\n    return out\n",
+    }
+    run = "result = use(x=3)"
+    pruned = script.pruned(program, run)
+    assert pruned == {
+        "pair": "def pair():\n    return (R, lambda x: x > 0)\n",
+        "use": "def use(x):\n    phi, dphi = pair()\n    return phi, dphi(x)  # both\n",
+    }
+    results = []
+    for code in (program, pruned):
+        namespace: dict[str, Any] = {"R": "R", "T": "T"}
+        exec("\n".join([*code.values(), run]), namespace)
+        results.append(namespace["result"])
+    assert results[0] == results[1] == ("R", True)

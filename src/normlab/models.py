@@ -306,14 +306,14 @@ def block(
     elif norm != "none":
         valid = ["none", "batch", "layer", "rms"]  # spelled out: a pasted block sees no NORMS
         raise ValueError(f"norm {norm!r} not supported, use one of {valid}")
-    act = {
-        "relu": nn.ReLU(),
-        "tanh": nn.Tanh(),
-        "sigmoid": nn.Sigmoid(),
-        "gelu": nn.GELU(),
-        "linear": nn.Identity(),
+    activations = {
+        "relu": nn.ReLU,
+        "tanh": nn.Tanh,
+        "sigmoid": nn.Sigmoid,
+        "gelu": nn.GELU,
+        "linear": nn.Identity,
     }
-    layers.append(act[activation])
+    layers.append(activations[activation]())
     return nn.Sequential(*layers)
 
 
@@ -321,8 +321,8 @@ class MLP(nn.Sequential):
     """``hidden_layers`` blocks ``Linear -> [norm] -> activation`` of ``width`` units, then a
     ``Linear`` to ``d_out`` logits: the notebook's DeepMLP, a two-moons classifier by default.
 
-    ``forward(x, keep)`` appends every block's output to the list ``keep`` when one is given,
-    so that a caller can measure (or differentiate with respect to) the hidden activations.
+    It is an ``nn.Sequential``: ``*blocks, head = net`` unpacks it, so that a caller can run
+    the blocks one by one and measure (or differentiate with respect to) their outputs.
 
     Args:
         width: units of every hidden block.
@@ -335,9 +335,8 @@ class MLP(nn.Sequential):
     Examples::
 
         >>> net = MLP(8, 3, norm="batch")
-        >>> hidden: list[torch.Tensor] = []
-        >>> net(torch.randn(5, 2), keep=hidden).shape, [tuple(h.shape) for h in hidden]
-        (torch.Size([5, 1]), [(5, 8), (5, 8), (5, 8)])
+        >>> net(torch.randn(5, 2)).shape, [type(m).__name__ for m in net[0]]
+        (torch.Size([5, 1]), ['Linear', 'BatchNorm1d', 'ReLU'])
     """
 
     def __init__(
@@ -352,15 +351,6 @@ class MLP(nn.Sequential):
         dims = [d_in] + [width] * hidden_layers
         blocks = [block(dims[k], width, norm, activation) for k in range(hidden_layers)]
         super().__init__(*blocks, nn.Linear(dims[-1], d_out))
-
-    def forward(self, x: torch.Tensor, keep: list[torch.Tensor] | None = None) -> torch.Tensor:
-        *blocks, head = self
-        for b in blocks:
-            x = b(x)  # (N, d_in or width) -> (N, width)
-            if keep is not None:
-                keep.append(x)
-        out: torch.Tensor = head(x)  # (N, width) -> (N, d_out) logits
-        return out
 
 
 class TinyMLP(nn.Module):

@@ -2,7 +2,8 @@
 
 A rendered script carries no type annotation (a dataclass's fields aside: they make the fields),
 no doctest and no UI hook, and for each of the seed notebook's four widgets it is at most twice
-as long as the notebook's own code for that widget.
+as long as the notebook's own code for that widget (as counted here, and, for bn-lr, as the
+issue counts it).
 """
 
 from __future__ import annotations
@@ -37,6 +38,13 @@ SEED_LINES = {
 }
 
 
+# Issue 33 (item 5) puts the notebook's own bn-lr code at "about 45" lines (what a learner copies
+# from the notebook to run the widget: the net, the loop and the widget) and bounds a script
+# "within 2x the notebook's cell for the same widget": a second bound, the issue's own figure,
+# beside the derivation above (which also counts the shared setup and data cells).
+ISSUE_LINES = {"bn-lr": 45}
+
+
 def _code_lines(text: str) -> int:
     """The script's non-blank lines after its docstring (the notebook's prose is not counted)."""
     tree = ast.parse(text)
@@ -50,6 +58,12 @@ def test_a_seed_widget_s_script_is_at_most_twice_the_notebook_s_code(name: str) 
     assert lines <= 2 * SEED_LINES[name], (
         f"{name}: {lines} lines, the notebook's {SEED_LINES[name]}"
     )
+
+
+@pytest.mark.parametrize("name", sorted(ISSUE_LINES))
+def test_a_seed_widget_s_script_is_at_most_twice_the_issue_s_count(name: str) -> None:
+    lines = _code_lines(script.render(get_experiment(name), {}))
+    assert lines <= 2 * ISSUE_LINES[name], f"{name}: {lines} lines, the issue's {ISSUE_LINES[name]}"
 
 
 def _in_a_dataclass(tree: ast.Module) -> set[ast.AST]:

@@ -74,12 +74,8 @@ def bn_lr(
     Yields the result so far after every step (the curves as they grow), and last the whole run.
     """
     x, y = two_moons(device=device)
-    result: dict[str, Any] = {
-        "batch_norm": batch_norm,
-        "lr": lr,
-        "losses": [],  # the chosen setting's curve
-        "contrast_losses": [],  # the other one's
-    }
+    # losses: the chosen setting's curve; contrast_losses: the other one's
+    result: dict[str, Any] = dict(batch_norm=batch_norm, lr=lr, losses=[], contrast_losses=[])
     for bn, curve in ((batch_norm, "losses"), (not batch_norm, "contrast_losses")):
         torch.manual_seed(seed)  # both nets draw the same Linear weights
         net = MLP(width, hidden_layers, norm="batch" if bn else "none")
@@ -107,13 +103,9 @@ def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
         peak = highest_step(curve)
         name = "with BN" if bn else "without BN"
         rows.append([name, fmt(curve[0]), fmt(curve[-1]), f"{fmt(curve[peak])} at step {peak}"])
+    title = f"Training loss at learning rate {result['lr']:g}"
     return [
-        {
-            "title": f"Training loss at learning rate {result['lr']:g}",
-            "columns": ["", "first", "last", "highest"],
-            "rows": rows,
-            "notes": [],
-        }
+        {"title": title, "columns": ["", "first", "last", "highest"], "rows": rows, "notes": []}
     ]
 
 

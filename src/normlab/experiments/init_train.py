@@ -51,8 +51,13 @@ def variances_at_init(
     net: MLP, x: torch.Tensor, y: torch.Tensor
 ) -> tuple[list[float], list[float]]:
     """Var of every hidden output, and of the loss gradient with respect to it, before training."""
+    *blocks, head = net  # the hidden blocks, then the Linear to the logit
     hidden: list[torch.Tensor] = []
-    loss = F.binary_cross_entropy_with_logits(net(x, keep=hidden), y)
+    h = x
+    for b in blocks:
+        h = b(h)  # (N, d_in or width) -> (N, width)
+        hidden.append(h)
+    loss = F.binary_cross_entropy_with_logits(head(h), y)  # (N, width) -> (N, 1) logits
     grads = torch.autograd.grad(loss, hidden)  # dL/dh for every hidden output h: (N, width)
     forward = [h.var(unbiased=False).item() for h in hidden]
     backward = [g.var(unbiased=False).item() for g in grads]

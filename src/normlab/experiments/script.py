@@ -9,8 +9,11 @@ exists: the script is the code that produced the numbers, so it prints what norm
 
 It reads like a notebook cell, not like the engine: each source is rendered by :func:`plain`
 (no type annotations, docstrings cut to their summary, no UI hooks; the engine keeps all three),
-the entry's branches on its parameters are decided for the chosen ones (:func:`specialized`),
-and only the objects the call reaches are pasted.
+then every function is specialized for the values its callers give it, starting from the chosen
+parameters (:func:`pruned`): a branch those values decide keeps only the side they take, a
+table looked up by a known key gives its entry, a parameter that carries nothing leaves the
+function and its calls, and only the objects the call still reaches are pasted. A helper that
+handles every norm and activation is pasted as the one block the run builds.
 
 >>> from normlab.experiments import get_experiment
 >>> text = render(get_experiment("linear-scale"), {"seed": 0})
@@ -24,16 +27,18 @@ import ast
 import bisect
 import builtins
 import contextlib
+import functools
 import inspect
 import io
 import itertools
+import math
 import re
 import sys
 import textwrap
 import threading
 import tokenize
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from normlab import __version__
 from normlab.experiments.base.params import params_dict
@@ -186,19 +191,16 @@ def parts(experiment: Experiment, params: object) -> tuple[list[str], list[str],
     code objects that the call reaches, each as :func:`plain` renders it."""
     values = params_dict(params)
     run = call(experiment, values)
-    code = {obj: source_of(obj) for obj in code_of(experiment)}
-    code[experiment.entry] = specialized(code[experiment.entry], values)
-    code = {obj: plain(source) for obj, source in code.items()}
-    reached = _reached(run, {obj.__name__: source for obj, source in code.items()})
-    kept = [obj for obj in code if obj.__name__ in reached]
-    sources = [code[obj] for obj in kept]
+    objects = {obj.__name__: obj for obj in code_of(experiment)}
+    code = dict(_pruned(tuple((name, plain(source_of(obj))) for name, obj in objects.items()), run))
+    kept, sources = [objects[name] for name in code], [s.strip("\n") for s in code.values()]
     return imports(kept, "\n\n".join([*sources, run])), sources, run
 
 
 def _reached(run: str, sources: Mapping[str, str]) -> set[str]:
     """The names of ``sources`` that ``run`` calls, directly or through one another."""
     reached: set[str] = set()
-    todo = _names(run)
+    todo = set(_names(run))
     while todo:
         name = todo.pop()
         if name in sources and name not in reached:
@@ -207,8 +209,9 @@ def _reached(run: str, sources: Mapping[str, str]) -> set[str]:
     return reached
 
 
-def _names(text: str) -> set[str]:
-    return {n.id for n in ast.walk(parse(text)) if isinstance(n, ast.Name)}
+@functools.lru_cache(maxsize=1024)
+def _names(text: str) -> frozenset[str]:
+    return frozenset(n.id for n in ast.walk(_tree(text)) if isinstance(n, ast.Name))
 
 
 def code_of(experiment: Experiment) -> tuple[Any, ...]:
@@ -280,6 +283,8 @@ def plain(source: str) -> str:
 
 
 Def = ast.FunctionDef | ast.AsyncFunctionDef
+Edit = tuple[int, int, str]
+"""``(start, end, replacement)``: a span of a source (in characters) and its new text."""
 
 
 class _Edits:
@@ -290,13 +295,17 @@ class _Edits:
         self.source = source
         self.lines = source.splitlines(keepends=True)
         self.starts = list(itertools.accumulate((len(line) for line in self.lines), initial=0))
-        self.operators = [  # (offset, text) of every operator token: brackets, colons
-            (self.starts[t.start[0] - 1] + t.start[1], t.string)
-            for t in tokenize.generate_tokens(io.StringIO(source).readline)
-            if t.type == tokenize.OP
-        ]
         self.edits: list[tuple[int, int, str]] = []  # (start, end, replacement)
         self.cut: list[tuple[int, int]] = []  # the statements taken out
+
+    @functools.cached_property
+    def operators(self) -> list[tuple[int, str]]:
+        """``(offset, text)`` of every operator token: brackets, colons."""
+        return [
+            (self.starts[t.start[0] - 1] + t.start[1], t.string)
+            for t in tokenize.generate_tokens(io.StringIO(self.source).readline)
+            if t.type == tokenize.OP
+        ]
 
     def apply(self) -> str:
         text = self.source
@@ -404,22 +413,53 @@ class _Edits:
     def is_elif(self, node: ast.stmt) -> bool:
         return self.lines[node.lineno - 1].lstrip().startswith("elif")
 
-    def decide(self, node: ast.If | ast.IfExp, taken: bool) -> tuple[int, int, str]:
-        """The edit that keeps only the branch ``taken`` (True: the body) of ``node``."""
+    def decide(self, node: ast.If | ast.IfExp, taken: bool, alone: bool = False) -> Edit:
+        """The edit that keeps only the branch ``taken`` (True: the body) of ``node`` (``alone``:
+        the only statement of its block, which must not empty)."""
         if isinstance(node, ast.IfExp):
             return self.start(node), self.end(node), self.text(node.body if taken else node.orelse)
+        if self.is_elif(node):
+            return self.decide_elif(node, taken)
         start, end = self.starts[node.lineno - 1], self.starts[node.end_lineno or node.lineno]
         if not taken and node.orelse and self.is_elif(node.orelse[0]):  # "elif b:" -> "if b:"
             return self.start(node), self.start(node.orelse[0]) + len("el"), ""
         branch = node.body if taken else node.orelse
         if not branch:
-            return start, end, ""
+            return start, end, " " * node.col_offset + "pass\n" if alone else ""
         first = branch[0].lineno
         while self.lines[first - 2].lstrip().startswith("#"):  # its comments above it
             first -= 1
         shift = " " * (branch[0].col_offset - node.col_offset)
         lines = self.lines[first - 1 : branch[-1].end_lineno]
         return start, end, "".join(line.removeprefix(shift) for line in lines)
+
+    def decide_elif(self, node: ast.If, taken: bool) -> Edit:
+        """``elif test:`` decided: taken, it becomes the ``else:`` (what follows it goes); not
+        taken, it goes (what follows it takes its place)."""
+        start = self.starts[node.lineno - 1]
+        after = self.orelse_line(node)  # the line of "else:" or of the next "elif", or None
+        if taken:
+            end = self.starts[node.end_lineno or node.lineno]
+            body = self.starts[node.body[-1].end_lineno or node.body[-1].lineno]
+            head = self.starts[node.body[0].lineno - 1]
+            indent = " " * (
+                len(self.lines[node.lineno - 1]) - len(self.lines[node.lineno - 1].lstrip())
+            )
+            return start, end, indent + "else:\n" + self.source[head:body]
+        if after is None:
+            return start, self.starts[node.end_lineno or node.lineno], ""
+        return start, self.starts[after - 1], ""
+
+    def orelse_line(self, node: ast.If) -> int | None:
+        """The line number of the ``else:`` or ``elif`` after ``node``'s body, if any."""
+        if not node.orelse:
+            return None
+        if self.is_elif(node.orelse[0]):
+            return node.orelse[0].lineno
+        line = node.body[-1].end_lineno or node.body[-1].lineno
+        while not self.lines[line].lstrip().startswith("else"):
+            line += 1
+        return line + 1
 
     def hook_keywords(self, call: ast.Call) -> None:
         """Take ``live=...`` out of a call, with the comma before it (or after it, when first)."""
@@ -486,54 +526,670 @@ def _summary(doc: str, width: int) -> str:
     return ""
 
 
-# -- the entry at the parameters it runs with ---------------------------------------------------
+# -- the code at the parameters it runs with ----------------------------------------------------
+#
+# The run's call fixes the entry's parameters; every call the pasted code makes with constants
+# (or with parameters already known) fixes the callee's the same way. A parameter that may take
+# a few values is known as that set: a test true for all of them (or false for all) is decided.
 
-_CONSTANT_TEST: tuple[type[ast.AST], ...] = (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Not)
-_CONSTANT_TEST += (ast.Name, ast.Constant, ast.Tuple, ast.List, ast.Load, ast.cmpop, ast.boolop)
-"""What a test that :func:`specialized` decides may hold: comparisons of names and constants."""
+Values = frozenset[tuple[type, Any]]
+"""The values a name may hold where the run reaches it, each with its type (``1`` is not
+``True``)."""
+
+CASES = 64
+"""The most combinations of known values a test is evaluated for."""
+
+
+def _one_of(values: Iterable[Any]) -> Values:
+    """``values`` as :data:`Values`."""
+    return frozenset((type(v), v) for v in values)
 
 
 def specialized(source: str, values: Mapping[str, Any]) -> str:
-    """The entry's ``source`` with each ``if`` on its parameters decided by ``values``: the
-    branch the run takes stays (dedented to the ``if``), the other goes, and with it any helper
-    only that branch called. A parameter the function reassigns is left alone.
+    """The function's ``source`` with each ``if`` on its parameters decided by ``values``: the
+    branch the run takes stays (dedented to the ``if``), the other goes; a dict looked up by a
+    known key gives its value, and a constant no line reads any more goes. A parameter the
+    function reassigns is left alone.
 
     >>> print(specialized('def f(init):\\n    if init != "default":\\n        g(init)\\n'
     ...                   '    return 1 if init == "he" else 2', {"init": "default"}))
     def f(init):
         return 2
     """
+    known = {name: _one_of([value]) for name, value in values.items()}
+    while (step := _step(source, known)) is not None:
+        source = step
+    return source
+
+
+def pruned(sources: Mapping[str, str], run: str) -> dict[str, str]:
+    """The ``sources`` (name -> one function's or class's source) that ``run`` reaches, each
+    :func:`specialized` for the values its callers give it, in their order."""
+    out = dict(sources)
+    settled: dict[tuple[str, frozenset[tuple[str, Values]]], str] = {}  # no step left
     while True:
-        function = parse(source).body[0]
-        assert isinstance(function, Def)
-        at = _Edits(source)
-        names = [n for n in ast.walk(function) if isinstance(n, ast.Name)]
-        stored = {n.id for n in names if not isinstance(n.ctx, ast.Load)}
-        own = {id(a) for a in ast.walk(function.args)}
-        nested = [a for a in ast.walk(function) if isinstance(a, ast.arg) and id(a) not in own]
-        stored |= {a.arg for a in nested}  # a lambda's own parameter may take the same name
-        known = {k: v for k, v in values.items() if k not in stored}
-        for node in ast.walk(function):
-            if isinstance(node, ast.If) and at.is_elif(node):
-                continue  # decided with the ``if`` it belongs to
-            if isinstance(node, ast.If | ast.IfExp) and _decided(node.test, known) is not None:
+        reached = _reached(run, out)
+        out = {name: source for name, source in out.items() if name in reached}
+        known = _known(out, run)  # what the others' edits below only narrow: still true
+        changed = False
+        for name, source in out.items():
+            key = (source, frozenset(known.get(name, {}).items()))
+            if key not in settled:
+                done = source
+                while (step := _step(done, known.get(name, {}))) is not None:
+                    done = step
+                settled[key] = settled[(done, key[1])] = done
+            changed |= settled[key] != source
+            out[name] = settled[key]
+        if not changed:
+            fewer = _parameters(out, run)
+            if fewer is None:
+                return out
+            out = fewer
+
+
+@functools.lru_cache(maxsize=128)
+def _pruned(sources: tuple[tuple[str, str], ...], run: str) -> tuple[tuple[str, str], ...]:
+    """:func:`pruned`, once per sources and call (a page and its notebook render the same)."""
+    return tuple(pruned(dict(sources), run).items())
+
+
+@functools.lru_cache(maxsize=1024)
+def _tree(source: str) -> ast.Module:
+    """:func:`parse`, once per source text (the trees are read, never changed)."""
+    return parse(source)
+
+
+def _scope(tree: ast.Module) -> Def | None:
+    """The function whose parameters the callers set: the source's function, or the class's
+    ``__init__``."""
+    node = tree.body[0]
+    if isinstance(node, ast.ClassDef):
+        return next((s for s in node.body if isinstance(s, Def) and s.name == "__init__"), None)
+    return node if isinstance(node, Def) else None
+
+
+class _Calls(NamedTuple):
+    """Who calls whom in the pasted code (the run's line named ``""``)."""
+
+    trees: dict[str, ast.Module]
+    scopes: dict[str, Def | None]  # each source's function whose parameters calls set
+    inside: dict[str, frozenset[int]]  # each caller's nodes where its own parameters are in scope
+    called: list[tuple[str, ast.Call, str]]  # (callee, the call, its caller)
+    escaped: set[str]  # named otherwise than called (passed on, a base class, shadowed)
+
+
+def _calls(sources: Mapping[str, str], run: str) -> _Calls:
+    """Who calls whom among ``sources``, and from the ``run`` line."""
+    trees = {name: _tree(source) for name, source in sources.items()}
+    trees[""] = _tree(run)
+    scopes = {name: _scope(tree) for name, tree in trees.items() if name}
+    inside = {name: _ids(scope) for name, scope in scopes.items() if scope}
+    called = [
+        (callee, call, caller)
+        for caller, source in [*sources.items(), ("", run)]
+        for callee, call in _named_calls(source)
+        if callee in scopes
+    ]
+    escaped = {name for source in [*sources.values(), run] for name in _named(source)}
+    return _Calls(trees, scopes, inside, called, escaped & set(scopes))
+
+
+@functools.lru_cache(maxsize=1024)
+def _nodes(node: ast.AST) -> tuple[ast.AST, ...]:
+    """``ast.walk(node)``, once per node (the trees are read, never changed)."""
+    return tuple(ast.walk(node))
+
+
+@functools.lru_cache(maxsize=1024)
+def _ids(node: ast.AST) -> frozenset[int]:
+    """The ``id`` of every node under ``node``."""
+    return frozenset(id(n) for n in _nodes(node))
+
+
+@functools.lru_cache(maxsize=1024)
+def _blocks(function: ast.AST) -> tuple[list[ast.stmt], ...]:
+    """Every block of statements in ``function``, its body first."""
+    nested = [b for n in _nodes(function) if isinstance(n, ast.stmt) for b in _bodies(n)]
+    return (getattr(function, "body", []), *nested)
+
+
+@functools.lru_cache(maxsize=1024)
+def _named_calls(source: str) -> list[tuple[str, ast.Call]]:
+    """``(name, call)`` for every call of a name in ``source``."""
+    calls = [n for n in ast.walk(_tree(source)) if isinstance(n, ast.Call)]
+    return [(c.func.id, c) for c in calls if isinstance(c.func, ast.Name)]
+
+
+@functools.lru_cache(maxsize=1024)
+def _named(source: str) -> frozenset[str]:
+    """The names ``source`` uses otherwise than to call them, or binds as parameters."""
+    funcs = {id(call.func) for _, call in _named_calls(source)}
+    nodes = list(ast.walk(_tree(source)))
+    named = {n.id for n in nodes if isinstance(n, ast.Name) and id(n) not in funcs}
+    return frozenset(named | {n.arg for n in nodes if isinstance(n, ast.arg)})
+
+
+@functools.lru_cache(maxsize=1024)
+def _uses(node: ast.AST) -> dict[str, list[ast.Name]]:
+    """Each name's nodes under ``node``."""
+    uses: dict[str, list[ast.Name]] = {}
+    for n in _nodes(node):
+        if isinstance(n, ast.Name):
+            uses.setdefault(n.id, []).append(n)
+    return uses
+
+
+@functools.lru_cache(maxsize=1024)
+def _parents(node: ast.AST) -> dict[int, ast.AST]:
+    """Each node's parent under ``node``, by the child's ``id``."""
+    return {id(c): p for p in _nodes(node) for c in ast.iter_child_nodes(p)}
+
+
+def _known(sources: Mapping[str, str], run: str) -> dict[str, dict[str, Values]]:
+    """For each source, the values of its parameters that every call the code makes gives.
+
+    A function (or class) whose name is used but not called (passed on, a base class) gets
+    none; a parameter one call gives an unknown value is left out. Callers' parameters are
+    known once their own callers' are: repeated until nothing changes.
+    """
+    c = _calls(sources, run)
+    known: dict[str, dict[str, Values]] = {}
+    while True:
+        envs = {name: _env(scope, known.get(name, {})) for name, scope in c.scopes.items()}
+        new: dict[str, dict[str, Values]] = {}
+        for name, scope in c.scopes.items():
+            if scope is not None and name not in c.escaped:
+                new[name] = _union(
+                    _bind(call, scope, envs[caller] if id(call) in c.inside.get(caller, ()) else {})
+                    for callee, call, caller in c.called
+                    if callee == name
+                )
+        if new == known:
+            return known
+        known = new
+
+
+def _parameters(sources: Mapping[str, str], run: str) -> dict[str, str] | None:
+    """The sources with parameters that carry nothing taken out of their functions and of the
+    calls to them (one per function, and none where another's edits touch the same sources),
+    or None where there is none: a parameter no line reads, or one no call gives whose default
+    (a name, an attribute, a constant) is then written where the line names it anyway
+    (``loss_fn(...)``, ``bias=bias``); a default every call gives goes. The entry's stay, as the
+    run's call gives them."""
+    c = _calls(sources, run)
+    edits: dict[str, _Edits] = {}
+    for name, scope in c.scopes.items():
+        sites = [(call, caller) for callee, call, caller in c.called if callee == name]
+        unpacked = any(  # ``f(*args)``, ``f(**kwargs)``: what they give is not written
+            isinstance(a, ast.Starred) for call, _ in sites for a in call.args
+        ) or any(k.arg is None for call, _ in sites for k in call.keywords)
+        touched = {name} | {caller for _, caller in sites}
+        if (
+            scope is None
+            or name in c.escaped
+            or unpacked
+            or "" in touched
+            or touched & set(edits)  # edited this time round already: next time
+        ):
+            continue
+        mine = {n: _Edits(sources[n]) for n in touched}
+        for arg in [*scope.args.args, *scope.args.kwonlyargs][int(scope.name == "__init__") :]:
+            if _parameter(mine, name, scope, arg, sites):
+                edits |= mine
                 break
-        else:
-            return source
-        taken = _decided(node.test, known)
-        start, end, new = at.decide(node, bool(taken))
-        source = source[:start] + new + source[end:]
+    if not edits:
+        return None
+    return {n: edits[n].apply() if n in edits else s for n, s in sources.items()}
 
 
-def _decided(test: ast.expr, known: Mapping[str, Any]) -> bool | None:
-    """The truth of ``test`` when it compares only known parameters and constants, else None."""
-    names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
+def _parameter(
+    edits: Mapping[str, _Edits],
+    name: str,
+    scope: Def,
+    arg: ast.arg,
+    sites: list[tuple[ast.Call, str]],
+) -> bool:
+    """Whether ``arg`` of ``scope`` (the function of source ``name``) carries nothing: then its
+    edits (out of the function and the calls ``sites``, or its default written in) are made."""
+    a, at = scope.args, edits[name]
+    if arg.arg in _locals(scope)[0]:
+        return False  # rebound: its value changes
+    last = dict(_signature(scope))[arg]  # its default, or itself when it has none
+    default = last if isinstance(last, ast.expr) else None
+    given = [(call, caller, _given(call, scope, arg)) for call, caller in sites]
+    first_default = len(a.args) - len(a.defaults)  # the first positional one with a default
     if (
-        not names
-        or names - set(known)
-        or not all(isinstance(n, _CONSTANT_TEST) for n in ast.walk(test))
+        default is not None
+        and all(g for *_, g in given)
+        and (arg in a.kwonlyargs or a.args.index(arg) == first_default)
+    ):  # every call gives it: its default goes (``f(a, b=1, c=2)`` -> ``f(a, b, c=2)``)
+        at.edits.append((at.end(arg), at.end(default), ""))
+        return True
+    parents = _parents(scope)
+    reads = _uses(scope).get(arg.arg, [])
+    if reads:  # written in where the line names it anyway: ``f(x)`` for ``loss_fn(x)``
+        if default is None or not _pure(default) or any(g for *_, g in given):
+            return False
+        calls = [p for p in parents.values() if isinstance(p, ast.Call)]
+        named = {id(n) for n in reads if isinstance(parents[id(n)], ast.keyword)}
+        named |= {id(call.func) for call in calls}
+        shadowed = {n.id for n in ast.walk(default) if isinstance(n, ast.Name)}
+        if shadowed & _locals(scope)[0] or not all(id(n) in named for n in reads):
+            return False
+        for n in reads:
+            at.edits.append((at.start(n), at.end(n), at.text(default)))
+        return True
+    alone_keyword = arg in a.kwonlyargs and len(a.kwonlyargs) == 1 and a.vararg is None
+    if alone_keyword or not all(g is None or g[1] for *_, g in given):
+        return False
+    top = _tree(at.source).body[0]  # the function, or the class of an ``__init__``
+    doc = ast.get_docstring(top) if isinstance(top, Def | ast.ClassDef) else None
+    if f"``{arg.arg}``" in (doc or ""):  # "by ``method``": it stays
+        return False
+    at.edits.append(_cut(at, _signature(scope), arg))
+    for call, caller, g in given:
+        if g is not None:
+            edits[caller].edits.append(_cut(edits[caller], _arguments(call), g[0]))
+    return True
+
+
+def _given(call: ast.Call, scope: Def, arg: ast.arg) -> tuple[ast.AST, bool] | None:
+    """What ``call`` gives ``arg``: the keyword or argument, and whether it can go (a plain value:
+    taking it out of every call and of the function binds the others as before); None where it
+    gives nothing."""
+    for k in call.keywords:
+        if k.arg == arg.arg:
+            return k, _pure(k.value)
+    positional = [*scope.args.posonlyargs, *scope.args.args][int(scope.name == "__init__") :]
+    if arg in positional and positional.index(arg) < len(call.args):
+        given = call.args[positional.index(arg)]
+        return given, _pure(given)
+    return None
+
+
+def _signature(scope: Def) -> list[tuple[ast.AST, ast.AST]]:
+    """Each parameter's span, as (first node, last node): the name, and its default if any."""
+    a = scope.args
+    defaults = dict(zip(a.args[len(a.args) - len(a.defaults) :], a.defaults, strict=True))
+    defaults |= {k: d for k, d in zip(a.kwonlyargs, a.kw_defaults, strict=True) if d}
+    return [(arg, defaults.get(arg, arg)) for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs]]
+
+
+def _arguments(call: ast.Call) -> list[tuple[ast.AST, ast.AST]]:
+    """A call's arguments and keywords as written, in :func:`_cut`'s spans."""
+    return [(item, item) for item in sorted([*call.args, *call.keywords], key=_position)]
+
+
+def _position(node: Any) -> tuple[int, int]:
+    """Where ``node`` starts: ``(line, column)``."""
+    return node.lineno, node.col_offset
+
+
+def _cut(at: _Edits, items: list[tuple[ast.AST, ast.AST]], item: ast.AST) -> Edit:
+    """The edit that takes ``item`` out of a list of ``items`` with its comma: the one after it,
+    or the one before it when it is last."""
+    i = next(k for k, (first, _) in enumerate(items) if first is item)
+    if i + 1 < len(items):
+        return at.start(item), at.start(items[i + 1][0]), ""
+    if i:
+        return at.end(items[i - 1][1]), at.end(items[i][1]), ""
+    return at.start(item), at.end(items[i][1]), ""
+
+
+def _union(bindings: Iterable[dict[str, Values] | None]) -> dict[str, Values]:
+    """Each parameter's values over all the calls: only those every call gives known values."""
+    out: dict[str, Values] | None = None
+    for binding in bindings:
+        if binding is None:
+            return {}
+        if out is None:
+            out = dict(binding)
+        else:
+            out = {k: v | binding[k] for k, v in out.items() if k in binding}
+    return out or {}
+
+
+def _bind(call: ast.Call, scope: Def, env: Mapping[str, Values]) -> dict[str, Values] | None:
+    """The known values one call gives ``scope``'s parameters (a default where it gives none);
+    None where the call unpacks ``*args`` or ``**kwargs`` or gives more than the parameters."""
+    a = scope.args
+    if any(isinstance(arg, ast.Starred) for arg in call.args) or any(
+        k.arg is None for k in call.keywords
     ):
         return None
+    positional = [*a.posonlyargs, *a.args]
+    defaults: dict[str, ast.expr | None] = dict.fromkeys(p.arg for p in positional)
+    defaults.update(
+        zip(
+            [p.arg for p in positional][len(positional) - len(a.defaults) :],
+            a.defaults,
+            strict=True,
+        )
+    )
+    defaults.update({p.arg: d for p, d in zip(a.kwonlyargs, a.kw_defaults, strict=True)})
+    given: dict[str, ast.expr] = {}
+    method = int(isinstance(scope, Def) and scope.name == "__init__")  # self
+    if len(call.args) > len(positional) - method:
+        return None
+    given.update({p.arg: arg for p, arg in zip(positional[method:], call.args, strict=False)})
+    given.update({str(k.arg): k.value for k in call.keywords})
+    out: dict[str, Values] = {}
+    for name, default in list(defaults.items())[method:]:
+        expr = given.get(name, default)
+        values = None if expr is None else _values(expr, env if name in given else {})
+        if values is not None:
+            out[name] = values
+    return out
+
+
+def _values(expr: ast.expr, env: Mapping[str, Values]) -> Values | None:
+    """The values ``expr`` may take: a constant, a known name, ``a if test else b`` of those."""
+    if isinstance(expr, ast.Name):
+        return env.get(expr.id)
+    if isinstance(expr, ast.IfExp):
+        taken = _decided(expr.test, env)
+        if taken is not None:
+            return _values(expr.body if taken else expr.orelse, env)
+        body, orelse = _values(expr.body, env), _values(expr.orelse, env)
+        return None if body is None or orelse is None else body | orelse
+    try:
+        value = ast.literal_eval(expr)
+        hash(value)
+    except (ValueError, TypeError, SyntaxError):
+        return None
+    return _one_of([value])
+
+
+def _env(scope: Def | None, known: Mapping[str, Values]) -> dict[str, Values]:
+    """What ``scope``'s names are known to hold: its parameters that it never rebinds, and the
+    locals its body binds once, at its top level, to a constant."""
+    if scope is None:
+        return {}
+    stores, constants = _locals(scope)
+    builtin = {k: v for k, v in _BUILTIN_VALUES.items() if k not in stores}
+    return builtin | {k: v for k, v in known.items() if k not in stores} | constants
+
+
+@functools.lru_cache(maxsize=1024)
+def _locals(scope: Def) -> tuple[frozenset[str], dict[str, Values]]:
+    """The names ``scope`` binds (a nested function's or lambda's parameters too), and those
+    its body binds once, at its top level, to a constant, with their value."""
+    names = [n for n in _nodes(scope) if isinstance(n, ast.Name)]
+    stores = [n.id for n in names if not isinstance(n.ctx, ast.Load)]
+    own = {id(a) for a in ast.walk(scope.args)}
+    stores += [a.arg for a in _nodes(scope) if isinstance(a, ast.arg) and id(a) not in own]
+    constants = {}
+    for stmt in scope.body:
+        target = _single_target(stmt)
+        if target is None or stores.count(target) != 1 or not isinstance(stmt, ast.Assign):
+            continue
+        values = _values(stmt.value, {})
+        if isinstance(stmt.value, ast.Dict) and _looked_up(scope, target):  # for ``k in table``
+            keys = [k.value for k in stmt.value.keys if isinstance(k, ast.Constant)]
+            if len(keys) == len(stmt.value.keys):
+                values = _one_of([frozenset(keys)])
+        if values is not None:
+            constants[target] = values
+    return frozenset(stores), constants
+
+
+BUILTINS: dict[str, Any] = {
+    f.__name__: f for f in (isinstance, len, callable, str, int, float, bool, tuple, type)
+}
+"""The builtins a decided test may call (on known values): they only look at them."""
+_BUILTIN_VALUES = {name: _one_of([f]) for name, f in BUILTINS.items()}
+
+
+def _looked_up(scope: Def, name: str) -> bool:
+    """Whether ``scope`` only looks into ``name`` (a dict it binds once), never changes it or
+    lets it out: ``name[key]``, ``key in name`` and ``list(name)`` (``len``, ``sorted``, ...)."""
+    parents = _parents(scope)
+    for n in _uses(scope).get(name, []):
+        if not (isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)):
+            continue
+        p = parents[id(n)]
+        looked = isinstance(p, ast.Subscript) and p.value is n and isinstance(p.ctx, ast.Load)
+        looked |= (
+            isinstance(p, ast.Compare)
+            and n in p.comparators
+            and all(isinstance(op, ast.In | ast.NotIn) for op in p.ops)
+        )
+        looked |= (
+            isinstance(p, ast.Call)
+            and isinstance(p.func, ast.Name)
+            and p.func.id in ("list", "len", "sorted", "tuple", "set")
+            and not p.keywords
+        )
+        if not looked:
+            return False
+    return True
+
+
+def _single_target(stmt: ast.stmt) -> str | None:
+    """``name`` for ``name = value``, else None."""
+    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1:
+        target = stmt.targets[0]
+        return target.id if isinstance(target, ast.Name) else None
+    return None
+
+
+_CONSTANT_TEST: tuple[type[ast.AST], ...] = (ast.Compare, ast.BoolOp, ast.UnaryOp, ast.Not)
+_CONSTANT_TEST += (ast.Name, ast.Constant, ast.Tuple, ast.List, ast.Load, ast.cmpop, ast.boolop)
+_CONSTANT_TEST += (ast.Call,)  # of a known name: one of the BUILTINS
+"""What a test that :func:`specialized` decides may hold: comparisons of names and constants,
+and :data:`BUILTINS` called on them."""
+
+
+def _decided(
+    test: ast.expr, known: Mapping[str, Values], before: Iterable[ast.expr] = ()
+) -> bool | None:
+    """The truth of ``test`` for every combination of the known values of the names it reads
+    (it compares only names and constants), when all agree; else None. ``before``: the tests of
+    the ``if`` and ``elif`` above an ``elif``, where those that can be evaluated so are false."""
+    if not _evaluable(test, known):
+        return None
+    earlier = [t for t in before if _evaluable(t, known)]
+    names = sorted({n.id for t in (test, *earlier) for n in ast.walk(t) if isinstance(n, ast.Name)})
+    if math.prod(len(known[n]) for n in names) > CASES:
+        return None
     with _AST:  # a tree compiled is a tree built again (see parse)
-        code = compile(ast.Expression(test), "<test>", "eval")
-    return bool(eval(code, {"__builtins__": {}}, dict(known)))  # constants and parameters only
+        codes = [compile(ast.Expression(t), "<test>", "eval") for t in (test, *earlier)]
+    truths = set()
+    for case in itertools.product(*([v for _, v in known[n]] for n in names)):
+        scope = dict(zip(names, case, strict=True))  # constants and parameters only
+        first, *rest = (bool(eval(code, {"__builtins__": {}}, scope)) for code in codes)
+        if not any(rest):
+            truths.add(first)
+    return truths.pop() if len(truths) == 1 else (False if not truths else None)
+
+
+def _evaluable(test: ast.expr, known: Mapping[str, Values]) -> bool:
+    """Whether ``test`` compares only known names and constants."""
+    names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
+    return (
+        bool(names)
+        and names <= set(known)
+        and all(isinstance(n, _CONSTANT_TEST) for n in ast.walk(test))
+    )
+
+
+def _step(source: str, known: Mapping[str, Values]) -> str | None:
+    """``source`` after one decision (an ``if`` decided, a dict lookup folded, a dead constant
+    taken out) that ``known`` (its parameters' values) allows; None when there is none."""
+    tree = _tree(source)
+    node, scope = tree.body[0], _scope(tree)
+    defs = [node] if isinstance(node, Def) else [s for s in _body(node) if isinstance(s, Def)]
+    at = _Edits(source)
+    for function in defs:
+        env = _env(function, known if function is scope else {})
+        edit = (
+            _decision(at, function, env)
+            or _unreachable(at, function)
+            or _fold(at, function, env)
+            or _dead(at, function)
+            or _returned(at, function)
+        )
+        if edit is None:
+            edit = _alias(at, function)
+        if edit is not None:
+            start, end, new = edit
+            return source[:start] + new + source[end:]
+    return None
+
+
+def _alias(at: _Edits, function: Def) -> Edit | None:
+    """``name = other`` (both names, bound once, ``other`` never in ``function``): the first line
+    that reads ``name`` reads ``other`` (the assignment then goes, :func:`_dead`)."""
+    stores = _stores(function)
+    for stmt in function.body:
+        name = _single_target(stmt)
+        value = getattr(stmt, "value", None)
+        if name is None or not isinstance(value, ast.Name) or value.id in stores:
+            continue
+        reads = [n for n in _uses(function).get(name, []) if isinstance(n.ctx, ast.Load)]
+        if stores.count(name) == 1 and reads:
+            return at.start(reads[0]), at.end(reads[0]), value.id
+    return None
+
+
+def _body(node: ast.stmt) -> list[ast.stmt]:
+    """A class's (or any compound statement's) body; ``[]`` for a simple statement."""
+    return list(getattr(node, "body", []))
+
+
+def _decision(at: _Edits, function: Def, env: Mapping[str, Values]) -> Edit | None:
+    """The edit of the first ``if`` (or ``a if test else b``) whose test ``env`` decides."""
+    blocks = _blocks(function)[1:]
+    alone = {id(b[0]) for b in blocks if len(b) == 1}  # the only statement of its block
+    before: dict[int, list[ast.expr]] = {}  # an elif's: the tests above it
+    for node in _nodes(function):
+        if isinstance(node, ast.If) and node.orelse and at.is_elif(node.orelse[0]):
+            before[id(node.orelse[0])] = [*before.get(id(node), []), node.test]
+        if isinstance(node, ast.If | ast.IfExp):
+            taken = _decided(node.test, env, before.get(id(node), []))
+            if taken is not None:
+                return at.decide(node, taken, alone=id(node) in alone)
+    return None
+
+
+def _unreachable(at: _Edits, function: Def) -> Edit | None:
+    """The lines after a ``return``, ``raise``, ``continue`` or ``break`` in the same block."""
+    ends = ast.Return | ast.Raise | ast.Continue | ast.Break
+    for block in _blocks(function):
+        stop = next((i for i, stmt in enumerate(block) if isinstance(stmt, ends)), None)
+        if stop is not None and stop + 1 < len(block):
+            last = block[-1].end_lineno or block[-1].lineno
+            return at.starts[block[stop].end_lineno or block[stop].lineno], at.starts[last], ""
+    return None
+
+
+def _returned(at: _Edits, function: Def) -> Edit | None:
+    """``name = value`` then ``return name`` (typed so for mypy): ``return value``, where no
+    other line reads ``name``."""
+    if any(isinstance(n, ast.Global | ast.Nonlocal) for n in _nodes(function)):
+        return None
+    for block in _blocks(function):
+        for stmt, last in itertools.pairwise(block):
+            name = _single_target(stmt)
+            if (
+                name is not None
+                and isinstance(stmt, ast.Assign)
+                and isinstance(last, ast.Return)
+                and isinstance(last.value, ast.Name)
+                and last.value.id == name
+                and len(_uses(function)[name]) == 2  # bound here, read there
+                and last.lineno > (stmt.end_lineno or stmt.lineno)
+            ):
+                start, end = at.start(stmt), at.start(stmt.value)
+                line = at.starts[last.lineno - 1], at.starts[last.end_lineno or last.lineno]
+                return start, line[1], "return " + at.source[end : line[0]]
+    return None
+
+
+def _fold(at: _Edits, function: Def, env: Mapping[str, Values]) -> Edit | None:
+    """``table[key]`` with ``key`` known, ``table`` a dict of constant keys and of values that
+    are names, attributes, constants, lambdas or tuples of those (never a list a caller may
+    append to), bound once and only ever looked into: that value."""
+    tables = {
+        name: stmt.value
+        for stmt in function.body
+        if (name := _single_target(stmt)) is not None
+        and isinstance(stmt, ast.Assign)
+        and isinstance(stmt.value, ast.Dict)
+        and _stores(function).count(name) == 1
+        and _looked_up(function, name)
+    }
+    for node in _nodes(function):
+        if not isinstance(node, ast.Subscript) or not isinstance(node.ctx, ast.Load):
+            continue
+        table = tables.get(node.value.id) if isinstance(node.value, ast.Name) else node.value
+        key = _values(node.slice, env)
+        if isinstance(table, ast.Dict) and _constant_table(table) and key and len(key) == 1:
+            (kind, value), entries = next(iter(key)), zip(table.keys, table.values, strict=True)
+            for k, v in reversed(list(entries)):  # the last of a key written twice counts
+                if isinstance(k, ast.Constant) and (type(k.value), k.value) == (kind, value):
+                    return at.start(node), at.end(node), at.text(v)
+    return None
+
+
+def _constant_table(table: ast.Dict) -> bool:
+    """Constant keys; values that nobody changes: names, attributes, constants, lambdas and
+    tuples of those."""
+
+    def fixed(v: ast.expr) -> bool:
+        if isinstance(v, ast.Tuple):
+            return all(fixed(e) for e in v.elts)
+        return isinstance(v, ast.Constant | ast.Name | ast.Attribute | ast.Lambda) and _pure(v)
+
+    return all(isinstance(k, ast.Constant) for k in table.keys) and all(
+        fixed(v) for v in table.values
+    )
+
+
+def _dead(at: _Edits, function: Def) -> Edit | None:
+    """The lines of ``name = value`` (at the function's top level, ``value`` plain) when no
+    line reads ``name``, with the comment lines above it."""
+    read = {
+        n.id for n in _nodes(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+    }
+    for stmt in function.body[:-1] if len(function.body) > 1 else []:
+        name = _single_target(stmt)
+        if (
+            name is not None
+            and name not in read
+            and isinstance(stmt, ast.Assign)
+            and _pure(stmt.value)
+        ):
+            first = stmt.lineno
+            while first > 1 and at.lines[first - 2].lstrip().startswith("#"):
+                first -= 1
+            return at.starts[first - 1], at.starts[stmt.end_lineno or stmt.lineno], ""
+    return None
+
+
+def _stores(function: Def) -> list[str]:
+    """The names ``function`` binds (assigns, loops over, deletes), once per binding."""
+    return [
+        n.id
+        for n in _nodes(function)
+        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
+    ]
+
+
+def _pure(expr: ast.expr) -> bool:
+    """Whether evaluating ``expr`` can only build a value: constants, names, attributes and the
+    displays of those."""
+    if isinstance(expr, ast.Constant | ast.Name):
+        return True
+    if isinstance(expr, ast.Lambda):  # made, not called: only its defaults are evaluated
+        return all(_pure(d) for d in [*expr.args.defaults, *expr.args.kw_defaults] if d)
+    if isinstance(expr, ast.Attribute | ast.UnaryOp):
+        return _pure(expr.value if isinstance(expr, ast.Attribute) else expr.operand)
+    if isinstance(expr, ast.Tuple | ast.List | ast.Set):
+        return all(_pure(e) for e in expr.elts)
+    if isinstance(expr, ast.Dict):
+        return all(k is not None and _pure(k) for k in expr.keys) and all(
+            _pure(v) for v in expr.values
+        )
+    return False

@@ -147,15 +147,11 @@ def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
     weights = result["weights"]
     steps = sorted({0, len(weights) // 2, len(weights) - 1})
     trace = [[str(t), repr(weights[t][0]), repr(weights[t][1])] for t in steps]
+    columns = ["init", "max |unit0 - unit1| weight", "max |grad0 - grad1|", "distinct units"]
     return [
         {
             "title": "Hidden units 0 and 1 over training",
-            "columns": [
-                "init",
-                "max |unit0 - unit1| weight",
-                "max |grad0 - grad1|",
-                "distinct units",
-            ],
+            "columns": columns,
             "rows": summaries,
             "notes": [],
         },
