@@ -7,6 +7,13 @@ must not change a shared result.
 ``$XDG_DATA_HOME`` (where the lab keeps its progress database) points into a temporary folder
 for the whole session, from before the first fixture: a lab built by a module-wide fixture, or
 started as a subprocess, never opens ``~/.local/share/normlab``.
+
+``$NORMLAB_ANSWERS`` (the lab's store of the lessons' computed answers,
+:mod:`normlab.lab.answers`) names one fresh file for the whole run, shared by its pytest-xdist
+workers (they inherit it from the controller, which sets it before it starts them) and every
+lab they start, in process or as a subprocess: a lesson's numbers are computed once a run,
+not once a lab, and never read from or written to the user's own cache. A test whose point is
+that a lab computes gives its lab no store (``Runner(answers=None)``, ``--no-answers``).
 """
 
 from __future__ import annotations
@@ -21,12 +28,17 @@ from typing import Any
 import pytest
 
 from normlab.experiments import Result, run_experiment
+from normlab.lab.answers import ENVIRONMENT as ANSWERS
 
 
 def pytest_configure(config: pytest.Config) -> None:
     home = tempfile.mkdtemp(prefix="normlab-test-data-")
     os.environ["XDG_DATA_HOME"] = home
     config.add_cleanup(lambda: shutil.rmtree(home, ignore_errors=True))
+    if "PYTEST_XDIST_WORKER" not in os.environ:  # a worker has its controller's: shared
+        answers = tempfile.mkdtemp(prefix="normlab-test-answers-")
+        os.environ[ANSWERS] = os.path.join(answers, "answers.sqlite3")
+        config.add_cleanup(lambda: shutil.rmtree(answers, ignore_errors=True))
 
 
 _RESULTS: dict[str, Result] = {}

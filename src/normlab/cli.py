@@ -8,7 +8,7 @@ Commands::
     normlab train [--dataset D] [--depth N] [--PARAMETER VALUE ...] [--steps N]
                   [--json] [--plot FILE] [--code]
     normlab lab [--host HOST] [--port PORT] [--db PATH] [--watch-log FILE.jsonl] [--no-warm]
-                [--threads N]
+                [--threads N] [--answers PATH | --no-answers]
     normlab doctor FILE.py:FACTORY --input-shape N,D[,...] [--steps K] [--data FILE.pt]
                    [--seed S] [--tokens V] [--dtype D] [--output FIELD] [--json] [--html FILE]
                    [--fix METHOD --out FILE.pt [--fix-tied]] [--traceback]
@@ -36,7 +36,7 @@ import sys
 import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -197,6 +197,22 @@ def _build_parser() -> _Parser:
         default=1,
         help="torch threads for each computation (default 1: runs are small and several go at "
         "once; with more, OpenMP's idle threads sleep rather than spin: OMP_WAIT_POLICY=PASSIVE)",
+    )
+    answers = p_lab.add_mutually_exclusive_group()
+    answers.add_argument(
+        "--answers",
+        metavar="PATH",
+        default=None,
+        help="the SQLite file keeping the lessons' computed numbers between runs of the lab, "
+        "for this machine, thread count and normlab version (default $NORMLAB_ANSWERS, else "
+        "$XDG_CACHE_HOME/normlab/answers.sqlite3, else ~/.cache/normlab/...)",
+    )
+    answers.add_argument(
+        "--no-answers",
+        dest="answers",
+        action="store_const",
+        const=False,
+        help="keep no numbers between runs: every start computes the lessons' numbers afresh",
     )
     p_lab.add_argument(
         "--no-warm",
@@ -412,8 +428,19 @@ def _cmd_lab(args: argparse.Namespace, argv: Sequence[str]) -> None:
     if token is None and not is_loopback(args.host):
         token = new_token()  # off loopback a token is never optional (Jupyter's rule)
     db = args.db if args.db is not None else default_db_path()
+    answers: Path | Literal["default"] | None = "default"  # no flag: the user's cache folder
+    if args.answers is False:  # --no-answers
+        answers = None
+    elif args.answers is not None:
+        answers = Path(args.answers)
     try:
-        app = create_app(warm=args.warm, token=token, db_path=db, watch_log=args.watch_log)
+        app = create_app(
+            warm=args.warm,
+            token=token,
+            db_path=db,
+            watch_log=args.watch_log,
+            answers=answers,
+        )
     except WatchLogError as exc:
         raise UsageError(_one_line(f"--watch-log {args.watch_log!r}: {exc}")) from None
     except ProgressStoreError as exc:

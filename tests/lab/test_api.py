@@ -547,7 +547,7 @@ def test_a_real_server_keeps_answering_while_a_training_runs() -> None:
 def test_warm_start_fills_the_cache_for_every_lesson() -> None:
     from normlab.lab import lessons
 
-    runner = Runner()
+    runner = Runner(answers=None)  # computes every lesson: no answers store to read them from
     with TestClient(create_app(runner, warm=True), base_url=LAB) as c:
         assert c.get("/api/experiments").status_code == 200  # serving while it warms
         warmer = next(t for t in threading.enumerate() if t.name == "normlab-warm")
@@ -569,7 +569,7 @@ def test_a_lab_started_with_no_warm_computes_each_lesson_on_its_first_visit(
 
     served: list[Any] = []
     monkeypatch.setattr(lab_app, "serve", lambda app, host, port, threads: served.append(app))
-    assert cli.main(["lab", "--no-warm", "--db", str(tmp_path / "p.db")]) == 0
+    assert cli.main(["lab", "--no-warm", "--no-answers", "--db", str(tmp_path / "p.db")]) == 0
     (app,) = served
     runner: Runner = state_of(app).runner
     with TestClient(app, base_url=LAB) as c:
@@ -588,7 +588,7 @@ def test_a_lab_started_with_no_warm_computes_each_lesson_on_its_first_visit(
 
 def test_shutdown_stops_the_warm_up() -> None:
     """A warm-up still going at shutdown stops after its current run and is joined."""
-    with TestClient(create_app(Runner(), warm=True), base_url=LAB) as c:
+    with TestClient(create_app(Runner(answers=None), warm=True), base_url=LAB) as c:
         assert c.get("/api/experiments").status_code == 200
         warmer = next(t for t in threading.enumerate() if t.name == "normlab-warm")
         assert warmer.is_alive()  # every lesson takes tens of seconds
@@ -602,7 +602,7 @@ def test_ctrl_c_while_warming_exits_cleanly(tmp_path: Path) -> None:
     Ctrl+C goes to the whole process group, as a terminal sends it; the lab starts no helper
     process, so there is no one else to take it."""
     port = free_port()
-    cmd = _held_lab(port)
+    cmd = _held_lab(port, "--no-answers")  # the warm-up computes: it reads no stored answer
     with subprocess.Popen(  # ``with``: the pipes are closed even if the test fails
         [*cmd, "--db", str(tmp_path / "p.db")],
         stdin=subprocess.DEVNULL,

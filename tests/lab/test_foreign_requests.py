@@ -5,6 +5,7 @@ A page on another site could make the lab compute: 70 ``<img>`` tags pointing at
 had aborted them, and 600 cheap downloads evicted the lessons' cached results. Here: a GET
 whose client has gone stops its run at its next step; a GET from another site starts no run
 (403), though what the cache holds is still given; the lessons' answers are never evicted.
+These labs keep no answers on disk (``answers=None``): a lesson's page must compute here.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ class _FirstRun:
     "path", [COMPUTING_GETS[0], "/experiments/bn-lr", "/lessons/bn-training"], ids=_short
 )
 def test_a_get_whose_client_has_gone_stops_its_run(path: str) -> None:
-    runner = Runner()
+    runner = Runner(answers=None)
     first = _FirstRun(runner)
     with serving(create_app(runner)) as port, at_each_step(first):
         client = socket.create_connection(("127.0.0.1", port), timeout=WAIT_S)
@@ -87,7 +88,7 @@ def test_a_get_whose_client_has_gone_stops_its_run(path: str) -> None:
 
 @pytest.fixture
 def client() -> Iterator[TestClient]:
-    with TestClient(create_app(Runner()), base_url=LAB) as c:
+    with TestClient(create_app(Runner(answers=None)), base_url=LAB) as c:
         yield c
 
 
@@ -134,7 +135,7 @@ def test_the_lab_s_own_pages_and_plain_clients_compute_and_others_read_the_cache
 def test_ad_hoc_runs_never_evict_a_lesson_s_answers(
     monkeypatch: pytest.MonkeyPatch, bound: str, computed_by: str
 ) -> None:
-    runner = Runner(**{bound: 3 if bound == "max_entries" else 1})
+    runner = Runner(**{bound: 3 if bound == "max_entries" else 1}, answers=None)
     app = create_app(runner)
     with TestClient(app, base_url=LAB) as c:
         if computed_by == "the warm-up":

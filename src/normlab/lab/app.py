@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Literal
 
 import h11
 import uvicorn
@@ -38,6 +38,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from normlab import __version__
 from normlab.lab import errors, schemas, site
+from normlab.lab.answers import AnswerStore
 from normlab.lab.progress import ProgressStore, default_db_path
 from normlab.lab.routes import (
     docs,
@@ -96,6 +97,7 @@ def create_app(
     sandbox: Sandbox | None = None,
     db_path: str | os.PathLike[str] | None = None,
     watch_log: str | os.PathLike[str] | None = None,
+    answers: str | os.PathLike[str] | Literal["default"] | None = "default",
 ) -> FastAPI:
     """Build the lab application (one :class:`Runner` per app: its experiment runs, cached,
     and its live training sessions).
@@ -113,6 +115,10 @@ def create_app(
     ``watch_log``: the :func:`normlab.watch` log that ``/watch`` shows live (it may not exist
     yet; a directory or an unreadable path raises
     :class:`~normlab.lab.watchlog.WatchLogError`). Fixed here: no request names a file.
+    ``answers``: the SQLite file where the lessons' answers persist between runs of the lab
+    (:mod:`normlab.lab.answers`): ``"default"`` for the user's cache folder (or
+    ``$NORMLAB_ANSWERS``), ``None`` for nowhere. For the Runner made here; a ``runner`` given
+    keeps its own.
     """
     app = FastAPI(
         title="normlab lab",
@@ -123,8 +129,15 @@ def create_app(
         redoc_url=None,
         swagger_ui_oauth2_redirect_url=docs.OAUTH_REDIRECT,
     )
+    if runner is None:
+        if answers is None:
+            runner = Runner(answers=None)
+        elif answers == "default":
+            runner = Runner()
+        else:
+            runner = Runner(answers=AnswerStore(answers))
     state = LabState(
-        runner=runner or Runner(),
+        runner=runner,
         sandbox=sandbox if sandbox is not None else Sandbox(),
         watch=None if watch_log is None else WatchLog(watch_log),
         progress=ProgressStore(db_path if db_path is not None else default_db_path()),
@@ -188,6 +201,8 @@ async def _lifespan(app: FastAPI, warm: bool) -> AsyncIterator[None]:
             warmer.join(timeout=WARM_STOP_TIMEOUT_S)
         state.sandbox.close()
         state.progress.close()
+        if state.runner.answers is not None:  # opened again on its next use
+            state.runner.answers.close()
 
 
 THREADS = 1

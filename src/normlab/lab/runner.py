@@ -28,6 +28,11 @@ a finished answer the cache holds and nothing else: it starts no run and joins n
 (:class:`RunRefused`). The lessons' answers are *kept* (``keep``): never evicted, and outside
 the bounds, so that ad-hoc requests, however many, never make a lesson page compute again;
 they are a fixed set (the lesson templates' calls), so the cache stays bounded.
+
+Kept answers also go to disk (:mod:`normlab.lab.answers`): a kept answer the cache lacks is
+looked up in the Runner's :class:`~normlab.lab.answers.AnswerStore` before it is computed,
+and written there once computed, so a lab started again on the same machine shows its lessons
+at once. Ad-hoc runs never touch the store.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, Literal, NamedTuple, Protocol, TypeVar
 
 import anyio.to_thread
 
@@ -56,6 +61,7 @@ from normlab.experiments import (
     run_experiment,
     script,
 )
+from normlab.lab.answers import AnswerStore, default_path
 
 T = TypeVar("T")
 
@@ -165,10 +171,20 @@ class _Threads(NamedTuple):
 class Runner:
     """The lab's run manager: a thread-safe LRU cache in front of
     :func:`normlab.experiments.run_experiment`, bounded in entries and in bytes, and the slots
-    of the live sessions, at most ``max_sessions`` at once."""
+    of the live sessions, at most ``max_sessions`` at once.
+
+    ``answers``: where kept answers persist (see the module docstring): an
+    :class:`~normlab.lab.answers.AnswerStore`, ``None`` for nowhere, or ``"default"``, the
+    file :func:`~normlab.lab.answers.default_path` names when the Runner is made (the user's
+    cache folder, or ``$NORMLAB_ANSWERS``).
+    """
 
     def __init__(
-        self, max_entries: int = 512, max_bytes: int = MAX_BYTES, max_sessions: int = MAX_SESSIONS
+        self,
+        max_entries: int = 512,
+        max_bytes: int = MAX_BYTES,
+        max_sessions: int = MAX_SESSIONS,
+        answers: AnswerStore | Literal["default"] | None = "default",
     ) -> None:
         if max_entries < 1:
             raise ValueError(f"max_entries must be at least 1, got {max_entries}")
@@ -180,6 +196,10 @@ class Runner:
         self.max_bytes = max_bytes
         self.max_queued = MAX_QUEUED
         self.max_sessions = max_sessions
+        if answers == "default":
+            path = default_path()
+            answers = None if path is None else AnswerStore(path)
+        self.answers: AnswerStore | None = answers
         self.queued = 0  # requests waiting for a run or in one, now
         self._threads_of: weakref.WeakKeyDictionary[Any, _Threads] = weakref.WeakKeyDictionary()
         self._sessions: dict[str, LiveSession] = {}  # by id, each until its stream has ended
@@ -189,6 +209,7 @@ class Runner:
         self._lock = threading.Lock()
         self.hits = 0  # answered from this key's entry
         self.misses = 0  # computed
+        self.stored = 0  # kept answers read from the answers store instead
         self.abandoned = 0  # runs stopped because every request for them had gone
         self._cancelled = threading.Event()
 
@@ -348,6 +369,9 @@ class Runner:
                 self._cache[key] = entry
                 owner = True
                 self._evict(entry, math.inf)  # one more entry (its bytes come later)
+            # an ad-hoc run's finished answer, kept from now on: stored below (a run still going
+            # stores it itself when it ends, as it does every kept answer)
+            store_now = keep and not entry.kept and not owner and entry.future.done()
             if keep and not entry.kept:
                 entry.kept = True
                 self.bytes -= len(entry.body or b"")  # counted no more
@@ -361,11 +385,16 @@ class Runner:
                 waiter._entry = entry
         if owner:
             self._compute(key, entry, name, params)
-        entry.future.result()
+        value = entry.future.result()
+        if store_now and self.answers is not None:
+            self.answers.put(self.answers.key(key), name, render(value))
         return entry
 
     def _compute(self, key: str, entry: _Entry, name: str, params: dict[str, Any]) -> None:
         try:
+            disk_key = self.answers.key(key) if entry.kept and self.answers is not None else None
+            if disk_key is not None and self._load(disk_key, entry):
+                return
             with self._lock:
                 self.misses += 1
             self._check(entry)  # refuse at once while shutting down
@@ -390,6 +419,24 @@ class Runner:
                     del self._cache[key]
             trim()  # a run stopped halfway (abandoned, cancelled) held memory too
             entry.future.set_exception(exc)
+            return
+        if entry.kept and self.answers is not None:  # kept now, by this run or another
+            self.answers.put(disk_key or self.answers.key(key), name, render(value))
+
+    def _load(self, disk_key: str, entry: _Entry) -> bool:
+        """Finish ``entry`` with the answer the store keeps under ``disk_key``, if it does."""
+        assert self.answers is not None
+        body = self.answers.get(disk_key)
+        if body is None:
+            return False
+        try:
+            value = json.loads(body)
+        except ValueError:  # a damaged row: computed again, and written over
+            return False
+        with self._lock:
+            self.stored += 1
+        entry.future.set_result(value)
+        return True
 
     async def arun_json(
         self,
@@ -503,13 +550,7 @@ class Runner:
         body = entry.body
         if body is not None:
             return body
-        # as Starlette's JSONResponse renders; to_dict() values are plain JSON types, NaN and
-        # infinities already None, so FastAPI's jsonable_encoder walk is not needed
-        text = json.dumps(
-            entry.future.result(), ensure_ascii=False, allow_nan=False, separators=(",", ":")
-        )
-        body = text.encode()
-        del text
+        body = render(entry.future.result())
         trim()  # the text was as large as the body
         with self._lock:
             if entry.body is not None:  # another thread rendered it meanwhile
@@ -632,6 +673,13 @@ def answer(experiment: Experiment, result: Result) -> dict[str, Any]:
         "tables": [t.to_dict() for t in result.tables()],
         "output": script.output(experiment, result),
     }
+
+
+def render(value: dict[str, Any]) -> bytes:
+    """An answer as UTF-8 JSON, as Starlette's JSONResponse renders it: ``to_dict()`` values
+    are plain JSON types, NaN and infinities already ``None``, so FastAPI's
+    ``jsonable_encoder`` walk is not needed."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
 def _key(name: str, full: object) -> str:
