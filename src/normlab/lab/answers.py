@@ -29,6 +29,7 @@ import platform
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -253,6 +254,7 @@ class AnswerStore:
                 db.close()
                 raise
             self._db = db
+            weakref.finalize(self, db.close)  # a store dropped unclosed closes its file too
         return self._db
 
     def _fail(self, exc: BaseException) -> None:
