@@ -11,11 +11,12 @@ stores at once (:mod:`normlab.sweep.store`).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import traceback
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -40,10 +41,15 @@ loses at most this many."""
 
 @dataclass(frozen=True)
 class Group:
-    """Configurations of one experiment that run together (batched when it can)."""
+    """Configurations of one experiment that run together (batched when it can), with the
+    torch thread count they run with: the driver's, wherever the group runs. A float32 result's
+    last bits depend on the thread count (a sum split over threads adds in another order), and a
+    Ray worker starts with one thread whatever the driver has: carrying the count keeps a result
+    the same on any backend."""
 
     experiment: str
     configs: tuple[Config, ...]
+    threads: int = field(default_factory=torch.get_num_threads)
 
 
 @dataclass(frozen=True)
@@ -106,11 +112,23 @@ def run_group(group: Group) -> list[Outcome]:
     """
     experiment = get_experiment(group.experiment)
     hooks = _hooks(experiment)
-    if hooks is not None and len(group.configs) > 1:
-        outcomes = _run_batched(experiment, hooks[0], group.configs)
-        if outcomes is not None:
-            return outcomes
-    return [run_one(config) for config in group.configs]
+    with threads(group.threads):
+        if hooks is not None and len(group.configs) > 1:
+            outcomes = _run_batched(experiment, hooks[0], group.configs)
+            if outcomes is not None:
+                return outcomes
+        return [run_one(config) for config in group.configs]
+
+
+@contextlib.contextmanager
+def threads(count: int) -> Iterator[None]:
+    """torch computes with ``count`` threads inside the block (the count before, after it)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def run_one(config: Config) -> Outcome:
@@ -130,7 +148,9 @@ def in_process(groups: Sequence[Group]) -> Iterator[Outcome]:
     for group in groups:
         if _hooks(get_experiment(group.experiment)) is None:
             for config in group.configs:
-                yield run_one(config)
+                with threads(group.threads):
+                    outcome = run_one(config)
+                yield outcome
         else:
             yield from run_group(group)
 
