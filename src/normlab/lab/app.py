@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import h11
@@ -47,6 +48,7 @@ from normlab.lab.routes import (
     pages,
     playground,
     streams,
+    sweeps,
     train,
     watch,
 )
@@ -96,6 +98,7 @@ def create_app(
     sandbox: Sandbox | None = None,
     db_path: str | os.PathLike[str] | None = None,
     watch_log: str | os.PathLike[str] | None = None,
+    sweeps_store: str | os.PathLike[str] | None = None,
 ) -> FastAPI:
     """Build the lab application (one :class:`Runner` per app: its experiment runs, cached,
     and its live training sessions).
@@ -113,6 +116,8 @@ def create_app(
     ``watch_log``: the :func:`normlab.watch` log that ``/watch`` shows live (it may not exist
     yet; a directory or an unreadable path raises
     :class:`~normlab.lab.watchlog.WatchLogError`). Fixed here: no request names a file.
+    ``sweeps_store``: the sweep store ``/sweeps`` reads (default ``normlab sweep``'s own,
+    :data:`~normlab.sweep.DEFAULT_STORE`); it may not exist yet, and is only read.
     """
     app = FastAPI(
         title="normlab lab",
@@ -131,6 +136,8 @@ def create_app(
         site=site.Site(site.environment(), site.plotly_js()),
         math_font=site.math_font(),
     )
+    if sweeps_store is not None:
+        state.sweeps = Path(sweeps_store)
     state.warm = [  # the lessons, then the /train page's numbers
         functools.partial(site.warm_lessons, app),
         functools.partial(train.warm_numbers, state.runner),
@@ -155,6 +162,7 @@ def _include_routes(app: FastAPI) -> None:
     app.include_router(playground.router())
     app.include_router(learn.router())
     app.include_router(watch.router())
+    app.include_router(sweeps.router())
     app.include_router(streams.router())
     app.include_router(train.router())
 

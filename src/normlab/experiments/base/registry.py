@@ -62,7 +62,9 @@ class Experiment:
     calls ``entry`` itself and builds ``result_type`` from its dict, and :mod:`~normlab.
     experiments.script` renders the same objects' source as a script, so what normlab reports
     is what the code prints. ``total_steps(params)`` counts the optimizer steps a training run
-    takes (for a progress bar). ``cost`` bounds its costliest allowed run, :meth:`maxima`, whose
+    takes (for a progress bar). ``loss_curve`` names the result's key that holds the training
+    loss at every step, the loss before the first update first (what a sweep's summary reads,
+    :mod:`normlab.sweep.summary`). ``cost`` bounds its costliest allowed run, :meth:`maxima`, whose
     choices ``heaviest`` names where the last one is not the costliest.
     """
 
@@ -77,6 +79,7 @@ class Experiment:
     cost: Cost
     heaviest: Mapping[str, Any] = field(default_factory=dict)
     total_steps: Callable[[Any], int] | None = None
+    loss_curve: str = "losses"  # the result's key holding the training loss per step (sweeps)
 
     def __post_init__(self) -> None:
         for needed in (self.entry, self.tables):
