@@ -8,7 +8,7 @@ Commands::
     normlab train [--dataset D] [--depth N] [--PARAMETER VALUE ...] [--steps N]
                   [--json] [--plot FILE] [--code]
     normlab lab [--host HOST] [--port PORT] [--db PATH] [--watch-log FILE.jsonl] [--no-warm]
-                [--threads N]
+                [--threads N] [--sweeps PATH]
     normlab doctor FILE.py:FACTORY --input-shape N,D[,...] [--steps K] [--data FILE.pt]
                    [--seed S] [--tokens V] [--dtype D] [--output FIELD] [--json] [--html FILE]
                    [--fix METHOD --out FILE.pt [--fix-tied]] [--traceback]
@@ -191,6 +191,12 @@ def _build_parser() -> _Parser:
         default=None,
         help="show this normlab.watch log live at /watch as the training run writes it "
         "(it may not exist yet)",
+    )
+    p_lab.add_argument(
+        "--sweeps",
+        metavar="PATH",
+        default=DEFAULT_STORE,
+        help=f"the sweep store /sweeps shows, live (default {DEFAULT_STORE}, normlab sweep's)",
     )
     p_lab.add_argument(
         "--threads",
@@ -413,8 +419,16 @@ def _cmd_lab(args: argparse.Namespace, argv: Sequence[str]) -> None:
     if token is None and not is_loopback(args.host):
         token = new_token()  # off loopback a token is never optional (Jupyter's rule)
     db = args.db if args.db is not None else default_db_path()
+    if Path(args.sweeps).is_dir():
+        raise UsageError(f"--sweeps {args.sweeps!r}: a folder, give the store's file")
     try:
-        app = create_app(warm=args.warm, token=token, db_path=db, watch_log=args.watch_log)
+        app = create_app(
+            warm=args.warm,
+            token=token,
+            db_path=db,
+            watch_log=args.watch_log,
+            sweeps_store=args.sweeps,
+        )
     except WatchLogError as exc:
         raise UsageError(_one_line(f"--watch-log {args.watch_log!r}: {exc}")) from None
     except ProgressStoreError as exc:
@@ -1224,14 +1238,14 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> None:
     export = Path(args.export) if args.export else None
     if export is not None:
         check_export(export)
-    try:
-        Store(sweep.store).close()  # a store that cannot be opened: refused before any run
-    except StoreError as exc:
-        raise UsageError(f"--store: {exc}") from None
     viewing = args.summary or args.plot
     plot = _check_plot_path(args.plot) if args.plot else None
     if viewing:
         _sweep_view(args, sweep)  # a bad view option stops the sweep before it runs
+    try:
+        Store(sweep.store).close()  # a store that cannot be opened: refused before any run
+    except StoreError as exc:
+        raise UsageError(f"--store: {exc}") from None
     summary = _run_sweep(sweep, args.retry_errors, Console(stderr=True), _sweep_backend(args))
     if not args.summary:  # else the summary takes the rows' place
         rows = sweep.table()

@@ -74,8 +74,9 @@ def list_sweeps(path: str | Path) -> list[Listed]:
         ]
 
 
-def load(path: str | Path, sweep_id: str, max_cells: int = MAX_VIEW_CELLS) -> SweepSummary:
-    """The summary of sweep ``sweep_id`` as the store at ``path`` holds it now.
+def load(path: str | Path, sweep_id: str, max_cells: int | None = None) -> SweepSummary:
+    """The summary of sweep ``sweep_id`` as the store at ``path`` holds it now (at most
+    ``max_cells`` configurations, default :data:`MAX_VIEW_CELLS`).
 
     Raises:
         UnknownSweep: no such sweep (or no store file).
@@ -84,6 +85,7 @@ def load(path: str | Path, sweep_id: str, max_cells: int = MAX_VIEW_CELLS) -> Sw
         ValueError: a stored result without the experiment's loss curve.
     """
     record = _record(path, sweep_id)
+    max_cells = MAX_VIEW_CELLS if max_cells is None else max_cells
     if len(record.config_ids) > max_cells:
         raise TooLarge(
             f"sweep {sweep_id!r} has {len(record.config_ids)} configurations, a view reads at "

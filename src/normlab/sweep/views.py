@@ -105,9 +105,9 @@ def parse_fixed(
     axes = dict(summary.axes)
     out: dict[str, Any] = {}
     for item in items:
-        name, _, spec = item.partition("=")
+        name, sep, spec = item.partition("=")
         name = name.strip().replace("-", "_")
-        if name not in axes or name in mapped or (value == "sensitivity" and name == LR_AXIS):
+        if not sep or name not in axes or name in mapped or (value == "sensitivity" and name == LR_AXIS):
             others = [a for a in axes if a not in mapped]
             shown = ", ".join(others) or "none"
             raise ViewError("fix", f"fix {item!r}: write NAME=VALUE, NAME one of: {shown}")
