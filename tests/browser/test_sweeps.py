@@ -16,7 +16,6 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,7 +24,7 @@ from labpage import ALLOWED_HOST, ROOT, SCREENSHOTS, START_TIMEOUT_S
 from normlab.sweep import Outcome, Store, Sweep, catalog
 
 sys.path.insert(0, str(ROOT))  # the hand-made store of the summary's tests
-from tests.sweep.test_summary import CURVES, fill  # noqa: E402
+from tests.sweep.test_summary import CURVES, fill
 
 pytestmark = pytest.mark.browser
 
@@ -105,14 +104,17 @@ def test_a_sweep_is_drawn_redrawn_as_it_fills_and_its_controls_choose_the_map(
     assert "12 of 12 cells stored" in page.locator(".nl-sweep-progress").inner_text()
 
     page.select_option('select[name="value"]', "diverged")
-    page.wait_for_function("() => document.querySelector('.nl-sweep').dataset.view.endsWith('|diverged')")
+    page.wait_for_function(
+        "() => document.querySelector('.nl-sweep').dataset.view.endsWith('|diverged')"
+    )
     assert page.evaluate(Z) == [[0.0, 0.0, 1.0], [0.0, 0.5, 0.0]]
     assert "value=diverged" in page.url  # the view is a shareable URL
     page.select_option('select[name="x"]', "init")  # x takes y's axis: the two trade places
-    page.wait_for_function("() => document.querySelector('.nl-sweep').dataset.view === 'init|lr|diverged'")
+    page.wait_for_function(
+        "() => document.querySelector('.nl-sweep').dataset.view === 'init|lr|diverged'"
+    )
     assert page.evaluate(Z) == [[0.0, 0.0], [0.0, 0.5], [1.0, 0.0]]
     rows = page.locator(".nl-sweep-table tbody tr").count()
     assert rows == 6 + 2  # the cells, then each init's sensitivity
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "sweep.png"), full_page=True)
-

@@ -85,12 +85,16 @@ def test_one_sweep_s_view_holds_the_hand_numbers(client: TestClient, sweep_id: s
     assert fixed["figures"][0]["panels"][0]["series"][0]["z"] == [[1.5, 2.0, 0.5]]
 
 
-def test_the_page_embeds_its_first_state_and_the_renderer(client: TestClient, sweep_id: str) -> None:
+def test_the_page_embeds_its_first_state_and_the_renderer(
+    client: TestClient, sweep_id: str
+) -> None:
     page = client.get(f"/sweeps/{sweep_id}?value=diverged")
     assert page.status_code == 200
     for script in ("render.js", "sweeps.js", "vendor/plotly.min.js"):
         assert f'src="/static/{script}"' in page.text
-    found = re.search(r'<script type="application/json" class="nl-initial">(.*?)</script>', page.text)
+    found = re.search(
+        r'<script type="application/json" class="nl-initial">(.*?)</script>', page.text
+    )
     assert found is not None
     initial = json.loads(html.unescape(found.group(1)))
     assert initial["view"]["value"] == "diverged" and initial["id"] == sweep_id
@@ -130,7 +134,10 @@ def test_a_sweep_too_large_for_a_view_is_a_422(
     monkeypatch.setattr(catalog, "MAX_VIEW_CELLS", 11)
     answer = client.get(f"/api/sweeps/{sweep_id}")
     assert answer.status_code == 422
-    assert "a view reads at most 11: summarize it with normlab sweep" in answer.json()["detail"]["message"]
+    assert (
+        "a view reads at most 11: summarize it with normlab sweep"
+        in answer.json()["detail"]["message"]
+    )
 
 
 def test_no_store_file_is_an_empty_list_and_none_is_made(tmp_path: Path) -> None:

@@ -42,7 +42,10 @@ def test_plot_writes_the_heat_map_and_summary_prints_the_hand_numbers(
     assert status == 0, err
     summary = json.loads(out)
     by_init = {s["values"]["init"]: s["sensitivity"] for s in summary["sensitivity"]}
-    assert by_init == {"he": pytest.approx(HE_SENSITIVITY), "xavier": pytest.approx(XAVIER_SENSITIVITY)}
+    assert by_init == {
+        "he": pytest.approx(HE_SENSITIVITY),
+        "xavier": pytest.approx(XAVIER_SENSITIVITY),
+    }
     assert sum(c["runs"] for c in summary["cells"]) == 12  # all stored: nothing ran
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     assert f"heat map written to {png}" in err

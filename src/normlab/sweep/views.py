@@ -107,7 +107,12 @@ def parse_fixed(
     for item in items:
         name, sep, spec = item.partition("=")
         name = name.strip().replace("-", "_")
-        if not sep or name not in axes or name in mapped or (value == "sensitivity" and name == LR_AXIS):
+        if (
+            not sep
+            or name not in axes
+            or name in mapped
+            or (value == "sensitivity" and name == LR_AXIS)
+        ):
             others = [a for a in axes if a not in mapped]
             shown = ", ".join(others) or "none"
             raise ViewError("fix", f"fix {item!r}: write NAME=VALUE, NAME one of: {shown}")
