@@ -187,3 +187,11 @@ def test_a_bad_view_names_the_option_and_what_is_allowed(
 def test_an_experiment_without_a_loss_curve_is_refused_by_name() -> None:
     with pytest.raises(ValueError, match="'drift': its result has no loss curve 'losses'"):
         summarize("drift", [("depth", (2, 3))], [])
+
+
+def test_the_list_shows_the_newest_sweeps_first_up_to_its_limit(tmp_path: Path) -> None:
+    older = fill(tmp_path / "two.sqlite3")
+    with Store(older.store) as s:
+        newer = s.add_sweep("bn-lr", {"lr": "0.1"}, [older.configs[0].id])
+    assert [x.id for x in catalog.list_sweeps(older.store, limit=1)] == [newer]
+    assert [x.total for x in catalog.list_sweeps(older.store)] == [1, 12]

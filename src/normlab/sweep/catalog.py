@@ -31,6 +31,10 @@ MAX_VIEW_CELLS = 2000
 them parse in a fraction of a second); larger sweeps are the command line's."""
 
 
+MAX_LISTED = 50
+"""The most sweeps a list shows (the newest): each costs a count of its stored cells."""
+
+
 class UnknownSweep(LookupError):
     """No sweep of that id in the store."""
 
@@ -61,16 +65,17 @@ class Listed:
         }
 
 
-def list_sweeps(path: str | Path) -> list[Listed]:
-    """Every sweep recorded in the store at ``path``, newest first (``[]`` when there is no
-    file). Raises :class:`~normlab.sweep.store.StoreError` for a file that is no sweep store."""
+def list_sweeps(path: str | Path, limit: int = MAX_LISTED) -> list[Listed]:
+    """The ``limit`` newest sweeps recorded in the store at ``path``, newest first (``[]`` when
+    there is no file). Raises :class:`~normlab.sweep.store.StoreError` for a file that is no
+    sweep store."""
     if not Path(path).is_file():
         return []
     with Store(path) as store:
-        records = store.sweeps()
+        records = store.sweeps()[::-1][:limit]
         return [
             Listed(r.id, r.experiment, r.spec, r.created, len(r.config_ids), _done(store, r))
-            for r in reversed(records)
+            for r in records
         ]
 
 
@@ -153,7 +158,8 @@ def view_state(
     fixed: Sequence[str] = (),
 ) -> dict[str, Any]:
     """What a view shows of one sweep now, JSON-ready: its record, how far it has run, its
-    axes (names, the registry's help, the values as texts), the view chosen (``x``, ``y``,
+    axes (names, the registry's help, the values as texts), the axis the sensitivity is taken
+    over (``lr_axis``: no map of the sensitivity uses it), the view chosen (``x``, ``y``,
     ``value``, ``fixed``: see :func:`normlab.sweep.views.view`) with the values it may show,
     and its figures and tables described as data. Raises as :func:`load` and
     :class:`~normlab.sweep.views.ViewError`."""
@@ -177,6 +183,7 @@ def view_state(
             for n, vs in summary.axes
         ],
         "values": values,
+        "lr_axis": LR_AXIS,
         "view": {
             "x": chosen.x,
             "y": chosen.y,

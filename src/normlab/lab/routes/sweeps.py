@@ -4,7 +4,8 @@
 :class:`~normlab.lab.state.LabState` (``normlab lab --sweeps PATH``, by default the file
 ``normlab sweep`` writes, :data:`~normlab.sweep.DEFAULT_STORE`), fixed when the lab starts:
 
-- ``GET /sweeps``: the sweeps of the store, newest first, with how far each has run;
+- ``GET /sweeps``: the newest sweeps of the store (at most
+  :data:`~normlab.sweep.catalog.MAX_LISTED`), with how far each has run;
 - ``GET /sweeps/{sweep_id}``: one sweep: its heat map, the controls that choose what it maps
   (axes, value, fixed settings; generated from the sweep's axes, each a declared parameter),
   its tables. While the sweep runs (``normlab sweep`` in another process fills the store), the
@@ -95,7 +96,12 @@ async def sweeps_page(request: Request) -> HTMLResponse:
     except StoreError as exc:
         listed, problem = [], str(exc)
     page: HTMLResponse = state.site.render(
-        "sweeps.html", sweeps=listed, store=str(state.sweeps), problem=problem, current="sweeps"
+        "sweeps.html",
+        sweeps=listed,
+        limit=catalog.MAX_LISTED,
+        store=str(state.sweeps),
+        problem=problem,
+        current="sweeps",
     )
     return page
 
@@ -110,6 +116,7 @@ async def sweep_page(sweep_id: str, request: Request) -> HTMLResponse:
             "sweeps.html",
             status=answer.status_code,
             sweeps=[],
+            limit=catalog.MAX_LISTED,
             store=str(state.sweeps),
             problem=detail,
             current="sweeps",
@@ -148,7 +155,7 @@ STATE: schemas.JSON = {
     "type": "object",
     "required": [
         "id", "experiment", "seeds", "total", "done", "errors", "complete", "axes", "values",
-        "view", "figures", "tables",
+        "lr_axis", "view", "figures", "tables",
     ],
     "properties": {
         "id": {"type": "string"},
@@ -169,6 +176,7 @@ STATE: schemas.JSON = {
             },
         },
         "values": _STRINGS,
+        "lr_axis": {"type": "string"},
         "view": {
             "type": "object",
             "required": ["x", "y", "value", "fixed"],

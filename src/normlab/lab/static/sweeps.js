@@ -33,7 +33,7 @@
     if (y !== null) out.push(select("y", "y axis", "the heat map's rows", names, y));
     out.push(select("value", "value", "what each cell shows", state.values.map((v) => [v, v]), value));
     for (const a of state.axes) {
-      if (a.name === x || a.name === y || (value === "sensitivity" && a.name === "lr")) continue;
+      if (a.name === x || a.name === y || (value === "sensitivity" && a.name === state.lr_axis)) continue;
       const options = [["", "mean over all"], ...a.values.map((v) => [v, v])];
       out.push(select(`fix:${a.name}`, a.name, a.help, options, fixed[a.name] ?? ""));
     }
