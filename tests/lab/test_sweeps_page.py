@@ -203,3 +203,20 @@ def test_the_answers_match_the_openapi_document(client: TestClient, sweep_id: st
         ok = document["paths"][path]["get"]["responses"]["200"]["content"]["application/json"]
         schema = {**ok["schema"], "components": document["components"]}
         jsonschema.validate(client.get(url).json(), schema)
+
+
+def test_a_sweep_the_registry_no_longer_knows_is_a_422(tmp_path: Path) -> None:
+    path = tmp_path / "stale.sqlite3"
+    with Store(path) as s:
+        gone = s.add_sweep("bn-lr-gone", {"lr": "0.1,1"}, ["a", "b"])
+        renamed = s.add_sweep("bn-lr", {"lr": "0.1,7"}, ["c", "d"])  # 7 is above lr's maximum
+    client = TestClient(create_app(sweeps_store=path), base_url=LAB)
+    for sweep_id, words in ((gone, "'bn-lr-gone' not found"), (renamed, "7.0 is not allowed")):
+        answer = client.get(f"/api/sweeps/{sweep_id}")
+        assert answer.status_code == 422, answer.text
+        detail = answer.json()["detail"]
+        assert (
+            detail["parameter"] == "sweep_id"
+            and "cannot be shown by this version" in detail["message"]
+        )
+        assert words in detail["message"]

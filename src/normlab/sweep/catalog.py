@@ -43,6 +43,11 @@ class TooLarge(ValueError):
     """A sweep with more configurations than a view reads."""
 
 
+class StaleSweep(ValueError):
+    """A recorded sweep the current registry cannot rebuild (its experiment is gone, or a
+    value of its grid is no longer allowed)."""
+
+
 @dataclass(frozen=True)
 class Listed:
     """One sweep of a store, with how far it has run."""
@@ -86,7 +91,7 @@ def load(path: str | Path, sweep_id: str, max_cells: int | None = None) -> Sweep
     Raises:
         UnknownSweep: no such sweep (or no store file).
         TooLarge: the sweep has more than ``max_cells`` configurations.
-        GridError: its grid no longer fits the experiment's declaration.
+        StaleSweep: its experiment or its grid no longer fits the registry.
         ValueError: a stored result without the experiment's loss curve.
     """
     record = _record(path, sweep_id)
@@ -131,8 +136,11 @@ def _sweep_of(record: SweepRecord) -> Sweep:
     if seed_text.startswith("--seeds "):
         seeds = int(seed_text.split()[1])
         del spec[SEED]
-    grid = Grid.from_mapping(record.experiment, {k: _value(v) for k, v in spec.items()}, seeds)
-    return Sweep(record.experiment, grid)
+    try:
+        axes = {k: _value(v) for k, v in spec.items()}
+        return Sweep(record.experiment, Grid.from_mapping(record.experiment, axes, seeds))
+    except ValueError as exc:  # GridError, UnknownExperiment: the code has changed since
+        raise StaleSweep(f"sweep {record.id!r} cannot be shown by this version: {exc}") from None
 
 
 def _value(text: str) -> Any:
