@@ -113,7 +113,8 @@ def parse_fixed(
             or name in mapped
             or (value == "sensitivity" and name == LR_AXIS)
         ):
-            others = [a for a in axes if a not in mapped]
+            refused = mapped | ({LR_AXIS} if value == "sensitivity" else set())
+            others = [a for a in axes if a not in refused]
             shown = ", ".join(others) or "none"
             raise ViewError("fix", f"fix {item!r}: write NAME=VALUE, NAME one of: {shown}")
         try:
