@@ -8,7 +8,7 @@ Commands::
     normlab train [--dataset D] [--depth N] [--PARAMETER VALUE ...] [--steps N]
                   [--json] [--plot FILE] [--code]
     normlab lab [--host HOST] [--port PORT] [--db PATH] [--watch-log FILE.jsonl] [--no-warm]
-                [--threads N] [--answers PATH | --no-answers]
+                [--threads N] [--answers PATH | --no-answers] [--sweeps PATH]
     normlab doctor FILE.py:FACTORY --input-shape N,D[,...] [--steps K] [--data FILE.pt]
                    [--seed S] [--tokens V] [--dtype D] [--output FIELD] [--json] [--html FILE]
                    [--fix METHOD --out FILE.pt [--fix-tied]] [--traceback]
@@ -16,6 +16,7 @@ Commands::
     normlab doctor FILE.py:FACTORY --widths N,N[,...] --input-shape N,D[,...] [--json]
     normlab sweep NAME [--grid NAME=SPEC ...] [--seeds N] [--file SWEEP.toml] [--store PATH]
                   [--retry-errors] [--export FILE] [--json] [--ray auto|ADDRESS]
+                  [--summary] [--plot FILE] [--x AXIS] [--y AXIS] [--value V] [--fix AXIS=VALUE]
 
 ``run`` has one argparse sub-parser per registered experiment, its flags generated from the
 experiment's declared parameters (``--depth 20``, ``--gains 0.9,1,1.1``, ``--batch-norm``,
@@ -190,6 +191,12 @@ def _build_parser() -> _Parser:
         default=None,
         help="show this normlab.watch log live at /watch as the training run writes it "
         "(it may not exist yet)",
+    )
+    p_lab.add_argument(
+        "--sweeps",
+        metavar="PATH",
+        default=DEFAULT_STORE,
+        help=f"the sweep store /sweeps shows, live (default {DEFAULT_STORE}, normlab sweep's)",
     )
     p_lab.add_argument(
         "--threads",
@@ -433,6 +440,8 @@ def _cmd_lab(args: argparse.Namespace, argv: Sequence[str]) -> None:
         answers = None
     elif args.answers is not None:
         answers = Path(args.answers)
+    if Path(args.sweeps).is_dir():
+        raise UsageError(f"--sweeps {args.sweeps!r}: a folder, give the store's file")
     try:
         app = create_app(
             warm=args.warm,
@@ -440,6 +449,7 @@ def _cmd_lab(args: argparse.Namespace, argv: Sequence[str]) -> None:
             db_path=db,
             watch_log=args.watch_log,
             answers=answers,
+            sweeps_store=args.sweeps,
         )
     except WatchLogError as exc:
         raise UsageError(_one_line(f"--watch-log {args.watch_log!r}: {exc}")) from None
@@ -1106,7 +1116,8 @@ def _add_sweep_parser(sub: Any) -> None:
         "sweep",
         help="run a grid of one experiment's settings into a store (resumable)",
         usage="normlab sweep NAME [--grid NAME=SPEC ...] [--seeds N] [--file SWEEP.toml] "
-        "[--store PATH] [--retry-errors] [--export FILE] [--json] [--ray auto|ADDRESS]",
+        "[--store PATH] [--retry-errors] [--export FILE] [--json] [--ray auto|ADDRESS] "
+        "[--summary] [--plot FILE] [--x AXIS] [--y AXIS] [--value V] [--fix AXIS=VALUE]",
         description="Run every cell of a grid over one experiment's parameters (the others keep "
         "their default). Every cell is validated before the first runs. Each result is stored "
         "as it arrives, keyed by a hash of the experiment, its code's version and the cell's "
@@ -1171,6 +1182,51 @@ def _add_sweep_parser(sub: Any) -> None:
         "ray://HOST:10001 (from outside it, with ray[client]) joins that cluster, whose nodes "
         "need normlab installed",
     )
+    _add_sweep_view_flags(p)
+
+
+def _add_sweep_view_flags(p: argparse.ArgumentParser) -> None:
+    """The summary and heat map of a sweep (:mod:`normlab.sweep.views`)."""
+    from normlab.sweep.summary import VALUES
+
+    p.add_argument(
+        "--summary",
+        action="store_true",
+        help="print per cell (mean over seeds) the final and best loss, the loss at init, the "
+        "diverged runs, and each setting's learning-rate sensitivity (Wortsman et al. 2023)",
+    )
+    p.add_argument("--plot", metavar="FILE", help="write the heat map (.png or .svg)")
+    p.add_argument("--x", metavar="AXIS", help="the heat map's x axis (default: lr, or the first)")
+    p.add_argument("--y", metavar="AXIS", help="the heat map's y axis (default: the next axis)")
+    p.add_argument(
+        "--value", default="final", choices=VALUES, help="what the heat map shows (default final)"
+    )
+    p.add_argument(
+        "--fix",
+        action="append",
+        default=[],
+        metavar="AXIS=VALUE",
+        help="show the cells at this value of another axis (repeat; the others are averaged)",
+    )
+
+
+def _sweep_view(args: argparse.Namespace, sweep: Sweep, summary: Any = None) -> Any:
+    """The summary's view the flags ask for, checked (on an empty summary before the run)."""
+    from normlab.sweep.summary import summarize
+    from normlab.sweep.views import view
+
+    try:
+        if summary is None:
+            axes = [(a.name, a.values) for a in sweep.grid.axes]
+            summary = summarize(sweep.experiment, axes, [])
+        chosen = view(summary, args.x, args.y, args.value, args.fix)
+    except ParameterError:
+        raise
+    except ValueError as exc:  # an experiment without a loss curve
+        raise UsageError(f"--summary/--plot: {exc}") from None
+    if args.plot and chosen.x is None:
+        raise UsageError("--plot: the sweep has no axis of two values or more to map")
+    return chosen
 
 
 def _sweep_of(args: argparse.Namespace) -> Sweep:
@@ -1226,21 +1282,46 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> None:
     export = Path(args.export) if args.export else None
     if export is not None:
         check_export(export)
+    viewing = args.summary or args.plot
+    plot = _check_plot_path(args.plot) if args.plot else None
+    if viewing:
+        _sweep_view(args, sweep)  # a bad view option stops the sweep before it runs
     try:
         Store(sweep.store).close()  # a store that cannot be opened: refused before any run
     except StoreError as exc:
         raise UsageError(f"--store: {exc}") from None
     summary = _run_sweep(sweep, args.retry_errors, Console(stderr=True), _sweep_backend(args))
-    rows = sweep.table()
-    if args.json:
-        out = {"store": str(sweep.store), "experiment": sweep.experiment, **vars(summary)}
-        print(json.dumps({**out, "rows": rows}))
-    else:
-        _print_sweep(console, sweep, summary, rows)
+    if not args.summary:  # else the summary takes the rows' place
+        rows = sweep.table()
+        if args.json:
+            out = {"store": str(sweep.store), "experiment": sweep.experiment, **vars(summary)}
+            print(json.dumps({**out, "rows": rows}))
+        else:
+            _print_sweep(console, sweep, summary, rows)
+    if viewing:
+        _show_sweep_view(args, console, sweep, plot)
     if export is not None:
         sweep.export(export)
         said = Console(stderr=True) if args.json else console
         said.print(f"results written to {export}", soft_wrap=True)
+
+
+def _show_sweep_view(
+    args: argparse.Namespace, console: Console, sweep: Sweep, plot: Path | None
+) -> None:
+    """Print the summary (``--summary``, as JSON with ``--json``) and write the heat map."""
+    from normlab.sweep.summary import summarize_sweep
+
+    chosen = _sweep_view(args, sweep, summarize_sweep(sweep))
+    if args.summary and args.json:
+        print(json.dumps(chosen.summary.to_dict()))
+    elif args.summary:
+        _print_tables(console, chosen.tables())
+    if plot is not None:
+        from normlab import plots
+
+        plots.save(chosen, plot)
+        Console(stderr=True).print(f"heat map written to {plot}", soft_wrap=True)
 
 
 def _print_sweep(

@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, Literal
 
 import h11
@@ -48,6 +49,7 @@ from normlab.lab.routes import (
     pages,
     playground,
     streams,
+    sweeps,
     train,
     watch,
 )
@@ -98,6 +100,7 @@ def create_app(
     db_path: str | os.PathLike[str] | None = None,
     watch_log: str | os.PathLike[str] | None = None,
     answers: str | os.PathLike[str] | Literal["default"] | None = "default",
+    sweeps_store: str | os.PathLike[str] | None = None,
 ) -> FastAPI:
     """Build the lab application (one :class:`Runner` per app: its experiment runs, cached,
     and its live training sessions).
@@ -119,6 +122,8 @@ def create_app(
     (:mod:`normlab.lab.answers`): ``"default"`` for the user's cache folder (or
     ``$NORMLAB_ANSWERS``), ``None`` for nowhere. For the Runner made here; a ``runner`` given
     keeps its own.
+    ``sweeps_store``: the sweep store ``/sweeps`` reads (default ``normlab sweep``'s own,
+    :data:`~normlab.sweep.DEFAULT_STORE`); it may not exist yet, and is only read.
     """
     app = FastAPI(
         title="normlab lab",
@@ -144,6 +149,8 @@ def create_app(
         site=site.Site(site.environment(), site.plotly_js()),
         math_font=site.math_font(),
     )
+    if sweeps_store is not None:
+        state.sweeps = Path(sweeps_store)
     state.warm = [  # the lessons, then the /train page's numbers
         functools.partial(site.warm_lessons, app),
         functools.partial(train.warm_numbers, state.runner),
@@ -168,6 +175,7 @@ def _include_routes(app: FastAPI) -> None:
     app.include_router(playground.router())
     app.include_router(learn.router())
     app.include_router(watch.router())
+    app.include_router(sweeps.router())
     app.include_router(streams.router())
     app.include_router(train.router())
 

@@ -19,6 +19,7 @@ from normlab.lab.progress import ProgressStore
 from normlab.lab.runner import Runner
 from normlab.lab.sandbox import Sandbox
 from normlab.lab.watchlog import WatchLog
+from normlab.sweep.store import DEFAULT_STORE
 
 if TYPE_CHECKING:  # site reads the state through this module: no import back at run time
     from normlab.lab.site import Site
@@ -40,6 +41,7 @@ class LabState:
             functions of no arguments, each ending early when the lab stops.
         widget_streams: the ``/api/experiments/NAME/stream`` responses open now.
         watch_streams: the ``/api/watch/stream`` responses open now.
+        sweeps: the sweep store ``/sweeps`` reads (``normlab lab --sweeps``).
     """
 
     runner: Runner
@@ -51,6 +53,7 @@ class LabState:
     warm: list[Callable[[], None]] = field(default_factory=list)
     widget_streams: int = 0
     watch_streams: int = 0
+    sweeps: Path = Path(DEFAULT_STORE)
 
 
 def state_of(app: FastAPI) -> LabState:

@@ -65,9 +65,11 @@ class Experiment:
     is what the code prints. ``total_steps(params)`` counts the optimizer steps a training run
     takes; an entry that streams without training declares ``stages(params)`` instead, how many
     times it yields (its own steps, each a ``stage``: a layer, a stack; the last yield is the whole
-    run). Either is the run's progress, :meth:`steps` of them in :attr:`unit`. ``cost`` bounds
-    its costliest allowed run, :meth:`maxima`, whose choices ``heaviest`` names where the last
-    one is not the costliest.
+    run). Either is the run's progress, :meth:`steps` of them in :attr:`unit`. ``loss_curve``
+    names the result's key that holds the training loss at every step, the loss before the
+    first update first (what a sweep's summary reads, :mod:`normlab.sweep.summary`). ``cost``
+    bounds its costliest allowed run, :meth:`maxima`, whose choices ``heaviest`` names where the
+    last one is not the costliest.
     """
 
     name: str
@@ -96,6 +98,7 @@ class Experiment:
     # random state, as run_experiment does.
     batched: Callable[[Sequence[Mapping[str, Any]]], list[dict[str, Any]]] | None = None
     batch_key: Callable[[Mapping[str, Any]], Hashable] | None = None
+    loss_curve: str = "losses"  # the result's key holding the training loss per step (sweeps)
 
     def __post_init__(self) -> None:
         if (self.batched is None) != (self.batch_key is None):

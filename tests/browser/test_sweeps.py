@@ -1,0 +1,120 @@
+"""/sweeps in a real browser: a sweep's heat map drawn, redrawn as its cells arrive, and the
+controls that choose what it maps.
+
+The lab runs as ``normlab lab --sweeps STORE`` would serve it; the store is
+:mod:`tests.sweep.test_summary`'s hand-made one, two of its cells left pending, and the test
+writes them while the page is open, as ``normlab sweep`` in another process would.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from labpage import ALLOWED_HOST, ROOT, SCREENSHOTS, START_TIMEOUT_S
+
+from normlab.sweep import Outcome, Store, Sweep, catalog
+
+sys.path.insert(0, str(ROOT))  # the hand-made store of the summary's tests
+from tests.sweep.test_summary import CURVES, fill
+
+pytestmark = pytest.mark.browser
+
+PENDING = frozenset({("xavier", 3.0, 0), ("xavier", 3.0, 1)})
+Z = """() => { const gd = document.querySelector('.nl-sweep-plot .nl-figure-plot');
+  return gd && gd.data ? gd.data[0].z : null; }"""
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> Sweep:
+    return fill(tmp_path_factory.mktemp("sweeps") / "s.sqlite3", skip=PENDING)
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return bool(r.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+@pytest.fixture(scope="module")
+def server(sweep: Sweep, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """This module's lab, reading ``sweep``'s store (the ``page`` fixture opens pages on it)."""
+    with socket.socket() as s:
+        s.bind((ALLOWED_HOST, 0))
+        port = int(s.getsockname()[1])
+    base = f"http://{ALLOWED_HOST}:{port}"
+    code = (
+        "import sys; from normlab.lab.app import create_app, serve; "
+        f"serve(create_app(sweeps_store=sys.argv[1]), {ALLOWED_HOST!r}, {port})"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "XDG_DATA_HOME": str(tmp_path_factory.mktemp("d"))}
+    proc = subprocess.Popen([sys.executable, "-c", code, str(sweep.store)], cwd=ROOT, env=env)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not _answers(f"{base}/api/sweeps"):
+        assert proc.poll() is None, "the lab exited during startup"
+        assert time.monotonic() < deadline, f"the lab did not answer at {base}"
+        time.sleep(0.1)
+    try:
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+
+
+def _store_the_pending_cells(sweep: Sweep) -> None:
+    with Store(sweep.store) as s:
+        for c in sweep.configs:
+            key = (c.params["init"], c.params["lr"], c.params["seed"])
+            if key in PENDING:
+                s.put(c, Outcome(c.id, {"losses": CURVES[key]}, None, 0.0))
+
+
+def test_a_sweep_is_drawn_redrawn_as_it_fills_and_its_controls_choose_the_map(
+    page: Any, server: str, sweep: Sweep
+) -> None:
+    page.set_default_timeout(60_000)  # nothing trains: a hang guard
+    sweep_id = catalog.list_sweeps(sweep.store)[0].id
+    page.goto(f"{server}/sweeps")
+    page.click(f'a[href="/sweeps/{sweep_id}"]')
+    page.wait_for_function("() => document.querySelector('.nl-sweep')?.dataset.done === '10'")
+    root = page.locator(".nl-sweep")
+    assert root.get_attribute("data-complete") == "false"
+    page.wait_for_function(f"() => ({Z})() !== null")
+    assert page.evaluate(Z) == [[0.5, 0.2, None], [1.5, 2.0, None]]  # z[init][lr]: lr 3 pending
+    assert page.locator(".nl-sweep-controls select").count() == 3  # x, y, value: nothing to fix
+
+    _store_the_pending_cells(sweep)  # the sweep goes on in "another process"
+    page.wait_for_function("() => document.querySelector('.nl-sweep').dataset.complete === 'true'")
+    assert root.get_attribute("data-done") == "12"
+    assert page.evaluate(Z)[1] == [1.5, 2.0, 0.5]
+    assert "12 of 12 cells stored" in page.locator(".nl-sweep-progress").inner_text()
+
+    page.select_option('select[name="value"]', "diverged")
+    page.wait_for_function(
+        "() => document.querySelector('.nl-sweep').dataset.view.endsWith('|diverged')"
+    )
+    assert page.evaluate(Z) == [[0.0, 0.0, 1.0], [0.0, 0.5, 0.0]]
+    assert "value=diverged" in page.url  # the view is a shareable URL
+    page.select_option('select[name="x"]', "init")  # x takes y's axis: the two trade places
+    page.wait_for_function(
+        "() => document.querySelector('.nl-sweep').dataset.view === 'init|lr|diverged'"
+    )
+    assert page.evaluate(Z) == [[0.0, 0.0], [0.0, 0.5], [1.0, 0.0]]
+    rows = page.locator(".nl-sweep-table tbody tr").count()
+    assert rows == 6 + 2  # the cells, then each init's sensitivity
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "sweep.png"), full_page=True)
