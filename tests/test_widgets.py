@@ -17,9 +17,12 @@ from typing import Any
 
 import nbformat
 import pytest
+import torch
 from nbclient import NotebookClient
+from torch import nn
 
 import normlab.widgets as widgets
+from normlab import doctor
 from normlab.experiments import (
     ParameterError,
     ParameterTypeError,
@@ -120,6 +123,28 @@ def test_the_front_end_is_the_lab_s_renderer_and_plotly_from_the_wheel() -> None
     assert "export default" in esm
 
 
+def test_the_doctor_s_widget_shows_its_figure_and_tables_of_the_model() -> None:
+    net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+    x = torch.randn(16, 4, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(1)  # the doctor's readout is drawn from the global generator
+    w = widgets.Doctor(net, x, title="a small tanh net")
+    torch.manual_seed(1)
+    d = doctor.diagnose(net, x)
+    assert w.result.verdict == d.verdict
+    assert w.answer["figures"] == json.loads(json.dumps([doctor.diagnosis_figure(d).to_dict()]))
+    tables = doctor.diagnosis_tables(d, "a small tanh net")
+    assert w.answer["tables"] == json.loads(json.dumps([t.to_dict() for t in tables]))
+    assert w.parameters == [] and w.status == "ready"
+    state = _state(w)
+    assert json.loads(json.dumps(state, allow_nan=False)) == state
+
+
+def test_train_is_the_training_experiment() -> None:
+    w = widgets.Train(points=20, depth=1, width=1, steps=1)
+    assert w.experiment == "training"
+    assert w.result.to_dict() == run_experiment("training", **w.params).to_dict()
+
+
 NOTEBOOK = [
     """\
 import json
@@ -144,6 +169,12 @@ for name, w in built.items():
         "answered": w.answer.get("params") == json.loads(json.dumps(want.params)),
     }
 print(json.dumps(report))""",
+    """\
+import torch
+net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+seen = normlab.widgets.Doctor(net, torch.randn(16, 4))
+print(seen.result.verdict == seen.answer["verdict"])
+seen""",
 ]
 
 
@@ -160,3 +191,6 @@ def test_every_experiment_s_widget_round_trips_in_a_kernel(tmp_path: Path) -> No
     assert set(report) == {e.name for e in list_experiments()}
     for name, checks in report.items():
         assert checks == {"changed": True, "same": True, "answered": True}, name
+    doctor_cell = nb.cells[2].outputs
+    assert "True" in "".join(o.get("text", "") for o in doctor_cell)
+    assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in doctor_cell)

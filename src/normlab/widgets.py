@@ -29,13 +29,16 @@ import math
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import anywidget
 import traitlets
+from torch import nn
 
+from normlab import doctor
+from normlab.doctor import Input
 from normlab.experiments import (
     Result,
     get_experiment,
@@ -201,7 +204,25 @@ def _plain_json(value: Any) -> Any:
     return json.loads(json.dumps(value, allow_nan=False))
 
 
-class Experiment(anywidget.AnyWidget):
+class View(anywidget.AnyWidget):
+    """What every normlab widget is: a title, controls made from parameter declarations (none
+    for some), and an answer as the lab draws it (figures described as data, tables)."""
+
+    _esm = esm()
+    _css = _CSS
+
+    experiment = traitlets.Unicode().tag(sync=True)
+    title = traitlets.Unicode().tag(sync=True)
+    trains = traitlets.Bool(False).tag(sync=True)
+    parameters: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
+    values = traitlets.Dict().tag(sync=True)
+    answer = traitlets.Dict().tag(sync=True)
+    frame = traitlets.Dict().tag(sync=True)
+    status = traitlets.Unicode("running").tag(sync=True)
+    error = traitlets.Dict().tag(sync=True)
+
+
+class Experiment(View):
     """A registered experiment as a notebook widget: its controls, figures and tables, live.
 
     Args:
@@ -220,19 +241,6 @@ class Experiment(anywidget.AnyWidget):
         w.result.data()          # the run's numbers
         w.show_code()            # the plain-PyTorch script for these settings
     """
-
-    _esm = esm()
-    _css = _CSS
-
-    experiment = traitlets.Unicode().tag(sync=True)
-    title = traitlets.Unicode().tag(sync=True)
-    trains = traitlets.Bool(False).tag(sync=True)
-    parameters: traitlets.List[dict[str, Any]] = traitlets.List().tag(sync=True)
-    values = traitlets.Dict().tag(sync=True)
-    answer = traitlets.Dict().tag(sync=True)
-    frame = traitlets.Dict().tag(sync=True)
-    status = traitlets.Unicode("running").tag(sync=True)
-    error = traitlets.Dict().tag(sync=True)
 
     def __init__(self, name: str, **params: Any) -> None:
         spec = get_experiment(name)
@@ -410,3 +418,36 @@ def _stop_all() -> None:
 def Train(**params: Any) -> Experiment:
     """The training view as a widget: the registered ``training`` experiment."""
     return Experiment("training", **params)
+
+
+class Doctor(View):
+    """The doctor's diagnosis of a model as a widget: its figure and tables, as the lab shows
+    them (:func:`normlab.doctor.diagnosis_figure`, :func:`~normlab.doctor.diagnosis_tables`).
+
+    Args:
+        model: the network to examine (:func:`normlab.doctor.diagnose` reads its output).
+        batch: one input batch, or several (one step each).
+        title: the verdict table's title.
+
+    The diagnosis runs once, here; ``.result`` holds the :class:`~normlab.doctor.Diagnosis`.
+    """
+
+    def __init__(
+        self, model: nn.Module, batch: Input | Sequence[Input], title: str = "your model"
+    ) -> None:
+        diagnosis = doctor.diagnose(model, batch)
+        figure = doctor.diagnosis_figure(diagnosis)
+        tables = doctor.diagnosis_tables(diagnosis, title)
+        super().__init__(
+            experiment="doctor",
+            title=f"Diagnosis of {title}",
+            answer=_plain_json(
+                {
+                    **diagnosis.to_dict(),
+                    "figures": [figure.to_dict()],
+                    "tables": [t.to_dict() for t in tables],
+                }
+            ),
+            status="ready",
+        )
+        self.result = diagnosis
