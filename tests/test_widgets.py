@@ -115,12 +115,20 @@ def test_a_streamed_run_sends_frames_and_a_newer_change_stops_it(
     assert outcomes == ["superseded", "finished"]
 
 
-def test_the_front_end_is_the_lab_s_renderer_and_plotly_from_the_wheel() -> None:
+def test_the_front_end_is_the_lab_s_renderer_and_plotly_comes_once_from_the_wheel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     esm = widgets.esm()
     for name in widgets.SCRIPTS:
         assert (widgets.STATIC / name).read_text(encoding="utf-8") in esm
-    assert widgets.plotly_js() in esm
     assert "export default" in esm
+    plotly = widgets.plotly_js()
+    assert plotly[:1000] not in esm  # not in every widget's state: asked for once
+    w = widgets.Experiment("drift", **SMALL)
+    sent: list[Any] = []
+    monkeypatch.setattr(w, "send", sent.append)
+    w._handle_custom_msg({"want": "plotly"}, [])  # as ipywidgets hands the front end's message
+    assert sent == [{"plotly": plotly}]
 
 
 def test_the_doctor_s_widget_shows_its_figure_and_tables_of_the_model() -> None:
@@ -182,6 +190,8 @@ seen""",
 def test_every_experiment_s_widget_round_trips_in_a_kernel(tmp_path: Path) -> None:
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in NOTEBOOK])
     NotebookClient(nb, timeout=300, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    # the widgets' state is saved in the notebook, without a copy of plotly.js each
+    assert len(nbformat.writes(nb)) < len(widgets.plotly_js())
     shown = nb.cells[0].outputs[0]["data"]
     assert "application/vnd.jupyter.widget-view+json" in shown
     printed = "".join(o["text"] for o in nb.cells[1].outputs if o.get("name") == "stdout")

@@ -9,7 +9,8 @@ the experiment and its figures and tables, as the lab's widget does. It is an
   as the lab's (:data:`normlab.lab.runner.FRAME_S`, :data:`~normlab.lab.runner.FRAME_SHARE`);
 - the front end draws with the lab's own scripts (``lab/static``: ``dom.js``, ``controls.js``,
   ``render.js``), read from the package when this module is imported, and plotly.js from the
-  plotly wheel: one renderer for both faces, nothing fetched from the network;
+  plotly wheel, which the kernel sends a page once, when its first widget asks: one renderer
+  for both faces, nothing fetched from the network;
 - the state is JSON: the parameter declarations (``parameters``, as ``GET /api/experiments``
   gives them), the current parameters (``values``) and the current result as the lab's answer
   (``answer``: the result's data, its figures described as data and its tables).
@@ -73,6 +74,24 @@ def _once(global_name: str, source: str) -> str:
 _GLUE = """
 let count = 0;
 
+/** plotly.js, once per page: asked of the kernel by the first widget that draws, as a module
+ * (blob: URLs are how anywidget loads every widget's module, so they load wherever it does). */
+function plotly(model) {
+  if (window.Plotly) return Promise.resolve();
+  window.nlPlotly ??= new Promise((resolve, reject) => {
+    const take = async (msg) => {
+      if (!msg || typeof msg.plotly !== "string") return;
+      model.off("msg:custom", take);
+      const url = URL.createObjectURL(new Blob([msg.plotly], { type: "text/javascript" }));
+      try { await import(url); resolve(); } catch (err) { reject(err); }
+      finally { URL.revokeObjectURL(url); }
+    };
+    model.on("msg:custom", take);
+    model.send({ want: "plotly" });
+  });
+  return window.nlPlotly;
+}
+
 /** One widget: the registry's controls, the run's status, its figures and tables. */
 function render({ model, el }) {
   const h = window.NLDom.el;
@@ -85,6 +104,7 @@ function render({ model, el }) {
     h("div", { class: "nl-head" }, h("strong", { text: model.get("title") }), msg),
     controlsBox, errorBox, plot, table);
   el.append(node);
+  const ready = plotly(model);
 
   const state = structuredClone(model.get("values"));
   let timer = null;
@@ -111,6 +131,7 @@ function render({ model, el }) {
         const next = waiting;
         waiting = null;
         try {
+          await ready;
           await window.NLRender.draw(plot, next.figures);
         } catch (_) { /* the answer redraws */ }
       }
@@ -120,6 +141,7 @@ function render({ model, el }) {
   const onAnswer = async () => {
     const a = model.get("answer");
     if (!a || !a.figures) return;
+    await ready;
     await drawing;
     await window.NLRender.draw(plot, a.figures);
     window.NLRender.tables(table, a.tables || []);
@@ -138,9 +160,10 @@ function render({ model, el }) {
     for (const [name, control] of controls) {
       control.mark(status === "error" && error.parameter === name);
     }
-    const seed = model.get("values").seed ?? "–";
+    const seed = model.get("values").seed;
+    const where = (seed === undefined ? "" : `seed ${seed} · `) + "computed in the kernel";
     if (status === "running") msg.textContent = model.get("trains") ? "training…" : "running…";
-    else if (status === "ready") msg.textContent = `seed ${seed} · computed in the kernel`;
+    else if (status === "ready") msg.textContent = where;
     else msg.textContent = "";
   };
   const events = [["change:frame", onFrame], ["change:answer", onAnswer],
@@ -177,9 +200,11 @@ _CSS = """
 
 
 def esm() -> str:
-    """The widget's front end: plotly.js, the lab's scripts, then the widget's own glue."""
+    """The widget's front end: the lab's scripts, then the widget's own glue. plotly.js (4.8 MB)
+    is not in it: a page asks a kernel for it once (:meth:`View._on_custom`), so that neither
+    each widget's state nor a notebook saved with its widgets' state holds a copy."""
     globals_of = {"dom.js": "NLDom", "controls.js": "NLControls", "render.js": "NLRender"}
-    parts = [_once("Plotly", plotly_js())]
+    parts = []
     for name in SCRIPTS:
         parts.append(_once(globals_of[name], (STATIC / name).read_text(encoding="utf-8")))
     return "\n".join([*parts, _GLUE])
@@ -220,6 +245,15 @@ class View(anywidget.AnyWidget):
     frame = traitlets.Dict().tag(sync=True)
     status = traitlets.Unicode("running").tag(sync=True)
     error = traitlets.Dict().tag(sync=True)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.on_msg(self._on_custom)
+
+    def _on_custom(self, widget: object, content: Any, buffers: object) -> None:
+        """The front end's one request: plotly.js, which a page asks for once."""
+        if content == {"want": "plotly"}:
+            self.send({"plotly": plotly_js()})
 
 
 class Experiment(View):
