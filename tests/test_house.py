@@ -63,6 +63,9 @@ def test_one_training_loop() -> None:
     doctor's coordinate check over widths call it, so a change to the step is one edit and
     every experiment's script pastes the same function.
 
+    ``train.train_stacked`` is the same loop for K nets of one shape at once (a sweep's batched
+    configurations); its SGD update is written out, as one optimizer steps one rate.
+
     The one other is the doctor's training check (``doctor/training.py``), the short comparison
     run the issue allows: it trains a deep copy of a user's model with Adam whose learning rate
     it sets before every step (the warmup remedy), against a target drawn for each output
@@ -72,6 +75,11 @@ def test_one_training_loop() -> None:
     steppers = [p for p in SOURCES if re.search(code, p.read_text(), re.M)]
     names = {p.relative_to(PACKAGE).as_posix() for p in steppers}
     assert names == {"train.py", "doctor/training.py"}
+    # an update written out (W -= lr * grad) is a step too: only train_stacked, where K nets
+    # each step at their own rate, writes one
+    update = r"\.(add_|sub_|addcmul_)\([^)]*\.grad\b"
+    writers = [p for p in SOURCES if re.search(update, p.read_text())]
+    assert {p.relative_to(PACKAGE).as_posix() for p in writers} == {"train.py"}
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)

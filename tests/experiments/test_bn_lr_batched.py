@@ -44,8 +44,8 @@ import torch
 
 from normlab.data import two_moons
 from normlab.experiments import get_experiment, params_dict
-from normlab.experiments.bn_lr import batch_key, bn_lr_batched, initial_net, train_stacked
-from normlab.train import train
+from normlab.experiments.bn_lr import batch_key, bn_lr_batched, initial_net
+from normlab.train import train, train_stacked
 
 RTOL = 199 * 2.0**-24  # (N - 1) u for the mean of N = 200 positive float32 terms
 STEPS = 6
