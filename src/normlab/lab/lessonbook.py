@@ -142,10 +142,15 @@ EXERCISES_INTRO = (
 )
 
 
-def widget_source(name: str, params: Mapping[str, Any], module: str = "normlab.widgets") -> str:
-    """The code of a widget's cell: ``normlab.widgets.Experiment("NAME", **params)``."""
+def widget_source(name: str, params: Mapping[str, Any], var: str = "widget") -> str:
+    """The code of a widget's cell: ``normlab.widgets.Experiment("NAME", **params)``, shown once
+    its first run has finished: that run draws from torch's random state, which the kernel
+    shares with the next cells' listings (``torch.manual_seed(0)`` there would race with it)."""
     args = "".join(f", {k}={v!r}" for k, v in params.items())
-    return f"import normlab.widgets\n\n{module}.Experiment({json.dumps(name)}{args})"
+    return (
+        f"import normlab.widgets\n\n{var} = normlab.widgets.Experiment({json.dumps(name)}{args})\n"
+        f"{var}.wait()  # its first run shares torch's random state with the cells below\n{var}"
+    )
 
 
 def _math(text: str) -> str:
@@ -346,8 +351,8 @@ def marimo_app(slug: str, run: Run = run_plain) -> str:
         if piece.kind == "markdown":
             out.append(_marimo_cell(_md(piece.source), "mo", hide=True))
         elif piece.kind == "widget":
-            args = "".join(f", {k}={v!r}" for k, v in piece.params.items())
-            code = f"normlab.widgets.Experiment({json.dumps(piece.experiment)}{args})"
+            code = widget_source(piece.experiment, piece.params, "_widget")
+            code = code.replace("import normlab.widgets\n\n", "")  # imported in its own cell
             out.append(_marimo_cell(code, "normlab"))
         else:
             out.append(_marimo_cell(f"def _listing():\n{_indented(piece.source)}\n\n_listing()"))
