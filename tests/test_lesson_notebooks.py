@@ -89,20 +89,7 @@ def _printed(cell: Any) -> str:
     return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
 
 
-MISMATCH = pytest.mark.xfail(
-    strict=True,
-    reason="the lesson shows 9.1167 at block 16 (the experiment's statistics) under a listing "
-    "that prints 9.3272, in a kernel as in a plain python process: the page's numbers and its "
-    "listing disagree (found by this test; the lesson is not this module's to fix)",
-)
-SLUGS = [
-    pytest.param(lesson.slug, marks=MISMATCH) if lesson.slug == "residual-normalization"
-    else lesson.slug
-    for lesson in lessons.LESSONS
-]  # fmt: skip
-
-
-@pytest.mark.parametrize("slug", SLUGS)
+@pytest.mark.parametrize("slug", [lesson.slug for lesson in lessons.LESSONS])
 def test_a_lesson_notebook_runs_and_its_exercises_are_checked_there(
     slug: str, notebooks: dict[str, Any], tmp_path: Path
 ) -> None:
