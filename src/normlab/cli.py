@@ -167,6 +167,7 @@ def _build_parser() -> _Parser:
     _add_train_parser(sub)
     _add_doctor_parser(sub)
     _add_sweep_parser(sub)
+    _add_notebook_parser(sub)
     p_lab = sub.add_parser("lab", help="start the web lab", allow_abbrev=False)
     p_lab.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p_lab.add_argument("--port", type=_port, default=8000, help="port (default 8000)")
@@ -1368,6 +1369,44 @@ def _stdout_console() -> Console:
     return console
 
 
+# -- normlab notebook --------------------------------------------------------------------------
+
+
+def _add_notebook_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "notebook",
+        help="write a lesson as a Jupyter notebook (.ipynb) or a marimo app (.py)",
+        allow_abbrev=False,
+    )
+    p.add_argument("lesson", metavar="LESSON", help="the lesson's name, as in /lessons/NAME")
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        required=True,
+        help="FILE.ipynb: a Jupyter notebook; FILE.py: a marimo app (needs marimo installed)",
+    )
+
+
+def _cmd_notebook(args: argparse.Namespace, console: Console) -> None:
+    """``normlab notebook LESSON -o FILE``: check the input, then one call writes the file."""
+    from normlab.lab import lessonbook
+
+    target = Path(args.output)
+    if target.suffix not in (".ipynb", ".py"):
+        raise UsageError(f"-o {args.output!r}: the file must end in .ipynb or .py (marimo)")
+    if not target.parent.is_dir():
+        raise UsageError(f"-o {args.output!r}: folder {str(target.parent)!r} does not exist")
+    if target.suffix == ".py" and importlib.util.find_spec("marimo") is None:
+        raise UsageError(f"-o {args.output!r}: a marimo app needs marimo: pip install marimo")
+    try:
+        lessonbook.lesson(args.lesson)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    lessonbook.write(args.lesson, target)
+    console.print(f"lesson {args.lesson} written to {target}", soft_wrap=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line on ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
     try:
@@ -1386,6 +1425,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _cmd_train(args, console)
         elif args.command == "sweep":
             _cmd_sweep(args, console)
+        elif args.command == "notebook":
+            _cmd_notebook(args, console)
         else:
             _cmd_run(args, console)
     except _Exit as done:  # argparse printed the help

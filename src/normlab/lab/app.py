@@ -46,6 +46,7 @@ from normlab.lab.routes import (
     experiment_pages,
     experiments,
     learn,
+    lesson_notebooks,
     pages,
     playground,
     streams,
@@ -170,6 +171,7 @@ def _include_routes(app: FastAPI) -> None:
     app.mount(DOCS_ASSETS, docs.assets(), name="docs-assets")
     app.include_router(experiments.router())
     app.include_router(pages.router())
+    app.include_router(lesson_notebooks.router())
     app.mount("/static", pages.static(), name="static")  # after the vendored files' routes
     app.include_router(experiment_pages.router())
     app.include_router(playground.router())

@@ -10,6 +10,8 @@ app's services through :func:`normlab.lab.state.lab_state` and shares request he
 - :mod:`~normlab.lab.routes.experiments`: ``/api/experiments`` (list, run, code, notebook);
 - :mod:`~normlab.lab.routes.pages`: ``/``, the lessons, the playground page and the vendored
   files (``/static`` itself is a mount, :func:`~normlab.lab.routes.pages.static`);
+- :mod:`~normlab.lab.routes.lesson_notebooks`: ``/lessons/{slug}/notebook``, a lesson as a
+  notebook;
 - :mod:`~normlab.lab.routes.experiment_pages`: ``/experiments`` and a page per experiment;
 - :mod:`~normlab.lab.routes.playground`: ``POST /api/run``;
 - :mod:`~normlab.lab.routes.learn`: the exercises, the progress and the saved listings;
