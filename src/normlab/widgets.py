@@ -24,7 +24,6 @@ in progress), and ``w.show_code()`` is the plain-PyTorch script for the current 
 from __future__ import annotations
 
 import atexit
-import importlib.util
 import json
 import math
 import threading
@@ -47,6 +46,7 @@ from normlab.experiments import (
     run_experiment,
     script,
 )
+from normlab.lab import assets
 from normlab.lab.runner import FRAME_S, FRAME_SHARE, answer
 
 STATIC = Path(__file__).parent / "lab" / "static"
@@ -58,11 +58,7 @@ SCRIPTS = ("dom.js", "controls.js", "render.js")
 
 def plotly_js() -> str:
     """plotly.js as the plotly wheel ships it (the lab serves the same file)."""
-    spec = importlib.util.find_spec("plotly")
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError("the plotly package is not installed; the widgets need its JS file")
-    path = Path(next(iter(spec.submodule_search_locations))) / "package_data" / "plotly.min.js"
-    return path.read_text(encoding="utf-8")
+    return assets.plotly_js().read_text(encoding="utf-8")
 
 
 def _once(global_name: str, source: str) -> str:

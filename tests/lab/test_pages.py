@@ -20,7 +20,7 @@ with warnings.catch_warnings():  # starlette warns about its httpx-based client 
     from fastapi.testclient import TestClient
 
 from normlab.experiments import get_experiment, script
-from normlab.lab import exercises, site
+from normlab.lab import assets, exercises, site
 from normlab.lab.app import create_app
 from normlab.lab.lessons import LESSONS, find, neighbours
 from normlab.lab.lessons.exercise import ChoiceExercise, NumberExercise
@@ -173,7 +173,7 @@ def test_static_files_and_vendored_plotly(client: TestClient) -> None:
     r = client.get("/static/vendor/plotly.min.js")
     assert r.status_code == 200
     assert "javascript" in r.headers["content-type"]
-    assert r.content == site.plotly_js().read_bytes()
+    assert r.content == assets.plotly_js().read_bytes()
     assert client.get("/favicon.ico").status_code == 200
 
 

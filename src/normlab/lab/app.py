@@ -38,7 +38,7 @@ from fastapi import FastAPI
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from normlab import __version__
-from normlab.lab import errors, schemas, site
+from normlab.lab import assets, errors, schemas, site
 from normlab.lab.answers import AnswerStore
 from normlab.lab.progress import ProgressStore, default_db_path
 from normlab.lab.routes import (
@@ -147,7 +147,7 @@ def create_app(
         sandbox=sandbox if sandbox is not None else Sandbox(),
         watch=None if watch_log is None else WatchLog(watch_log),
         progress=ProgressStore(db_path if db_path is not None else default_db_path()),
-        site=site.Site(site.environment(), site.plotly_js()),
+        site=site.Site(site.environment(), assets.plotly_js()),
         math_font=site.math_font(),
     )
     if sweeps_store is not None:

@@ -5,8 +5,8 @@ render through the app's one :class:`Site` (``site`` of its
 :class:`~normlab.lab.state.LabState`, made by :func:`~normlab.lab.app.create_app`);
 :func:`warm_lessons` renders every lesson once at startup, filling the runner's cache.
 Everything the lab serves comes from this machine: ``lab.js`` and ``lab.css`` from
-:data:`STATIC`, plotly's script from the plotly wheel's own copy (:func:`plotly_js`), the
-formulas' font from :func:`math_font`.
+:data:`STATIC`, plotly's script from the plotly wheel's own copy
+(:func:`~normlab.lab.assets.plotly_js`), the formulas' font from :func:`math_font`.
 
 Every lesson template can call these helpers:
 
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import html
-import importlib.util
 import json
 import math
 import urllib.parse
@@ -59,17 +58,6 @@ from normlab.trainview import make_setup
 HERE = Path(__file__).parent
 TEMPLATES = HERE / "templates"
 STATIC = HERE / "static"
-
-
-def plotly_js() -> Path:
-    """The ``plotly.min.js`` shipped inside the plotly wheel (found without importing plotly)."""
-    spec = importlib.util.find_spec("plotly")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("the plotly package is not installed; the lab needs its JS file")
-    path = Path(next(iter(spec.submodule_search_locations))) / "package_data" / "plotly.min.js"
-    if not path.is_file():
-        raise FileNotFoundError(f"plotly.min.js not found at {str(path)!r}")
-    return path
 
 
 MATH_FONTS = (
