@@ -224,8 +224,12 @@ RUN_BUDGET_S = RUN_LIMIT_S * CI_CORES / LAB_RUNS
 """The CPU seconds (one torch thread) a listing offered with a Run button may take at the
 page's own settings: with every one of the lab's sandbox slots busy on two cores, each Run gets
 ``CI_CORES / LAB_RUNS`` of a core, so a listing of this much CPU still prints within the wall
-limit (issue 33: a sweep at 2.6 s of CPU timed out). CPU seconds measured while the suite loads
-the machine run about 10% above a quiet machine's (2.18 s for a listing of 1.95 s quiet)."""
+limit (issue 33: a sweep at 2.6 s of CPU timed out). CPU seconds only grow when other work shares
+the machine (caches, memory bandwidth, the host's other guests): a listing of 1.95 s quiet
+measured up to 2.84 s while the suite ran beside it, so a listing over the budget is run again,
+alone, and judged by the least of its runs (see :func:`_own_cpu`)."""
+RERUNS = 2
+"""Solo runs a listing over :data:`RUN_BUDGET_S` gets before it is judged."""
 CPU = (
     "\nimport resource as _r\n_u = _r.getrusage(_r.RUSAGE_SELF)\nprint(_u.ru_utime + _u.ru_stime)\n"
 )
@@ -279,10 +283,25 @@ def test_what_run_runs_fits_the_playground_s_limit(
 ) -> None:
     """Every listing with a Run button (a lesson's, and each widget's code at the page's own
     settings, which its playground link opens) takes at most :data:`RUN_BUDGET_S` of CPU."""
-    over = [
-        f"{cpu:.2f} s: {src[:300]}" for src, (_, cpu) in listing_runs.items() if cpu > RUN_BUDGET_S
-    ]
-    assert not over, "\n\n".join(over)
+    cpus = {src: cpu for src, (_, cpu) in listing_runs.items()}
+    over = {src: _own_cpu(src, cpu) for src, cpu in cpus.items() if cpu > RUN_BUDGET_S}
+    over = {src: cpu for src, cpu in over.items() if cpu > RUN_BUDGET_S}
+    assert not over, "\n\n".join(f"{cpu:.2f} s: {src[:300]}" for src, cpu in over.items())
+
+
+def _own_cpu(src: str, measured: float) -> float:
+    """A listing's own CPU seconds: the least of ``measured`` and :data:`RERUNS` more runs, one
+    at a time (contention only adds CPU time, so the least is the nearest to the listing's
+    cost on a quiet machine)."""
+    runs = []
+    with Sandbox(LISTING_LIMITS, max_runs=1) as sandbox:
+        for _ in range(RERUNS):
+            run = sandbox.run(src + CPU)
+            assert run.status == "ok", f"{run.status}: {run.stderr[-2000:]}\n{src}"
+            runs.append(float(run.stdout.rstrip("\n").rpartition("\n")[2]))
+            if runs[-1] <= RUN_BUDGET_S:
+                break
+    return min([measured, *runs])
 
 
 @pytest.mark.slow
