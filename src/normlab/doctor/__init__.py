@@ -113,6 +113,10 @@ applied as functions (``F.relu`` inside ``forward``) are invisible to hooks: the
 then counts as followed by nothing (gain 1). :func:`fix` re-initializes the ``Linear`` and
 ``Conv1d/2d/3d`` layers by one of :data:`FIX_METHODS` (recurrent and attention input weights are
 left alone), zeroing their biases.
+
+:func:`diagnosing` is :func:`diagnose` pass by pass: after each forward and backward pass it
+yields the diagnosis of the batches so far (what :func:`diagnose` gives for them), for a view
+that shows the diagnosis as it grows (the lab's ``doctor`` widget).
 """
 
 from __future__ import annotations
@@ -163,7 +167,7 @@ from normlab.doctor.results import (
 from normlab.doctor.running import OUTPUT_FIELDS, Input, module_path
 from normlab.doctor.training import CURE_GAIN, TRIAL_LR, TRIAL_SEEDS, TRIAL_STEPS, Trial, trial
 from normlab.doctor.view import advice_table, diagnosis_figure, diagnosis_tables, training_figure
-from normlab.doctor.visit import diagnose
+from normlab.doctor.visit import diagnose, diagnosing
 from normlab.doctor.widths import (
     MAX_WIDTH,
     MAX_WIDTHS,
@@ -233,6 +237,7 @@ __all__ = [
     "coord_check",
     "coord_figure",
     "diagnose",
+    "diagnosing",
     "diagnosis_figure",
     "diagnosis_tables",
     "examine",

@@ -3,8 +3,9 @@ settings, and each weight layer's gradient ratio."""
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -50,18 +51,26 @@ def probe_settings(model: nn.Module) -> dict[str, Any]:
     return {"stats": stats, "saturation": saturation, "zeros": False, "sample_size": None}
 
 
-def _measure(
+Measured = tuple[ActivationStats, GradientStats, dict[str, float], bool]
+"""The measurements of the passes so far: the activation and gradient statistics, each weight
+layer's gradient ratio, and whether the output was the model's own loss."""
+
+
+def _measuring(
     model: nn.Module,
     xs: Sequence[Input],
     generator: torch.Generator | None,
     output: str | None,
     scaled: set[str],
     notes: list[str] | None = None,
-) -> tuple[ActivationStats, GradientStats, dict[str, float], bool]:
-    """One forward and backward pass per batch under the probes: the activation and gradient
-    statistics and each weight layer's gradient ratio; how the output was read is added to
-    ``notes`` (:func:`~normlab.doctor.running._output`). Refuses (:class:`CannotDiagnose`) when
-    no probed layer ran or no pass had a gradient.
+) -> Iterator[Callable[[], Measured]]:
+    """One forward and backward pass per batch under the probes, yielding after each a function
+    that gives the passes' :data:`Measured` so far: the activation and gradient statistics and
+    each weight layer's gradient ratio (call it before the next pass, as it reads the probes
+    as they are; it copies every layer's numbers, so call it only for what you use). How the
+    output was read is added to ``notes`` (:func:`~normlab.doctor.running._output`); the
+    function refuses (:class:`CannotDiagnose`) when no probed layer ran or no pass had a
+    gradient. The model is left as it was when the passes end, or when the generator closes.
 
     The readout is drawn once per output shape: an output whose length the model computes
     (a duration predictor's frames) differs from pass to pass, and each pass's loss reads its
@@ -69,23 +78,39 @@ def _measure(
     weights = weight_layers(model)
     readouts: dict[torch.Size, torch.Tensor] = {}  # output shape -> its readout, that shape
     relative: list[torch.Tensor] = []  # per step: each weight layer's |dL/dW| / |W|, (layers,)
-    with _preserved(model):
-        with (
-            ActivationProbe(model, **probe_settings(model)) as ap,
-            GradientProbe(model) as gp,
-        ):
-            for x in xs:
-                model.zero_grad(set_to_none=True)
-                out = _call(model, x, output, notes)
-                if (readout := readouts.get(out.shape)) is None:
-                    readout = torch.randn(out.shape, generator=generator).to(out.device)
-                    readouts[out.shape] = readout
-                if out.requires_grad and out.is_floating_point():
-                    _backward(out, readout)
-                    relative.append(_relative_gradients(weights))
-                ap.step()
-                gp.step()
-        acts, grad_stats = ap.result(), gp.result()
+    names = list(weights)
+    with (
+        _preserved(model),
+        ActivationProbe(model, **probe_settings(model)) as ap,
+        GradientProbe(model) as gp,
+    ):
+        for x in xs:
+            model.zero_grad(set_to_none=True)
+            out = _call(model, x, output, notes)
+            if (readout := readouts.get(out.shape)) is None:
+                readout = torch.randn(out.shape, generator=generator).to(out.device)
+                readouts[out.shape] = readout
+            if out.requires_grad and out.is_floating_point():
+                _backward(out, readout)
+                relative.append(_relative_gradients(weights))
+            ap.step()
+            gp.step()
+            yield functools.partial(_measured, model, ap, gp, names, list(relative), scaled, out)
+
+
+def _measured(
+    model: nn.Module,
+    ap: ActivationProbe,
+    gp: GradientProbe,
+    names: list[str],
+    relative: list[torch.Tensor],
+    scaled: set[str],
+    out: torch.Tensor,
+) -> Measured:
+    """The probes' statistics and the gradient ratios of the passes so far (``names``: the
+    weight layers ``relative``'s columns follow; ``out``: the last pass's output); refuses when
+    no probed layer ran or no pass had a gradient."""
+    acts, grad_stats = ap.result(), gp.result()
     if not acts.layers:
         raise CannotDiagnose(
             f"no layer of the model ran under the probes ({len(select_modules(model))} "
@@ -101,7 +126,7 @@ def _measure(
         )
     order = [name for name in acts.layers if name not in scaled]  # the reference: unscaled
     own = out.dim() == 0  # a loss
-    return acts, grad_stats, grad_ratios(list(weights), relative, order), own
+    return acts, grad_stats, grad_ratios(names, relative, order), own
 
 
 def weight_layers(model: nn.Module) -> dict[str, list[nn.Parameter]]:

@@ -1,16 +1,17 @@
-"""The visit: :func:`diagnose` (trace, measure, label, the trend, words); what follows it,
-fix and check, is :mod:`normlab.doctor.examination`."""
+"""The visit: :func:`diagnose` (trace, measure, label, the trend, words), and
+:func:`diagnosing`, the same pass by pass; what follows it, fix and check, is
+:mod:`normlab.doctor.examination`."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import nn
 
-from normlab.doctor.graph import trace
+from normlab.doctor.graph import Graph, trace
 from normlab.doctor.judge import judge
-from normlab.doctor.measure import _measure
+from normlab.doctor.measure import Measured, _measuring
 from normlab.doctor.results import Diagnosis
 from normlab.doctor.running import Input, _eager, _main, _overwritten_notes, _steps
 from normlab.doctor.words import _scaled_notes, _suggestions, _verdict
@@ -64,15 +65,54 @@ def diagnose(
     xs = _steps(batches)
     model, notes = _eager(model)
     graph = trace(model, xs[0], output)
-    scaled = graph.scaled()
-    acts, grad_stats, ratios, own = _measure(model, xs, generator, output, set(scaled), notes)
+    *_, measured = _measuring(model, xs, generator, output, set(graph.scaled()), notes)
+    return _diagnosis(model, xs, graph, measured(), notes)
+
+
+def diagnosing(
+    model: nn.Module,
+    batches: Input | Sequence[Input],
+    *,
+    generator: torch.Generator | None = None,
+    output: str | None = None,
+) -> Iterator[Diagnosis]:
+    """:func:`diagnose`, pass by pass: after each forward and backward pass, the diagnosis of
+    the batches measured so far. The :math:`k`-th is what :func:`diagnose` gives for the first
+    :math:`k` batches (from the same ``generator`` state), so the last is :func:`diagnose`'s;
+    each is judged anew (the labels of two passes may differ from those of one). The model is
+    left as it was when the passes end, or when the generator is closed.
+
+    Args:
+        model, batches, generator, output: as for :func:`diagnose`.
+
+    Examples::
+
+        >>> from normlab import zoo
+        >>> net = zoo.build("vanishing-tanh")
+        >>> [d.steps for d in diagnosing(net, [torch.randn(32, 32) for _ in range(3)])]
+        [1, 2, 3]
+    """
+    xs = _steps(batches)
+    model, notes = _eager(model)
+    graph = trace(model, xs[0], output)
+    passes = _measuring(model, xs, generator, output, set(graph.scaled()), notes)
+    for k, measured in enumerate(passes, start=1):
+        yield _diagnosis(model, xs[:k], graph, measured(), list(notes))
+
+
+def _diagnosis(
+    model: nn.Module, xs: Sequence[Input], graph: Graph, measured: Measured, notes: list[str]
+) -> Diagnosis:
+    """Judge the measurements of ``model`` on ``xs`` and put the diagnosis in words; ``notes``
+    (what the visit noted so far) gets what the judgement notes."""
+    acts, grad_stats, ratios, own = measured
     if own:
         notes.append(
             "the output is a number, the model's own loss: its gradient was used, not a readout"
         )
     found = judge(model, xs, acts, grad_stats, ratios, graph)
     notes += [found.note] if found.note else []
-    notes += _scaled_notes(scaled)
+    notes += _scaled_notes(graph.scaled())
     notes += _overwritten_notes(model, acts.overwritten)
     layers, trend, problems = found.layers, found.trend, found.problems
     return Diagnosis(

@@ -1,0 +1,61 @@
+"""``normlab.doctor.diagnosing``: the diagnosis pass by pass, each what ``diagnose`` gives for
+the batches so far, the model left as it was however the passes end."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from normlab import zoo
+from normlab.doctor import diagnose, diagnosing
+
+PASSES = 2
+BATCH = 8  # a few examples: the numbers only have to be the same both ways, not meaningful
+
+
+def _model_and_batches(name: str, norm: str) -> tuple[nn.Module, list[torch.Tensor]]:
+    g = torch.Generator().manual_seed(1)
+    xs = [torch.randn(zoo.input_shape(name, BATCH), generator=g) for _ in range(PASSES)]
+    return zoo.build(name, 0, norm), xs
+
+
+def _state(model: nn.Module) -> dict[str, torch.Tensor | None]:
+    """Every parameter, buffer (BatchNorm running statistics) and gradient of ``model``."""
+    grads = {f"{n}.grad": p.grad for n, p in model.named_parameters()}
+    return {**{n: t.clone() for n, t in model.state_dict().items()}, **grads}
+
+
+@pytest.mark.parametrize(
+    ("name", "norm"), [("vanishing-tanh", "batch"), ("lstm", "none")], ids=["bn-tanh", "lstm"]
+)
+def test_the_kth_pass_yields_what_diagnose_gives_for_the_first_k_batches(
+    name: str, norm: str
+) -> None:
+    # Exactly (==, no tolerance): the same passes, the same readout drawn from the same
+    # generator state, judged by the same code. A BatchNorm MLP in training mode (its running
+    # statistics move between passes) and an LSTM (its own weight kinds).
+    model, xs = _model_and_batches(name, norm)
+    partials = [d.to_dict() for d in diagnosing(model, xs, generator=torch.Generator())]
+    assert [d["steps"] for d in partials] == list(range(1, PASSES + 1))
+    for k, partial in enumerate(partials, start=1):
+        fresh, _ = _model_and_batches(name, norm)
+        assert partial == diagnose(fresh, xs[:k], generator=torch.Generator()).to_dict(), k
+
+
+def test_the_model_is_left_as_it_was_when_the_passes_end_or_stop() -> None:
+    model, xs = _model_and_batches("vanishing-tanh", "batch")
+    before = _state(model)
+    for stop_after in (1, PASSES):  # closed mid-run (a cancelled stream), or run through
+        passes = diagnosing(model, xs)
+        for _ in range(stop_after):
+            next(passes)
+        passes.close()
+        after = _state(model)
+        assert after.keys() == before.keys()
+        for key, value in before.items():
+            if value is None:
+                assert after[key] is None, key
+            else:
+                assert torch.equal(value, after[key]), key  # type: ignore[arg-type]
+        assert not any(m._forward_hooks or m._backward_hooks for m in model.modules())
