@@ -159,15 +159,6 @@ LONG = [e for e in list_experiments() if e.cost.cpu_s > LONG_S]
 """The experiments whose declared cost at their maxima exceeds :data:`LONG_S`, training or not
 (a training run counts optimizer steps, another its own steps: layers, stacks): each must
 stream and say how many of its steps are done."""
-NOT_YET = {"doctor"}
-"""Issue 33's part left over: these do not stream yet (``doctor``'s run is one call of
-:func:`normlab.doctor.fix` and one of :func:`normlab.doctor.diagnose`, which yield nothing to
-draw before the diagnosis is whole: 2.4 s measured at its maxima)."""
-
-
-def _long(e: Experiment) -> Any:
-    not_yet = pytest.mark.xfail(e.name in NOT_YET, reason="no stream yet (issue 33)", strict=True)
-    return pytest.param(e, id=e.name, marks=[not_yet])
 
 
 def _small(e: Experiment) -> dict[str, Any]:
@@ -180,7 +171,7 @@ def _small(e: Experiment) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("experiment", [_long(e) for e in LONG])
+@pytest.mark.parametrize("experiment", LONG, ids=lambda e: e.name)
 def test_every_run_that_can_take_seconds_streams_its_progress(
     monkeypatch: pytest.MonkeyPatch, experiment: Experiment
 ) -> None:

@@ -7,12 +7,14 @@ after each hidden Linear, before its activation; only the MLP models take it (``
 has BatchNorm2d after every conv; the transformer and the LSTM have their own structure), and any
 other model refuses a norm other than ``none``. The result holds the per-layer table (labels,
 activation mean and std, dead and saturated fractions, gradient std and the weights' gradient
-ratio), the verdict and the suggestions.
+ratio), the verdict and the suggestions. The run streams: after every pass it yields the
+diagnosis of the batches so far (:func:`normlab.doctor.diagnosing`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,14 +86,18 @@ class DoctorResult(Result):
         return Table.from_dicts(tables(self.data()))
 
     def figures(self) -> list[fig.Figure]:
+        """The diagnosis figure; a partial run (a streamed frame) draws the diagnosis of the
+        passes so far, and says so."""
         drawn = diagnosis_figure(self.diagnosis)
+        passes = self.params.get("steps", self.steps)  # the whole run's
+        so_far = f", so far: pass {self.steps} of {passes}" if self.steps < passes else ""
         title = f"{self.model} ({self.init} init): {', '.join(self.problems) or 'healthy'}"
-        return [dataclasses.replace(drawn, title=title)]
+        return [dataclasses.replace(drawn, title=title + so_far)]
 
 
 def doctor_zoo(
     model: str, init: str, norm: str, steps: int, batch: int, seed: int, device: str
-) -> dict[str, Any]:
+) -> Iterator[dict[str, Any]]:
     """Diagnose a zoo model with normlab's doctor, as built or re-initialized first."""
     from normlab import doctor, zoo  # the doctor is normlab's own tool
 
@@ -102,9 +108,9 @@ def doctor_zoo(
     # re-initialize on the cpu, where the seeded generator draws, then move
     report = None if init == "default" else doctor.fix(net, init, batches[0], generator=g)
     net.to(device)
-    d = doctor.diagnose(net, [x.to(device) for x in batches], generator=g)
-    found = dataclasses.asdict(d)
-    return {"model": model, "init": init, "fix": report and dataclasses.asdict(report), **found}
+    for d in doctor.diagnosing(net, [x.to(device) for x in batches], generator=g):
+        found = {"model": model, "init": init, "fix": report and dataclasses.asdict(report)}
+        yield found | dataclasses.asdict(d)  # the passes so far; the last is the whole visit
 
 
 def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -112,16 +118,8 @@ def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
     from normlab.doctor import Diagnosis, LayerDiagnosis, diagnosis_tables
 
     layers = [LayerDiagnosis(**layer) for layer in result["layers"]]
-    found = Diagnosis(
-        layers,
-        result["verdict"],
-        result["problems"],
-        result["suggestions"],
-        result["input_shape"],
-        result["input_std"],
-        result["steps"],
-        result["notes"],
-    )
+    said = ("verdict", "problems", "suggestions", "input_shape", "input_std", "steps", "notes")
+    found = Diagnosis(layers, *(result[k] for k in said))
     title = f"Diagnosis of {result['model']} ({result['init']} init)"
     return [table.to_dict() for table in diagnosis_tables(found, title)]
 
@@ -137,4 +135,6 @@ EXPERIMENT = Experiment(
     code=(doctor_zoo, tables),
     cost=Cost(10.0),
     heaviest={"model": "pre-ln", "norm": "none"},  # a 12-layer transformer
+    stages=lambda p: p.steps,  # a forward and backward pass at a time (after the fix, if any)
+    stage="pass",
 )
