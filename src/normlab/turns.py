@@ -32,7 +32,18 @@ from typing import Any
 
 class Turns:
     """A lock that a thread may take again while it holds it, and that tells a thread whether
-    it holds it (:meth:`mine`), which :class:`threading.RLock` does not say in public."""
+    it holds it (:meth:`mine`), which :class:`threading.RLock` does not say in public.
+
+    Example::
+
+        >>> turns = Turns()
+        >>> with turns:
+        ...     with turns:  # again, in the same thread
+        ...         turns.mine()
+        True
+        >>> turns.mine()
+        False
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -86,7 +97,9 @@ class Cells:
     empty cell without a ``pre_run_cell`` before it; a cell run by code inside a cell
     (``get_ipython().run_cell``) fires both inside the outer cell's. So the turn is given back
     only by the ``post_run_cell`` of the cell that took it (``result.info``, the very object
-    its ``pre_run_cell`` had, or no result at all for an interrupted async cell).
+    its ``pre_run_cell`` had, or no result at all for an interrupted async cell). A cell
+    interrupted while it waits for the turn runs without it: IPython's events catch the
+    ``KeyboardInterrupt`` of a callback and run the cell.
     """
 
     def __init__(self, turns: Turns) -> None:
