@@ -148,13 +148,18 @@ def test_the_text_becomes_markdown_with_latex() -> None:
 
 
 def test_widgets_become_cells_that_build_them(notebooks: dict[str, Any]) -> None:
+    """A widget's cell builds it and shows it. In Jupyter, its runs and the next cells take
+    turns at torch's random state by themselves (:mod:`normlab.turns`); a marimo app's cell
+    waits for the first run, as marimo has no cell events to take turns with."""
     for lesson in lessons.LESSONS:
-        built = [
-            c.source.split("Experiment(")[1].split('"')[1]
-            for c in notebooks[lesson.slug].cells
-            if "normlab.widgets.Experiment(" in c.source
+        cells = [
+            c for c in notebooks[lesson.slug].cells if "normlab.widgets.Experiment(" in c.source
         ]
+        built = [c.source.split("Experiment(")[1].split('"')[1] for c in cells]
         assert tuple(built) == lesson.experiments
+        assert not any(".wait()" in c.source for c in cells)
+    marimo = lessonbook.marimo_app("drift", run)
+    assert marimo.count("Experiment(") == marimo.count("_widget.wait()") > 0
 
 
 def test_the_cli_writes_a_notebook_and_refuses_bad_input(

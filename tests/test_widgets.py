@@ -5,14 +5,14 @@ from Python or from a control recomputes and matches ``run_experiment``, a bad v
 registry's error, a newer change stops the run in progress, the front end is the lab's own
 renderer. In a real kernel (nbclient): a widget of every registered experiment, its sized
 parameters at their minima (every experiment runs in milliseconds there; see the registry's
-``sized``), round-trips a parameter set from a later cell.
+``sized``), round-trips a parameter set from a later cell; and in the same kernel, a widget's
+runs and the cells take turns at torch's global random state (:mod:`normlab.turns`).
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from pathlib import Path
 from typing import Any
 
 import nbformat
@@ -28,6 +28,7 @@ from normlab.experiments import (
     ParameterTypeError,
     Result,
     get_experiment,
+    params_dict,
     run_experiment,
     script,
 )
@@ -153,6 +154,39 @@ def test_train_is_the_training_experiment() -> None:
     assert w.result.to_dict() == run_experiment("training", **w.params).to_dict()
 
 
+SEEDED = """\
+import torch
+torch.manual_seed(0)
+total = 0.0
+for _ in range(20_000):  # draws for longer than the widget's run takes (about 0.2 s)
+    total += float(torch.randn(8).sum())
+print(repr(total))"""
+"""A seeded cell, as a lesson's listing is, whose draws last longer than the widget's run."""
+
+VIEW = "application/vnd.jupyter.widget-view+json"
+"""The output type of a widget shown in a cell."""
+
+SMALL_BN_LR = {"steps": 150, "hidden_layers": 1, "width": 8}  # a run of about 0.2 s
+
+SAME_AS_RUN = """\
+from normlab.experiments import run_experiment
+want = run_experiment("bn-lr", **first.params)
+print(first.result.params["seed"], first.result.to_dict() == want.to_dict())"""
+
+TAKING_TURNS = [
+    f"""\
+import normlab.widgets
+first = normlab.widgets.Experiment("bn-lr", **{SMALL_BN_LR!r})
+first""",
+    SEEDED,
+    SAME_AS_RUN,
+    SEEDED,  # run right after the front end moved the seed's control (see kernel_notebook)
+    SAME_AS_RUN,
+]
+"""A learner's "Run all" of a widget's cell and seeded cells, in a fresh kernel (the first
+widget hooks the cells' events in the middle of its own cell), then a control moved by hand
+just before a seeded cell runs."""
+
 NOTEBOOK = [
     """\
 import json
@@ -186,21 +220,78 @@ seen""",
 ]
 
 
+def _move(client: NotebookClient, model_id: str, values: dict[str, Any]) -> None:
+    """Send the kernel what the front end sends when a control moves (ipywidgets' protocol)."""
+    state = {"values": values}
+    content = {
+        "comm_id": model_id,
+        "data": {"method": "update", "state": state, "buffer_paths": []},
+    }
+    client.kc.shell_channel.send(client.kc.session.msg("comm_msg", content))
+
+
+@pytest.fixture(scope="module")
+def kernel_notebook(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """TAKING_TURNS then NOTEBOOK, executed cell by cell in one kernel (nbclient), the seed's
+    control of TAKING_TURNS's widget moved from the front end before its second seeded cell."""
+    cells = [nbformat.v4.new_code_cell(c) for c in (*TAKING_TURNS, *NOTEBOOK)]
+    nb = nbformat.v4.new_notebook(cells=cells)
+    path = str(tmp_path_factory.mktemp("kernel"))
+    client = NotebookClient(nb, timeout=300, resources={"metadata": {"path": path}})
+    moved = {**params_dict(get_experiment("bn-lr").make_params(SMALL_BN_LR)), "seed": 1}
+    with client.setup_kernel():
+        for index, cell in enumerate(nb.cells):
+            if index == 3:  # the comm message arrives first: its run starts before the cell
+                _move(client, _model_id(nb.cells[0]), json.loads(json.dumps(moved)))
+            client.execute_cell(cell, index)
+        client.set_widgets_metadata()
+    return nb
+
+
+def _model_id(cell: Any) -> str:
+    """The id of the widget a cell shows (its view's output)."""
+    views = [o["data"][VIEW] for o in cell.outputs if VIEW in o.get("data", {})]
+    assert len(views) == 1, cell.outputs
+    model_id: str = views[0]["model_id"]
+    return model_id
+
+
+def _printed(cell: Any) -> str:
+    return "".join(o.get("text", "") for o in cell.outputs if o.get("name") == "stdout")
+
+
+def _alone(source: str) -> str:
+    """What ``source`` prints run in this process, alone (torch's random state left as it was)."""
+    out: list[str] = []
+    with torch.random.fork_rng(devices=[]):
+        exec(source, {"print": lambda *a: out.append(" ".join(map(str, a)) + "\n")})
+    return "".join(out)
+
+
+def test_seeded_cells_print_what_they_print_alone_while_widgets_run(kernel_notebook: Any) -> None:
+    """A widget's runs in the kernel's thread and the cells take turns at torch's global random
+    state, so neither changes the other's numbers: a seeded cell right after the widget's cell,
+    and one right after a control moved, print what they print alone, and each run is what
+    ``run_experiment`` gives (before :mod:`normlab.turns`, a run that ended during the cell put
+    back the random state it had found)."""
+    printed = [_printed(c) for c in kernel_notebook.cells[: len(TAKING_TURNS)]]
+    alone = _alone(SEEDED)
+    assert printed[1:] == [alone, "0 True\n", alone, "1 True\n"]
+
+
 @pytest.mark.slow
-def test_every_experiment_s_widget_round_trips_in_a_kernel(tmp_path: Path) -> None:
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in NOTEBOOK])
-    NotebookClient(nb, timeout=300, resources={"metadata": {"path": str(tmp_path)}}).execute()
+def test_every_experiment_s_widget_round_trips_in_a_kernel(kernel_notebook: Any) -> None:
+    nb = kernel_notebook
     # the widgets' state is saved in the notebook, without a copy of plotly.js each
     assert len(nbformat.writes(nb)) < len(widgets.plotly_js())
-    shown = nb.cells[0].outputs[0]["data"]
-    assert "application/vnd.jupyter.widget-view+json" in shown
-    printed = "".join(o["text"] for o in nb.cells[1].outputs if o.get("name") == "stdout")
-    report = json.loads(printed)
+    cells = nb.cells[len(TAKING_TURNS) :]
+    assert _model_id(cells[0])  # a widget is shown (a run's warning may print before it)
+    report = json.loads(_printed(cells[1]))
     from normlab.experiments import list_experiments
 
     assert set(report) == {e.name for e in list_experiments()}
     for name, checks in report.items():
         assert checks == {"changed": True, "same": True, "answered": True}, name
-    doctor_cell = nb.cells[2].outputs
+    doctor_cell = cells[2].outputs
     assert "True" in "".join(o.get("text", "") for o in doctor_cell)
-    assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in doctor_cell)
+    assert any(VIEW in o.get("data", {}) for o in doctor_cell)

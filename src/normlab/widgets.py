@@ -19,6 +19,10 @@ Moving a control recomputes in the kernel; a newer change stops the run in progr
 step (or frame) and the newest settings run next. From Python, ``w.params = {"lr": 1.0}`` does
 the same, ``w.result`` is the current :class:`~normlab.experiments.Result` (it waits for the run
 in progress), and ``w.show_code()`` is the plain-PyTorch script for the current settings.
+
+A run draws from torch's global random state, as the cells around it do: runs and cells take
+turns (:mod:`normlab.turns`), so each prints the numbers it prints alone. A widget's run starts
+once the cell that made or changed it has ended, or in that cell when it waits for the result.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from normlab.experiments import (
 )
 from normlab.lab import assets
 from normlab.lab.runner import FRAME_S, FRAME_SHARE, answer
+from normlab.turns import TURNS, share_with_cells
 
 STATIC = Path(__file__).parent / "lab" / "static"
 """The lab's scripts, which the widget's front end is made of."""
@@ -293,6 +298,7 @@ class Experiment(View):
         self._setting = False  # values being set from Python, already validated
         self.observe(self._on_values, names="values")
         _OPEN.add(self)
+        share_with_cells()
         self._request(values)
 
     # -- what a learner reads and sets ---------------------------------------------------------
@@ -317,14 +323,19 @@ class Experiment(View):
     @property
     def result(self) -> Result:
         """The Result of the current parameters, once their run has finished (this waits)."""
-        self._idle.wait()
+        self.wait()
         if self._failure is not None:
             raise RuntimeError(f"the run failed: {self._failure}") from self._failure
         assert self._result is not None  # a finished run without failure set it
         return self._result
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Wait until the newest settings' run has finished; False if ``timeout`` passed first."""
+        """Wait until the newest settings' run has finished; False if ``timeout`` passed first.
+
+        In a cell, which holds the turn at torch's random state (:mod:`normlab.turns`), no run
+        is in progress: the newest settings run here, now, whatever the ``timeout``."""
+        if TURNS.mine():
+            self._catch_up()
         return self._idle.wait(timeout)
 
     def show_code(self) -> Script:
@@ -344,7 +355,8 @@ class Experiment(View):
             self._generation += 1
             self._wanted = None
             worker = self._worker
-        if worker is not None and worker is not threading.current_thread():
+        # a worker waiting for the turn this thread holds runs nothing more: no need to join
+        if worker is not None and worker is not threading.current_thread() and not TURNS.mine():
             worker.join()
 
     # -- runs ----------------------------------------------------------------------------------
@@ -373,16 +385,36 @@ class Experiment(View):
         self.status = "running"
 
     def _work(self) -> None:
-        """The worker thread: run the newest wanted settings until none are left."""
+        """The worker thread: run the newest wanted settings until none are left, each in its
+        turn at torch's random state (a cell, or another widget's run, may hold it)."""
         while True:
-            with self._lock:
-                if self._wanted is None:
-                    self._worker = None
-                    self._idle.set()
+            with TURNS:
+                if not self._run_wanted():
                     return
-                generation, values = self._wanted
-                self._wanted = None
+
+    def _catch_up(self) -> None:
+        """Run the wanted settings in this thread, which holds the turn (a cell that waits)."""
+        while self._run_wanted(in_worker=False):
+            pass
+
+    def _run_wanted(self, in_worker: bool = True) -> bool:
+        """Run the newest wanted settings, if any (False when there were none: idle)."""
+        with self._lock:
+            if self._wanted is None:
+                if in_worker:
+                    self._worker = None
+                self._idle.set()
+                return False
+            generation, values = self._wanted
+            self._wanted = None
+        try:
             self._run(generation, values)
+        except BaseException:  # a cell interrupted while it ran them: the worker runs them later
+            with self._lock:
+                if not in_worker and self._wanted is None and generation == self._generation:
+                    self._wanted = (generation, values)
+            raise
+        return True
 
     def _run(self, generation: int, values: dict[str, Any]) -> None:
         # steps done, of the total, as the run's progress counts them (the frames say it)

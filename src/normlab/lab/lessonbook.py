@@ -142,14 +142,19 @@ EXERCISES_INTRO = (
 )
 
 
-def widget_source(name: str, params: Mapping[str, Any], var: str = "widget") -> str:
-    """The code of a widget's cell: ``normlab.widgets.Experiment("NAME", **params)``, shown once
-    its first run has finished: that run draws from torch's random state, which the kernel
-    shares with the next cells' listings (``torch.manual_seed(0)`` there would race with it)."""
+def widget_source(
+    name: str, params: Mapping[str, Any], var: str = "widget", wait: bool = False
+) -> str:
+    """The code of a widget's cell: ``normlab.widgets.Experiment("NAME", **params)``.
+
+    In a Jupyter kernel the widget's runs and the next cells take turns at torch's random
+    state by themselves (:mod:`normlab.turns`). marimo runs its cells without the events that
+    this needs, so its cell waits for the first run (``wait``) before the next cells run."""
     args = "".join(f", {k}={v!r}" for k, v in params.items())
+    waits = f"{var}.wait()  # its first run shares torch's random state with the cells below\n"
     return (
         f"import normlab.widgets\n\n{var} = normlab.widgets.Experiment({json.dumps(name)}{args})\n"
-        f"{var}.wait()  # its first run shares torch's random state with the cells below\n{var}"
+        f"{waits if wait else ''}{var}"
     )
 
 
@@ -351,7 +356,7 @@ def marimo_app(slug: str, run: Run = run_plain) -> str:
         if piece.kind == "markdown":
             out.append(_marimo_cell(_md(piece.source), "mo", hide=True))
         elif piece.kind == "widget":
-            code = widget_source(piece.experiment, piece.params, "_widget")
+            code = widget_source(piece.experiment, piece.params, "_widget", wait=True)
             code = code.replace("import normlab.widgets\n\n", "")  # imported in its own cell
             out.append(_marimo_cell(code, "normlab"))
         else:
