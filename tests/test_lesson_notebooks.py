@@ -3,15 +3,15 @@ notebook runs under nbclient, prints what the lesson shows, and its exercise cel
 lab's checker, which accepts the right answer and refuses a wrong one there; the CLI, the
 route and the marimo app.
 
-Cost: one kernel per lesson (ten), the lessons' runs once in this process (shared by every
-test through :func:`run`) and once more in the kernels, which run the listings and the checks.
+Cost: one kernel per lesson (ten), the lessons' runs once in this process or none (shared by
+every test through :func:`run`, and with the suite's labs through their answers store) and once
+more in the kernels, which run the listings, the widgets and the checks.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +27,7 @@ from normlab import cli
 from normlab.lab import exercises, lessonbook, lessons
 from normlab.lab.app import create_app
 from normlab.lab.htmlmd import pieces
+from normlab.lab.runner import Runner
 from tests.lab.test_exercises import BACKWARD_RIGHT, COMPARE_RIGHT, HE_RIGHT
 
 RIGHT_CODE = {"he-derivation": HE_RIGHT, "bn-backward": BACKWARD_RIGHT, "init-vs-bn": COMPARE_RIGHT}
@@ -35,13 +36,15 @@ HAS_WIDGETS = importlib.util.find_spec("normlab.widgets") is not None
 
 
 @functools.cache
-def _run(name: str, params: str) -> dict[str, Any]:
-    return lessonbook.run_plain(name, json.loads(params))
+def _runner() -> Runner:
+    return Runner()  # the suite's answers store ($NORMLAB_ANSWERS, tests/conftest.py)
 
 
 def run(name: str, params: dict[str, Any]) -> dict[str, Any]:
-    """The lessons' runs, each once for the whole module."""
-    return _run(name, json.dumps(params, sort_keys=True))
+    """The lessons' runs as the lab's route gets them: a Runner's kept answers, each computed
+    once for the module, or read from the answers store the suite's labs share, where a lab on
+    this machine, with this code and thread count, has computed it already."""
+    return _runner().run(name, params, keep=True)
 
 
 def _right_and_wrong(exercise: exercises.Exercise) -> tuple[str, str]:
