@@ -635,78 +635,6 @@ def _output_variance(model: nn.Module, batch: torch.Tensor, layer: nn.Module) ->
     return float(seen[0].var(unbiased=False))  # over every element: batch, units, positions
 
 
-def _rescale(
-    model: nn.Module, batch: torch.Tensor, name: str, layer: _LSUVLayer, tol: float, max_iter: int
-) -> tuple[int, float]:
-    # Divide the weight by the output's std until the output variance is within tol of 1:
-    # the rescalings taken and the variance measured after the last.
-    steps = 0
-    var = _output_variance(model, batch, layer)
-    while True:
-        if not (math.isfinite(var) and var > 0):
-            raise ValueError(
-                f"batch: layer {name!r} puts out variance {var} on it, which lsuv_ "
-                "cannot rescale to 1; use a batch that gives every layer a varying, "
-                "finite input"
-            )
-        if abs(var - 1.0) < tol or steps == max_iter:
-            return steps, var
-        layer.weight.div_(math.sqrt(var))
-        steps += 1
-        var = _output_variance(model, batch, layer)
-
-
-def lsuv_layers(
-    model: nn.Module,
-    batch: torch.Tensor,
-    tol: float = 0.1,
-    max_iter: int = 10,
-    generator: torch.Generator | None = None,
-) -> Iterator[tuple[str, int, float]]:
-    r""":func:`lsuv_` one layer at a time, for a caller that shows it as it goes.
-
-    Once a layer is rescaled it yields ``(name, rescalings, output variance)``, in forward
-    order; :func:`lsuv_` (see there for the method and its arguments) is this, exhausted. The
-    checks run at the first ``next``. The buffers are restored when the generator ends or is
-    closed; a caller that stops early leaves the layers not yet reached orthogonal, unscaled.
-
-    Examples::
-
-        >>> g = torch.Generator().manual_seed(0)
-        >>> net = nn.Sequential(nn.Linear(32, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh())
-        >>> [name for name, _, _ in lsuv_layers(net, torch.randn(256, 32, generator=g))]
-        ['0', '2']
-    """
-    _check_lsuv_args(tol, max_iter)
-    layers: list[tuple[str, _LSUVLayer]] = [
-        (name, m)
-        for name, m in model.named_modules()
-        if isinstance(m, nn.Linear | nn.Conv1d | nn.Conv2d | nn.Conv3d)  # no module constant:
-    ]  # a script that pastes this function (LSUV_CODE) finds only what it spells out
-    if not layers:
-        raise ValueError(
-            "model has no Linear or Conv1d/2d/3d layer for lsuv_ to initialize, "
-            "use a model that contains at least one"
-        )
-    buffers = {name: b.clone() for name, b in model.named_buffers()}
-    try:
-        with torch.no_grad():
-            for _, layer in layers:
-                orthogonal_(layer.weight, generator=generator)
-                if layer.bias is not None:
-                    layer.bias.zero_()
-            order = _forward_order(model, batch, layers)
-        for name, layer in order:
-            with torch.no_grad():  # not around the yield: the caller's grad mode is its own
-                steps, var = _rescale(model, batch, name, layer, tol, max_iter)
-            yield name, steps, var
-    finally:
-        with torch.no_grad():
-            for name, b in model.named_buffers():
-                if name in buffers:
-                    b.copy_(buffers[name])
-
-
 def lsuv_(
     model: nn.Module,
     batch: torch.Tensor,
@@ -763,6 +691,71 @@ def lsuv_(
     return LSUVResult(layers=names, iterations=iterations, variances=variances, tol=tol)
 
 
+def lsuv_layers(
+    model: nn.Module,
+    batch: torch.Tensor,
+    tol: float = 0.1,
+    max_iter: int = 10,
+    generator: torch.Generator | None = None,
+) -> Iterator[tuple[str, int, float]]:
+    r"""Layer-sequential unit variance a layer at a time, for a caller that shows it as it goes.
+
+    Once a layer is rescaled it yields ``(name, rescalings, output variance)``, in forward
+    order; :func:`lsuv_` (see there for the method and its arguments) is this generator run to
+    its end. The checks run at the first ``next``. The buffers are restored when the generator
+    ends or is closed; a caller that stops early leaves the layers not yet reached orthogonal
+    and unscaled.
+
+    Examples::
+
+        >>> g = torch.Generator().manual_seed(0)
+        >>> net = nn.Sequential(nn.Linear(32, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh())
+        >>> [name for name, _, _ in lsuv_layers(net, torch.randn(256, 32, generator=g))]
+        ['0', '2']
+    """
+    _check_lsuv_args(tol, max_iter)
+    layers: list[tuple[str, _LSUVLayer]] = [
+        (name, m)
+        for name, m in model.named_modules()
+        if isinstance(m, nn.Linear | nn.Conv1d | nn.Conv2d | nn.Conv3d)  # no module constant:
+    ]  # a script that pastes this function (LSUV_CODE) finds only what it spells out
+    if not layers:
+        raise ValueError(
+            "model has no Linear or Conv1d/2d/3d layer for lsuv_ to initialize, "
+            "use a model that contains at least one"
+        )
+    buffers = {name: b.clone() for name, b in model.named_buffers()}
+    try:
+        with torch.no_grad():
+            for _, layer in layers:
+                orthogonal_(layer.weight, generator=generator)
+                if layer.bias is not None:
+                    layer.bias.zero_()
+            order = _forward_order(model, batch, layers)
+        for name, layer in order:
+            steps = 0
+            with torch.no_grad():  # not around the yield: the caller's grad mode is its own
+                var = _output_variance(model, batch, layer)
+                while True:
+                    if not (math.isfinite(var) and var > 0):
+                        raise ValueError(
+                            f"batch: layer {name!r} puts out variance {var} on it, which lsuv_ "
+                            "cannot rescale to 1; use a batch that gives every layer a varying, "
+                            "finite input"
+                        )
+                    if abs(var - 1.0) < tol or steps == max_iter:
+                        break
+                    layer.weight.div_(math.sqrt(var))
+                    steps += 1
+                    var = _output_variance(model, batch, layer)
+            yield name, steps, var
+    finally:
+        with torch.no_grad():
+            for name, b in model.named_buffers():
+                if name in buffers:
+                    b.copy_(buffers[name])
+
+
 LSUV_CODE: tuple[Any, ...] = (
     orthogonal_,
     LSUVResult,
@@ -770,9 +763,8 @@ LSUV_CODE: tuple[Any, ...] = (
     _check_lsuv_args,
     _forward_order,
     _output_variance,
-    _rescale,
-    lsuv_layers,
     lsuv_,
+    lsuv_layers,
 )
 """What a script pastes to run :func:`lsuv_` without normlab, in the order it defines them
 (an experiment that calls ``lsuv_`` lists these in its ``code``)."""
