@@ -698,7 +698,7 @@ def lsuv_layers(
     max_iter: int = 10,
     generator: torch.Generator | None = None,
 ) -> Iterator[tuple[str, int, float]]:
-    r"""Layer-sequential unit variance a layer at a time, for a caller that shows it as it goes.
+    r"""Layer-sequential unit variance layer by layer: yield each layer once it is rescaled.
 
     Once a layer is rescaled it yields ``(name, rescalings, output variance)``, in forward
     order; :func:`lsuv_` (see there for the method and its arguments) is this generator run to

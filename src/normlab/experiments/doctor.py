@@ -7,8 +7,9 @@ after each hidden Linear, before its activation; only the MLP models take it (``
 has BatchNorm2d after every conv; the transformer and the LSTM have their own structure), and any
 other model refuses a norm other than ``none``. The result holds the per-layer table (labels,
 activation mean and std, dead and saturated fractions, gradient std and the weights' gradient
-ratio), the verdict and the suggestions. The run streams: after every pass it yields the
-diagnosis of the batches so far (:func:`normlab.doctor.diagnosing`).
+ratio), the verdict and the suggestions. The run streams: first the fix, step by step (each
+layer LSUV rescales, :func:`normlab.doctor.fixing`), then after every pass the diagnosis of the
+batches so far (:func:`normlab.doctor.diagnosing`); its progress counts both.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from torch import nn
 
 from normlab import doctor, zoo
 from normlab import figures as fig
-from normlab.doctor import module_path
 from normlab.doctor.view import diagnosis_figure
 from normlab.experiments.base.params import ParameterError, device_param, param, seed_param
 from normlab.experiments.base.registry import Cost, Experiment
@@ -136,31 +136,28 @@ def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _fix_figure(r: DoctorResult) -> fig.Figure:
-    """A run still in its fix: each layer's output variance once rescaled, against LSUV's goal
-    (1, within its tolerance), as the layers are done; for another fix, its gains."""
+    """A run still in its fix: for LSUV, each layer's output variance once rescaled, on an axis
+    of all the layers it will rescale, against its goal (1, within its tolerance); for another
+    fix (one step), the gain it chose for each layer."""
     assert r.fix is not None  # a frame before the passes comes from the fix
-    of = fix_stages(r.model, r.params.get("norm", "none"), r.init)
     lsuv = r.fix.lsuv
-    if lsuv is None:  # he, xavier, orthogonal: one step, the gains it chose
-        done, panel = f"{r.init} done", _panel("gain", r.fix.layers, r.fix.gains, ())
+    bands: tuple[fig.Band, ...] = ()
+    if lsuv is None:
+        done, layers, of = f"{r.init} done", r.fix.layers, len(r.fix.layers)
+        y, what = r.fix.gains, "gain"
     else:
-        tol = lsuv.tol
-        goal = (fig.Band(1 - tol, 1 + tol, label=f"1 ± {tol:g}"),)
-        done = f"LSUV, layer {len(lsuv.layers)} of {of} rescaled"
-        panel = _panel("output variance", lsuv.layers, lsuv.variances, goal)
-    return fig.Figure(f"{r.model} ({r.init} init), so far: {done}", [panel])
-
-
-def _panel(
-    what: str, layers: list[str], values: list[float], bands: tuple[fig.Band, ...]
-) -> fig.Panel:
-    x = [module_path(name) for name in layers]
-    return fig.Panel(
-        fig.Axis("layer (forward order)"),
+        of = fix_stages(r.model, r.params.get("norm", "none"), r.init)
+        done, layers = f"LSUV, layer {len(lsuv.layers)} of {of} rescaled", lsuv.layers
+        y, what = lsuv.variances, "output variance, rescaled"
+        bands = (fig.Band(1 - lsuv.tol, 1 + lsuv.tol, label=f"1 ± {lsuv.tol:g}: LSUV's goal"),)
+    x = list(range(1, len(layers) + 1))
+    panel = fig.Panel(
+        fig.Axis("layer (forward order)", limits=(0.5, of + 0.5)),
         fig.Axis(what),
-        [fig.Series(what, x, values, kind="line", legend=False)],
+        [fig.Series(what, x, y, kind="line+markers", legend=False)],
         bands=bands,
     )
+    return fig.Figure(f"{r.model} ({r.init} init), so far: {done}", [panel])
 
 
 @functools.cache
