@@ -82,7 +82,7 @@ def fixing(
 
         >>> from normlab import zoo
         >>> net = zoo.build("vanishing-tanh")
-        >>> [len(r.lsuv.layers) for r in fixing(net, "lsuv", torch.randn(64, 32))][:3]
+        >>> [len(r.lsuv.layers) for r in fixing(net, "lsuv", torch.randn(16, 32))][:3]
         [1, 2, 3]
     """
     if method not in FIX_METHODS:
