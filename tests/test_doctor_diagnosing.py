@@ -1,5 +1,6 @@
 """``normlab.doctor.diagnosing``: the diagnosis pass by pass, each what ``diagnose`` gives for
-the batches so far, the model left as it was however the passes end."""
+the batches so far, the model left as it was however the passes end; and ``fixing``, the fix
+step by step (LSUV's layers)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import torch
 from torch import nn
 
 from normlab import zoo
-from normlab.doctor import diagnose, diagnosing
+from normlab.doctor import diagnose, diagnosing, fix, fixing
 
 PASSES = 2
 BATCH = 8  # a few examples: the numbers only have to be the same both ways, not meaningful
@@ -66,3 +67,23 @@ def test_the_model_is_left_as_it_was_when_the_passes_end_or_stop() -> None:
             else:
                 assert torch.equal(value, after[key]), key  # type: ignore[arg-type]
         assert not any(m._forward_hooks or m._backward_hooks for m in model.modules())
+
+
+@pytest.mark.parametrize("method", ["lsuv", "he"])
+def test_fixing_ends_on_fix_s_report_and_lsuv_goes_a_layer_at_a_time(method: str) -> None:
+    """``fixing`` is ``fix`` step by step: from the same generator its last report and the
+    weights are ``fix``'s; LSUV yields once per layer it rescales, each report holding the
+    layers done so far, and another method yields once."""
+    x = torch.randn(zoo.input_shape("dead-relu", BATCH), generator=torch.Generator().manual_seed(1))
+    once, stepped = zoo.build("dead-relu", 0), zoo.build("dead-relu", 0)
+    report = fix(once, method, x, generator=torch.Generator().manual_seed(2))
+    reports = list(fixing(stepped, method, x, generator=torch.Generator().manual_seed(2)))
+    assert reports[-1].to_dict() == report.to_dict()
+    for (name, p), q in zip(once.named_parameters(), stepped.parameters(), strict=True):
+        assert torch.equal(p, q), name
+    if method == "lsuv":
+        assert report.lsuv is not None and len(report.lsuv.layers) == 9  # 8 hidden + the head
+        done = [r.lsuv.layers if r.lsuv else None for r in reports]
+        assert done == [report.lsuv.layers[:k] for k in range(1, 10)]
+    else:
+        assert len(reports) == 1

@@ -142,3 +142,35 @@ def test_a_model_without_linear_or_conv_is_refused() -> None:
 def test_a_batch_that_gives_no_variance_is_refused() -> None:
     with pytest.raises(ValueError, match=r"batch: layer '0' puts out variance 0\.0"):
         init.lsuv_(deep_mlp(nn.ReLU), torch.zeros(16, 16))
+
+
+def test_lsuv_layers_yields_what_lsuv_gives_a_layer_at_a_time() -> None:
+    """``lsuv_`` is ``lsuv_layers`` run to its end: from the same generator the same layers,
+    rescalings and variances, one yield per layer, and the same weights, bit for bit; between
+    yields the caller's grad mode is its own (the rescaling's ``no_grad`` stays inside)."""
+    x = torch.randn(64, 16, generator=torch.Generator().manual_seed(0))
+    a, b = deep_mlp(nn.Tanh), deep_mlp(nn.Tanh)
+    result = init.lsuv_(a, x, generator=torch.Generator().manual_seed(7))
+    seen = []
+    for step in init.lsuv_layers(b, x, generator=torch.Generator().manual_seed(7)):
+        seen.append((step, torch.is_grad_enabled()))
+    assert [step for step, _ in seen] == list(
+        zip(result.layers, result.iterations, result.variances, strict=True)
+    )
+    assert all(grad for _, grad in seen)
+    for (name, p), q in zip(a.named_parameters(), b.parameters(), strict=True):
+        assert torch.equal(p, q), name
+
+
+def test_lsuv_layers_stopped_after_one_layer_restores_the_buffers() -> None:
+    """A caller that stops early (closes the generator) gets the BatchNorm running statistics
+    back: the full forward pass that finds the call order moved them."""
+    net = zoo.build("resnet")
+    x = torch.randn(zoo.input_shape("resnet", 4), generator=torch.Generator().manual_seed(2))
+    buffers = {k: v.clone() for k, v in net.state_dict().items() if "running" in k}
+    steps = init.lsuv_layers(net, x)
+    assert next(steps)[0] == "0"  # the first conv
+    assert any(not torch.equal(net.state_dict()[k], v) for k, v in buffers.items())
+    steps.close()
+    for k, v in buffers.items():
+        assert torch.equal(net.state_dict()[k], v), k

@@ -21,6 +21,7 @@ The scale rules come from four papers:
 
 import math
 import warnings
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -33,6 +34,7 @@ __all__ = [
     "kaiming_normal_",
     "kaiming_uniform_",
     "lsuv_",
+    "lsuv_layers",
     "normal_",
     "ones_",
     "orthogonal_",
@@ -681,6 +683,36 @@ def lsuv_(
         >>> all(result.converged)
         True
     """
+    names, iterations, variances = [], [], []
+    for name, steps, var in lsuv_layers(model, batch, tol, max_iter, generator):
+        names.append(name)
+        iterations.append(steps)
+        variances.append(var)
+    return LSUVResult(layers=names, iterations=iterations, variances=variances, tol=tol)
+
+
+def lsuv_layers(
+    model: nn.Module,
+    batch: torch.Tensor,
+    tol: float = 0.1,
+    max_iter: int = 10,
+    generator: torch.Generator | None = None,
+) -> Iterator[tuple[str, int, float]]:
+    r"""Layer-sequential unit variance layer by layer: yield each layer once it is rescaled.
+
+    Once a layer is rescaled it yields ``(name, rescalings, output variance)``, in forward
+    order; :func:`lsuv_` (see there for the method and its arguments) is this generator run to
+    its end. The checks run at the first ``next``. The buffers are restored when the generator
+    ends or is closed; a caller that stops early leaves the layers not yet reached orthogonal
+    and unscaled.
+
+    Examples::
+
+        >>> g = torch.Generator().manual_seed(0)
+        >>> net = nn.Sequential(nn.Linear(32, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh())
+        >>> [name for name, _, _ in lsuv_layers(net, torch.randn(256, 32, generator=g))]
+        ['0', '2']
+    """
     _check_lsuv_args(tol, max_iter)
     layers: list[tuple[str, _LSUVLayer]] = [
         (name, m)
@@ -693,15 +725,16 @@ def lsuv_(
             "use a model that contains at least one"
         )
     buffers = {name: b.clone() for name, b in model.named_buffers()}
-    names, iterations, variances = [], [], []
     try:
         with torch.no_grad():
             for _, layer in layers:
                 orthogonal_(layer.weight, generator=generator)
                 if layer.bias is not None:
                     layer.bias.zero_()
-            for name, layer in _forward_order(model, batch, layers):
-                steps = 0
+            order = _forward_order(model, batch, layers)
+        for name, layer in order:
+            steps = 0
+            with torch.no_grad():  # not around the yield: the caller's grad mode is its own
                 var = _output_variance(model, batch, layer)
                 while True:
                     if not (math.isfinite(var) and var > 0):
@@ -715,15 +748,12 @@ def lsuv_(
                     layer.weight.div_(math.sqrt(var))
                     steps += 1
                     var = _output_variance(model, batch, layer)
-                names.append(name)
-                iterations.append(steps)
-                variances.append(var)
+            yield name, steps, var
     finally:
         with torch.no_grad():
             for name, b in model.named_buffers():
                 if name in buffers:
                     b.copy_(buffers[name])
-    return LSUVResult(layers=names, iterations=iterations, variances=variances, tol=tol)
 
 
 LSUV_CODE: tuple[Any, ...] = (
@@ -734,6 +764,7 @@ LSUV_CODE: tuple[Any, ...] = (
     _forward_order,
     _output_variance,
     lsuv_,
+    lsuv_layers,
 )
 """What a script pastes to run :func:`lsuv_` without normlab, in the order it defines them
 (an experiment that calls ``lsuv_`` lists these in its ``code``)."""

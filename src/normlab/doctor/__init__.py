@@ -112,7 +112,7 @@ family, Xavier with the activation's gain for tanh, sigmoid or nothing (see
 applied as functions (``F.relu`` inside ``forward``) are invisible to hooks: the layer before them
 then counts as followed by nothing (gain 1). :func:`fix` re-initializes the ``Linear`` and
 ``Conv1d/2d/3d`` layers by one of :data:`FIX_METHODS` (recurrent and attention input weights are
-left alone), zeroing their biases.
+left alone), zeroing their biases; :func:`fixing` is the same step by step (LSUV's layers).
 
 :func:`diagnosing` is :func:`diagnose` pass by pass: after each forward and backward pass it
 yields the diagnosis of the batches so far (what :func:`diagnose` gives for them), for a view
@@ -135,7 +135,7 @@ from normlab.doctor.constants import (
     TANH_SATURATION,
     VANISHING,
 )
-from normlab.doctor.cure import fix
+from normlab.doctor.cure import fix, fixing
 from normlab.doctor.errors import CannotDiagnose, ModelInputError, ModelOutputError
 from normlab.doctor.examination import Examination, examine
 from normlab.doctor.expect import AMPLIFICATION, STREAM_GROWTH, Role, Stream, roles
@@ -242,6 +242,7 @@ __all__ = [
     "diagnosis_tables",
     "examine",
     "fix",
+    "fixing",
     "judge",
     "module_path",
     "named",

@@ -3,8 +3,9 @@ each, leaving the other weight layers, and tied weights, alone."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import cast
 
 import torch
@@ -16,6 +17,8 @@ from normlab.doctor.graph import Graph, trace
 from normlab.doctor.kinds import _WEIGHT_LAYERS, _has_weight
 from normlab.doctor.results import FixReport
 from normlab.doctor.running import Input, _shape
+
+_LSUV_TOL = 0.1  # lsuv_'s default
 
 
 def fix(
@@ -55,6 +58,33 @@ def fix(
         >>> fix(net, "xavier", torch.randn(8, 32)).follows[:2]
         ['tanh', 'tanh']
     """
+    *_, report = fixing(model, method, batch, generator=generator, tied=tied)
+    return report
+
+
+def fixing(
+    model: nn.Module,
+    method: str,
+    batch: Input,
+    *,
+    generator: torch.Generator | None = None,
+    tied: bool = False,
+) -> Iterator[FixReport]:
+    """:func:`fix`, step by step: ``lsuv`` yields the report after each layer it rescales (its
+    ``lsuv`` holds the layers done so far, :func:`normlab.init.lsuv_layers`); the other methods
+    are one step. The last report is :func:`fix`'s. The refusals come at the first ``next``,
+    before anything changes.
+
+    Args:
+        model, method, batch, generator, tied: as for :func:`fix`.
+
+    Examples::
+
+        >>> from normlab import zoo
+        >>> net = zoo.build("vanishing-tanh")
+        >>> [len(r.lsuv.layers) for r in fixing(net, "lsuv", torch.randn(16, 32))][:3]
+        [1, 2, 3]
+    """
     if method not in FIX_METHODS:
         raise ValueError(f"method {method!r} not supported, use one of {FIX_METHODS}")
     graph = trace(model, batch)
@@ -78,10 +108,17 @@ def fix(
         names.append(name)
         follows.append(act)
         gains.append(math.nan if method == "lsuv" else gain)  # LSUV takes its scale from data
-    lsuv = None
-    if method == "lsuv":
-        lsuv = init.lsuv_(model, cast(torch.Tensor, batch), generator=generator)
-    return FixReport(method, names, follows, gains, lsuv, skipped)
+    report = FixReport(method, names, follows, gains, None, skipped)
+    if method != "lsuv":
+        yield report
+        return
+    done = init.LSUVResult([], [], [], tol=_LSUV_TOL)
+    x = cast(torch.Tensor, batch)
+    for name, steps, var in init.lsuv_layers(model, x, _LSUV_TOL, generator=generator):
+        done = init.LSUVResult(
+            [*done.layers, name], [*done.iterations, steps], [*done.variances, var], _LSUV_TOL
+        )
+        yield dataclasses.replace(report, lsuv=done)
 
 
 def _check_fix(

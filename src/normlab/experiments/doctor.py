@@ -7,18 +7,22 @@ after each hidden Linear, before its activation; only the MLP models take it (``
 has BatchNorm2d after every conv; the transformer and the LSTM have their own structure), and any
 other model refuses a norm other than ``none``. The result holds the per-layer table (labels,
 activation mean and std, dead and saturated fractions, gradient std and the weights' gradient
-ratio), the verdict and the suggestions. The run streams: after every pass it yields the
-diagnosis of the batches so far (:func:`normlab.doctor.diagnosing`).
+ratio), the verdict and the suggestions. The run streams: first the fix, step by step (each
+layer LSUV rescales, :func:`normlab.doctor.fixing`), then after every pass the diagnosis of the
+batches so far (:func:`normlab.doctor.diagnosing`); its progress counts both.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch import nn
 
 from normlab import doctor, zoo
 from normlab import figures as fig
@@ -27,6 +31,7 @@ from normlab.experiments.base.params import ParameterError, device_param, param,
 from normlab.experiments.base.registry import Cost, Experiment
 from normlab.experiments.base.results import Result
 from normlab.figures import Table
+from normlab.init import WEIGHT_LAYERS
 
 INITS = ("default", *doctor.FIX_METHODS)
 _TAKE_NORM = ", ".join(m.name for m in zoo.MODELS.values() if m.takes_norm)
@@ -66,17 +71,18 @@ _DIAGNOSIS_FIELDS = dataclasses.fields(doctor.Diagnosis)
 class DoctorResult(Result):
     model: str
     init: str
-    layers: list[doctor.LayerDiagnosis]  # (layers,) in forward order
-    verdict: str
-    problems: list[str]
-    suggestions: list[str]
-    input_shape: list[int]
-    input_std: float
-    steps: int
-    notes: list[str]  # what the doctor read differently, and why
-    trend: doctor.Trend | None  # the gradient ratio over depth
-    stream: doctor.Stream | None  # the residual stream over depth
-    fix: doctor.FixReport | None  # what init did, None for "default"
+    # the diagnosis; a partial run still in its fix (a streamed frame) has none yet: steps 0
+    layers: list[doctor.LayerDiagnosis] = field(default_factory=list)  # (layers,) forward order
+    verdict: str = ""
+    problems: list[str] = field(default_factory=list)
+    suggestions: list[str] = field(default_factory=list)
+    input_shape: list[int] = field(default_factory=list)
+    input_std: float = math.nan
+    steps: int = 0
+    notes: list[str] = field(default_factory=list)  # what the doctor read differently, and why
+    trend: doctor.Trend | None = None  # the gradient ratio over depth
+    stream: doctor.Stream | None = None  # the residual stream over depth
+    fix: doctor.FixReport | None = None  # what init did (so far), None for "default"
 
     @property
     def diagnosis(self) -> doctor.Diagnosis:
@@ -87,7 +93,9 @@ class DoctorResult(Result):
 
     def figures(self) -> list[fig.Figure]:
         """The diagnosis figure; a partial run (a streamed frame) draws the diagnosis of the
-        passes so far, and says so."""
+        passes so far, and says so, or, still in its fix, the layers LSUV has rescaled."""
+        if self.steps == 0:
+            return [_fix_figure(self)]
         drawn = diagnosis_figure(self.diagnosis)
         passes = self.params.get("steps", self.steps)  # the whole run's
         so_far = f", so far: pass {self.steps} of {passes}" if self.steps < passes else ""
@@ -106,7 +114,10 @@ def doctor_zoo(
     shape = zoo.input_shape(model, batch)
     batches = [torch.randn(shape, generator=g) for _ in range(steps)]
     # re-initialize on the cpu, where the seeded generator draws, then move
-    report = None if init == "default" else doctor.fix(net, init, batches[0], generator=g)
+    report = None
+    if init != "default":
+        for report in doctor.fixing(net, init, batches[0], generator=g):  # LSUV: layer by layer
+            yield {"model": model, "init": init, "fix": dataclasses.asdict(report)}  # no pass yet
     net.to(device)
     for d in doctor.diagnosing(net, [x.to(device) for x in batches], generator=g):
         found = {"model": model, "init": init, "fix": report and dataclasses.asdict(report)}
@@ -124,6 +135,54 @@ def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
     return [table.to_dict() for table in diagnosis_tables(found, title)]
 
 
+def _fix_figure(r: DoctorResult) -> fig.Figure:
+    """A run still in its fix: for LSUV, each layer's output variance once rescaled, on an axis
+    of all the layers it will rescale, against its goal (1, within its tolerance); for another
+    fix (one step), the gain it chose for each layer."""
+    assert r.fix is not None  # a frame before the passes comes from the fix
+    lsuv = r.fix.lsuv
+    bands: tuple[fig.Band, ...] = ()
+    if lsuv is None:
+        done, layers, of = f"{r.init} done", r.fix.layers, len(r.fix.layers)
+        y, what = r.fix.gains, "gain"
+    else:
+        of = fix_stages(r.model, r.params.get("norm", "none"), r.init)
+        done, layers = f"LSUV, layer {len(lsuv.layers)} of {of} rescaled", lsuv.layers
+        y, what = lsuv.variances, "output variance, rescaled"
+        bands = (fig.Band(1 - lsuv.tol, 1 + lsuv.tol, label=f"1 ± {lsuv.tol:g}: LSUV's goal"),)
+    x = list(range(1, len(layers) + 1))
+    panel = fig.Panel(
+        fig.Axis("layer (forward order)", limits=(0.5, of + 0.5)),
+        fig.Axis(what),
+        [fig.Series(what, x, y, kind="line+markers", legend=False)],
+        bands=bands,
+    )
+    return fig.Figure(f"{r.model} ({r.init} init), so far: {done}", [panel])
+
+
+@functools.cache
+def fix_stages(model: str, norm: str, init: str) -> int:
+    """The steps of a run's fix: none as built, one for he, xavier or orthogonal, and for lsuv
+    a step per layer it rescales, the Linear and Conv layers the model's forward pass calls
+    (counted on one built, as :func:`normlab.init.lsuv_layers` finds them)."""
+    if init == "default":
+        return 0
+    if init != "lsuv":
+        return 1
+    net = zoo.build(model, 0, norm)
+    called: set[nn.Module] = set()
+    hooks = [
+        m.register_forward_hook(lambda m, *_: called.add(m))
+        for m in net.modules()
+        if isinstance(m, WEIGHT_LAYERS)
+    ]
+    with torch.no_grad():
+        net(torch.zeros(zoo.input_shape(model, 2)))  # (2, ...): what runs, not what it gives
+    for hook in hooks:
+        hook.remove()
+    return len(called)
+
+
 EXPERIMENT = Experiment(
     name="doctor",
     title="Model doctor",
@@ -135,6 +194,6 @@ EXPERIMENT = Experiment(
     code=(doctor_zoo, tables),
     cost=Cost(10.0),
     heaviest={"model": "pre-ln", "norm": "none"},  # a 12-layer transformer
-    stages=lambda p: p.steps,  # a forward and backward pass at a time (after the fix, if any)
-    stage="pass",
+    stages=lambda p: fix_stages(p.model, p.norm, p.init) + p.steps,
+    stage="stage",  # a layer LSUV rescaled, or the fix, then a forward and backward pass
 )
