@@ -2,9 +2,10 @@
 
 For every registered experiment, at its defaults and at two other settings, the rendered script
 runs in a fresh process of its own where ``import normlab`` fails, and what it prints is exactly
-what the experiment's ``show`` prints for the result normlab computed in this process; every
-number of the result's tables appears in that output. The notebook of every experiment is that
-script cell by cell; three of them run under nbclient and print the same.
+what the experiment's ``show`` prints for the result normlab computed in this test run (here,
+or in another worker of the run: ``cached_run``); every number of the result's tables appears
+in that output. The notebook of every experiment is that script cell by cell; three of them run
+under nbclient, in one kernel, and print the same.
 
 Those processes are forked from one that has imported what the scripts import (torch and
 scikit-learn, seconds per interpreter) and never normlab, so 36 scripts pay that import once;
