@@ -30,12 +30,14 @@ import pickle
 import shutil
 import tempfile
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from normlab.experiments import Result, run_experiment
 from normlab.lab.answers import ENVIRONMENT as ANSWERS
+
+if TYPE_CHECKING:  # torch and the registry: imported by the first run, not by the controller
+    from normlab.experiments import Result
 
 RESULTS = "NORMLAB_TEST_RESULTS"
 """The environment variable naming the folder of results shared by a run's workers."""
@@ -60,6 +62,8 @@ _RESULTS: dict[str, Result] = {}
 def _cached(name: str, **params: Any) -> Result:
     key = json.dumps([name, params], sort_keys=True)
     if key not in _RESULTS:
+        from normlab.experiments import run_experiment
+
         _RESULTS[key] = _shared(key, lambda: run_experiment(name, **params))
     return _RESULTS[key]
 
