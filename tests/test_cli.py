@@ -2,7 +2,10 @@
 
 Bad input is answered by :func:`normlab.cli.main` (status 2, one line on stderr) before anything
 runs, so its cases call that function in this process; one case goes through ``python -m
-normlab`` to show the status and the line reach the shell (each process costs a torch import).
+normlab`` to show the status and the line reach the shell (each process costs a torch import,
+4 s of CPU). So does each command once (list, run with a table, with --json and a plot, --help
+and Ctrl+C); their other forms (list --json, a PNG plot, the token from the environment) are
+answered by the same function here.
 """
 
 from __future__ import annotations
@@ -48,10 +51,11 @@ def test_list_shows_every_experiment_and_its_parameters() -> None:
     assert "--depth" in out.stdout and "--batch-norm" in out.stdout
 
 
-def test_list_json_is_the_registry() -> None:
-    out = normlab("list", "--json")
-    assert out.returncode == 0
-    registry = json.loads(out.stdout)
+def test_list_json_is_the_registry(capsys: pytest.CaptureFixture[str]) -> None:
+    # in-process: `list` through a real process is the test above
+    status, out, err = in_process(capsys, "list", "--json")
+    assert status == 0, err
+    registry = json.loads(out)
     drift = next(e for e in registry if e["name"] == "drift")
     depth = next(p for p in drift["parameters"] if p["name"] == "depth")
     assert depth == {
@@ -87,18 +91,18 @@ def test_run_name_help_lists_every_parameter_of_every_experiment(
                 assert f"default {default}; {' '.join(p.allowed().split())}" in flat, p.name
 
 
-def test_run_help_through_the_script() -> None:
+def test_run_help_through_the_script(capsys: pytest.CaptureFixture[str]) -> None:
     out = normlab("run", "bn-lr", "--lr", "99", "-h")  # help wins over the other flags
     assert (out.returncode, out.stderr) == (0, "")
     flat = " ".join(out.stdout.split())
     assert "--lr X SGD learning rate; default 2.0; a number in [0.01, 5]" in flat
     assert "--seed N" in flat and "an integer in [0, 2147483647]" in flat
-    out = normlab("run", "--help")
-    assert (out.returncode, out.stderr) == (0, "")
-    listed = out.stdout.split("experiments (see `normlab list`):")[1]
+    status, stdout, stderr = in_process(capsys, "run", "--help")  # the same parser, here
+    assert (status, stderr) == (0, "")
+    listed = stdout.split("experiments (see `normlab list`):")[1]
     names = re.findall(r"^    (\S+)", listed, flags=re.MULTILINE)  # one sub-parser each
     assert names[:3] == ["linear-scale", "drift", "bn-columns"] and "bn-lr-sweep" in names
-    assert "`normlab run NAME --help` lists NAME's parameters" in " ".join(out.stdout.split())
+    assert "`normlab run NAME --help` lists NAME's parameters" in " ".join(stdout.split())
 
 
 def test_run_prints_the_seed_table() -> None:
@@ -190,12 +194,13 @@ def test_a_run_on_a_terminal_shows_its_steps_done_of_all(
     assert "/?" not in text  # the total is known from the first frame of the bar
 
 
-def test_run_png_plot(tmp_path: Path) -> None:
+def test_run_png_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # in-process: a plot written by a real process is test_run_with_params_json_and_plot's
     plot = tmp_path / "scale.png"
-    out = normlab("run", "linear-scale", "--plot", str(plot))
-    assert out.returncode == 0, out.stderr
+    status, out, err = in_process(capsys, "run", "linear-scale", "--plot", str(plot))
+    assert status == 0, err
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "6.0035" in out.stdout
+    assert "6.0035" in out
 
 
 @pytest.mark.parametrize(
@@ -266,11 +271,16 @@ def test_bad_input_reaches_the_shell_as_status_2_and_one_line() -> None:
     )
 
 
-def test_bad_token_from_the_environment_exits_2(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_token_from_the_environment_exits_2(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    fake_lab: list[dict[str, object]],
+) -> None:
+    # in-process (status 2 reaching the shell is the test above): no lab is made
     monkeypatch.setenv("NORMLAB_TOKEN", "tiny")
-    out = normlab("lab", "--port", "0")
-    assert out.returncode == 2
-    lines = out.stderr.strip().splitlines()
+    status, out, err = in_process(capsys, "lab", "--port", "0")
+    assert (status, out, fake_lab) == (2, "", [])
+    lines = err.strip().splitlines()
     assert lines == [lines[0]] and lines[0].startswith("normlab: error: $NORMLAB_TOKEN: ")
 
 

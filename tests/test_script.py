@@ -2,9 +2,10 @@
 
 For every registered experiment, at its defaults and at two other settings, the rendered script
 runs in a fresh process of its own where ``import normlab`` fails, and what it prints is exactly
-what the experiment's ``show`` prints for the result normlab computed in this process; every
-number of the result's tables appears in that output. The notebook of every experiment is that
-script cell by cell; three of them run under nbclient and print the same.
+what the experiment's ``show`` prints for the result normlab computed in this test run (here,
+or in another worker of the run: ``cached_run``); every number of the result's tables appears
+in that output. The notebook of every experiment is that script cell by cell; three of them run
+under nbclient, in one kernel, and print the same.
 
 Those processes are forked from one that has imported what the scripts import (torch and
 scikit-learn, seconds per interpreter) and never normlab, so 36 scripts pay that import once;
@@ -28,6 +29,8 @@ from typing import Any
 
 import nbformat
 import pytest
+from jupyter_client.manager import AsyncKernelManager
+from jupyter_core.utils import run_sync
 from matplotlib.figure import Figure as MplFigure
 from matplotlib.patches import StepPatch
 from nbclient import NotebookClient
@@ -335,10 +338,24 @@ def test_the_notebook_draws_the_widget_s_figure(
             assert drawn_series >= len(panel["series"]), panel["title"]
 
 
+@pytest.fixture(scope="module")
+def kernel(no_normlab: Path) -> Iterator[AsyncKernelManager]:
+    """One Jupyter kernel for the notebooks run below, started in :func:`no_normlab`'s folder,
+    where normlab cannot be imported: a kernel's start (IPython, then torch, matplotlib and
+    scikit-learn imported by the notebook) costs seconds of CPU, paid once, as the scripts'
+    fork server pays its imports once. Each notebook still starts from an empty namespace."""
+    km = AsyncKernelManager()
+    run_sync(km.start_kernel)(cwd=str(no_normlab))
+    try:
+        yield km
+    finally:
+        run_sync(km.shutdown_kernel)(now=True)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["bn-lr", "init-compare", "variance"])
 def test_the_notebook_runs_in_jupyter_and_prints_the_same(
-    name: str, tmp_path: Path, cached_run: Callable[..., Result]
+    name: str, kernel: AsyncKernelManager, cached_run: Callable[..., Result]
 ) -> None:
     """In a real kernel: a training run, one with histograms, one with a list parameter."""
     nb, shipped = _notebook(name, cached_run)
@@ -346,9 +363,14 @@ def test_the_notebook_runs_in_jupyter_and_prints_the_same(
     for cell in fresh.cells:
         if cell.cell_type == "code":
             cell.outputs = []
-    (tmp_path / "normlab").mkdir()  # the kernel runs in tmp_path, where normlab cannot import
-    (tmp_path / "normlab" / "__init__.py").write_text('raise ImportError("no normlab")\n')
-    NotebookClient(fresh, timeout=300, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    # the names a notebook run before defined are gone: each one imports and defines its own
+    fresh.cells.insert(0, nbformat.v4.new_code_cell("%reset -f"))
+    client = NotebookClient(fresh, timeout=300, km=kernel)
+    try:
+        client.execute()
+    finally:
+        if client.kc is not None:  # the kernel is not the client's: its channels close here
+            client.kc.stop_channels()
     printed = "".join(o.get("text", "") for o in _cell(fresh, "run").outputs)
     assert printed == shipped
     drawn = [o for o in _cell(fresh, "figure").outputs if "image/png" in o.get("data", {})]
