@@ -27,10 +27,8 @@ import pprint
 from collections.abc import Sequence
 from typing import Any
 
-import nbformat
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure as MplFigure
-from nbformat import v4
 
 from normlab import plots
 from normlab.experiments import Experiment
@@ -68,6 +66,9 @@ def notebook(
 ) -> Any:
     """The notebook for a ``Params`` instance; ``output`` is shown under the run's cell, and
     ``figures`` (descriptions as plain data, ``Figure.to_dict()``) are drawn after it."""
+    import nbformat  # here, not with the module (see the module docstring)
+    from nbformat import v4
+
     lines, sources, run = parts(experiment, params)
     values = ", ".join(f"`{k}={v!r}`" for k, v in params_dict(params).items())
     intro = f"# {experiment.title}\n\n{header(experiment)}\n\nParameters: {values}."
@@ -93,6 +94,8 @@ def figure_cells(figures: Sequence[dict[str, Any]], count: int | None = None) ->
     """A note, the renderer (its source folded away), the descriptions, and the cell that draws
     them, its outputs the images drawn here with the renderer's own code (executed as
     ``count``, ``count + 1``, ``count + 2``; ``None``: not run)."""
+    from nbformat import v4
+
     code = v4.new_code_cell(renderer(), id="figure-renderer")
     data = v4.new_code_cell(
         "figures = " + pprint.pformat(list(figures), width=100, compact=True, sort_dicts=False),
@@ -157,10 +160,14 @@ def _image(figure: dict[str, Any]) -> Any:
     width, height = fig.get_size_inches() * DPI
     text = f"<Figure size {width:g}x{height:g} with {len(fig.axes)} Axes>"
     png = base64.b64encode(buffer.getvalue()).decode("ascii")
+    from nbformat import v4
+
     return v4.new_output("display_data", data={"image/png": png, "text/plain": text})
 
 
 def dumps(nb: Any) -> str:
     """The notebook as ``.ipynb`` text."""
+    import nbformat
+
     text: str = nbformat.writes(nb)
     return text

@@ -34,10 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import nbformat
 from jinja2 import ChoiceLoader, DictLoader, Environment
 from markupsafe import Markup, escape
-from nbformat import v4
 
 from normlab.experiments import get_experiment, run_experiment
 from normlab.lab import exercises, lessons
@@ -198,6 +196,8 @@ def _intro(found: lessons.Lesson) -> str:
 
 
 def _cell(piece: Piece, count: int) -> Any:
+    from nbformat import v4  # here, not with the module: see normlab.notebook's docstring
+
     if piece.kind == "markdown":
         return v4.new_markdown_cell(piece.source)
     if piece.kind == "widget":
@@ -211,6 +211,9 @@ def _cell(piece: Piece, count: int) -> Any:
 
 def notebook(slug: str, run: Run = run_plain) -> Any:
     """Lesson ``slug`` as a Jupyter notebook (``nbformat`` v4), validated."""
+    import nbformat
+    from nbformat import v4
+
     found = lesson(slug)
     cells = [v4.new_markdown_cell(_intro(found))]
     cells += [_cell(p, i) for i, p in enumerate(pieces(body(found, run)), 1)]
