@@ -7,20 +7,21 @@ whole. Library calls and ``normlab doctor`` (exit status 2, one line)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import itertools
 import json
 import math
 import os
-import subprocess
-import sys
 import warnings
+from contextlib import redirect_stderr, redirect_stdout
 from typing import Any
 
 import pytest
 import torch
 from torch import Tensor, nn
 
-from normlab import doctor
+from normlab import cli, doctor
 from normlab.doctor.graph import trace
 from normlab.doctor.running import _output
 
@@ -482,18 +483,6 @@ def tokens():
     return _Tokens()
 """
 
-DRIVER = """
-import contextlib, io, json, sys
-from normlab.cli import main
-results = []
-for argv in json.loads(sys.argv[1]):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        status = main(argv)
-    results.append([status, out.getvalue(), err.getvalue()])
-print(json.dumps(results))
-"""
-
 CLI = [
     (
         ["models.py:meta", "--input-shape", "8,16"],
@@ -523,6 +512,9 @@ CLI = [
 
 @pytest.fixture(scope="module")
 def cli_results(tmp_path_factory: pytest.TempPathFactory) -> list[list[Any]]:
+    """[status, stdout, stderr] of each command, through the entry point's own function in
+    this process (a process apiece would cost a torch import each; that the status reaches
+    the shell is tests/test_cli_doctor.py's)."""
     d = tmp_path_factory.mktemp("inputs")
     (d / "models.py").write_text(MODELS)
     argvs = [["doctor", *argv] for argv, _ in CLI]
@@ -530,13 +522,12 @@ def cli_results(tmp_path_factory: pytest.TempPathFactory) -> list[list[Any]]:
         ["doctor", "models.py:half", "--input-shape", "8,16", "--dtype", "float16", "--json"],
         ["doctor", "models.py:tokens", "--input-shape", "8,16", "--tokens", "50", "--json"],
     ]
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
-    out = subprocess.run(
-        [sys.executable, "-c", DRIVER, json.dumps(argvs)],
-        capture_output=True, text=True, timeout=300, cwd=d, env=env,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    results: list[list[Any]] = json.loads(out.stdout)
+    results = []
+    for argv in argvs:
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.chdir(d), redirect_stdout(out), redirect_stderr(err):
+            status = cli.main(argv)
+        results.append([status, out.getvalue(), err.getvalue()])
     return results
 
 
