@@ -602,7 +602,7 @@ JUPYTER_CONFIG = {
     "ServerApp": {"terminals_enabled": False},
 }
 JUPYTER_PAGE_CONFIG = {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}
-KERNEL_IDLE = """() => /\\(ipykernel\\) \\| Idle/.test(
+KERNEL_IDLE = """() => /^(?!No Kernel).+ \\| Idle$/m.test(
   document.querySelector('.jp-StatusBar-Widget')?.parentElement?.innerText ?? '')"""
 
 ARM = """([widget, param]) => {

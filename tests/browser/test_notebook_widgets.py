@@ -38,6 +38,7 @@ from labpage import ALLOWED_HOST, SCREENSHOTS, START_TIMEOUT_S
 from nbformat import v4
 from playwright.sync_api import expect
 
+from normlab import cli
 from normlab.experiments import get_experiment, params_dict, run_experiment
 from normlab.lab.runner import answer
 
@@ -60,7 +61,7 @@ LAB_CONFIG = {
 }
 PAGE_CONFIG = {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}
 
-KERNEL_IDLE = """() => /\\(ipykernel\\) \\| Idle/.test(
+KERNEL_IDLE = """() => /^(?!No Kernel).+ \\| Idle$/m.test(
   document.querySelector('.jp-StatusBar-Widget')?.parentElement?.innerText ?? '')"""
 """JS: the notebook's kernel has started and is idle (the status bar's "Python 3 (ipykernel) |
 Idle"; before, it reads "No Kernel | Initializing", and a run then asks which kernel to start)."""
@@ -208,14 +209,15 @@ def test_a_lesson_as_a_marimo_app_runs_and_its_widgets_draw(
 ) -> None:
     env = _isolated_env(tmp_path)
     app = tmp_path / "app.py"
-    cli = [sys.executable, "-m", "normlab", "notebook", LESSON, "-o", str(app)]
-    subprocess.run(cli, env=env, check=True, capture_output=True)
+    assert cli.main(["notebook", LESSON, "-o", str(app)]) == 0  # in this process: no new torch
     built = _widgets_built(app)
     assert built, f"the {LESSON} app builds no widget"
 
     port = _free_port()
     base = f"http://{ALLOWED_HOST}:{port}"
     cmd = [sys.executable, "-m", "marimo", "run", str(app), "--headless", "--no-token"]
+    # --no-sandbox: never a uv environment built from PyPI. marimo 0.25's `run` checks for no
+    # update (only `edit` asks PyPI) and its settings are read from the isolated HOME/XDG folders
     cmd += ["--host", ALLOWED_HOST, "--port", str(port), "--no-sandbox"]
     with _serving(cmd, tmp_path, env, f"{base}/health"):
         page = guarded_page
