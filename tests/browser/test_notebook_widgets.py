@@ -194,7 +194,10 @@ def test_a_widget_in_jupyterlab_draws_the_kernel_s_result_and_follows_its_slider
     page.screenshot(path=str(SCREENSHOTS / "notebook-widget-jupyterlab.png"))
 
 
-def _widgets_built(app: Path) -> list[tuple[str, dict[str, Any]]]:
+Built = list[tuple[str, dict[str, Any]]]  # (experiment, its parameters) per widget
+
+
+def _widgets_built(app: Path) -> Built:
     """The ``normlab.widgets.Experiment(NAME, **params)`` calls in ``app``, in order."""
     calls = []
     for node in ast.walk(ast.parse(app.read_text())):
@@ -204,28 +207,34 @@ def _widgets_built(app: Path) -> list[tuple[str, dict[str, Any]]]:
     return [(name, params) for _, name, params in sorted(calls)]
 
 
-def test_a_lesson_as_a_marimo_app_runs_and_its_widgets_draw(
-    guarded_page: Any, tmp_path: Path
-) -> None:
-    env = _isolated_env(tmp_path)
-    app = tmp_path / "app.py"
+@pytest.fixture(scope="module")
+def marimo_lesson(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Built]]:
+    """LESSON exported as a marimo app and served by ``marimo run``: its URL, and the widgets
+    the app builds. (A fixture, so the page is checked and closed before the server stops.)"""
+    root = tmp_path_factory.mktemp("marimo")
+    app = root / "app.py"
     assert cli.main(["notebook", LESSON, "-o", str(app)]) == 0  # in this process: no new torch
-    built = _widgets_built(app)
-    assert built, f"the {LESSON} app builds no widget"
-
     port = _free_port()
     base = f"http://{ALLOWED_HOST}:{port}"
     cmd = [sys.executable, "-m", "marimo", "run", str(app), "--headless", "--no-token"]
     # --no-sandbox: never a uv environment built from PyPI. marimo 0.25's `run` checks for no
     # update (only `edit` asks PyPI) and its settings are read from the isolated HOME/XDG folders
     cmd += ["--host", ALLOWED_HOST, "--port", str(port), "--no-sandbox"]
-    with _serving(cmd, tmp_path, env, f"{base}/health"):
-        page = guarded_page
-        page.goto(base, wait_until="load")
-        widgets = page.locator(".normlab-widget")  # in marimo's shadow roots: locators pierce
-        drawn = page.locator(".normlab-widget[data-state='ready']:has(.nl-plot .js-plotly-plot)")
-        expect(drawn).to_have_count(len(built), timeout=START_TIMEOUT_S * 1000)
-        assert widgets.count() == len(built)
-        for i, (name, params) in enumerate(built):
-            assert widgets.nth(i).get_attribute("data-experiment") == name
-            assert _drawn(widgets.nth(i)) == _expected(name, params), name
+    with _serving(cmd, root, _isolated_env(root), f"{base}/health"):
+        yield base, _widgets_built(app)
+
+
+def test_a_lesson_as_a_marimo_app_runs_and_its_widgets_draw(
+    guarded_page: Any, marimo_lesson: tuple[str, Built]
+) -> None:
+    base, built = marimo_lesson
+    assert built, f"the {LESSON} app builds no widget"
+    page = guarded_page
+    page.goto(base, wait_until="load")
+    widgets = page.locator(".normlab-widget")  # in marimo's shadow roots: locators pierce
+    drawn = page.locator(".normlab-widget[data-state='ready']:has(.nl-plot .js-plotly-plot)")
+    expect(drawn).to_have_count(len(built), timeout=START_TIMEOUT_S * 1000)
+    assert widgets.count() == len(built)
+    for i, (name, params) in enumerate(built):
+        assert widgets.nth(i).get_attribute("data-experiment") == name
+        assert _drawn(widgets.nth(i)) == _expected(name, params), name
