@@ -5,8 +5,10 @@ runtime folders, news, update checks, announcements and the extension manager's 
 off) opens a notebook whose one cell builds ``normlab.widgets.Experiment(EXPERIMENT)``; the cell
 runs from the Run menu, the widget draws exactly the kernel's result (every series one plotly
 trace, as the lab's renderer draws it), and a slider moved by the keyboard redraws it with the
-result for the slider's new value. Then a lesson exported as a marimo app (``normlab notebook
-LESSON -o app.py``) runs under ``marimo run`` and each widget the app builds draws its result.
+result for the slider's new value (JupyterLab's command mode binds the arrow keys to moving
+between cells: the widget marks a focused control so that its keys stay its own). Then a lesson
+exported as a marimo app (``normlab notebook LESSON -o app.py``) runs under ``marimo run`` and
+each widget the app builds draws its result.
 
 Both pages are guarded as every page of the suite is (``guarded_page``): a request to any host
 but 127.0.0.1 is aborted and fails the test, so JupyterLab, marimo and anywidget must serve
