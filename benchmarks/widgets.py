@@ -43,10 +43,23 @@ first visit of each page would cost instead. The server's process tree is read f
 (Linux). Absolute times on a shared machine move from run to run; the ratios within one run are
 the result, and the load average is printed so that a noisy run can be told apart.
 
+The notebook widget (``normlab.widgets``, issue 35) beside the lab, in the same run: what a
+learner waits for from a control change to the updated figure. The lab's experiment page
+``/experiments/linear-scale`` (on the lab above) and the same experiment as a widget in a real
+JupyterLab (``jupyter lab`` started here with throwaway settings folders, its calls to the
+network off; the cell run from its Run menu), both in one headless Chromium whose requests off
+127.0.0.1 are aborted and reported. Each press of ArrowRight on the ``scale`` slider is timed in
+the page, from the key's ``keydown`` to the moment the widget's figures hold other data (the lab
+asks its server over HTTP; the widget asks its kernel over the Jupyter comm); the two take turns,
+and both sliders walk through the same values, new to both servers. Each face waits for the hand
+to rest before it asks (the lab 150 ms, the widget 120 ms): the times include it, as the learner's
+wait does. The row prints both medians and notebook / lab.
+
 Usage::
 
-    python benchmarks/widgets.py            # 1-5 cases per widget, 7 repeats, warm-up
-    python benchmarks/widgets.py --quick    # one case per widget, 1 repeat, no warm-up
+    python benchmarks/widgets.py                 # 1-5 cases per widget, 7 repeats, warm-up
+    python benchmarks/widgets.py --quick         # one case per widget, 1 repeat, no warm-up
+    python benchmarks/widgets.py --no-notebook   # without JupyterLab (and Chromium)
 """
 
 import argparse
@@ -60,6 +73,7 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -570,6 +584,189 @@ def cold_pages(base: str) -> dict[str, tuple[float, int]]:
 
 
 # --------------------------------------------------------------------------------------------
+# The notebook widget: from a control change to the updated figure, in JupyterLab and the lab
+
+NOTEBOOK_WIDGET = "linear-scale"  # the cheapest run (one Linear layer): the wait is the faces'
+NOTEBOOK_SLIDER = "scale"
+CHROMIUM = os.environ.get("NORMLAB_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+# JupyterLab's own calls to the network, all off: the news feed, the update check, the
+# extension manager's PyPI listing, the announcements.
+JUPYTER_CONFIG = {
+    "LabApp": {
+        "news_url": None,
+        "check_for_updates_class": "jupyterlab.handlers.announcements.NeverCheckForUpdate",
+        "extension_manager": "readonly",
+    },
+    "ServerApp": {"terminals_enabled": False},
+}
+JUPYTER_PAGE_CONFIG = {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}
+KERNEL_IDLE = """() => /^(?!No Kernel).+ \\| Idle$/m.test(
+  document.querySelector('.jp-StatusBar-Widget')?.parentElement?.innerText ?? '')"""
+
+ARM = """([widget, param]) => {
+  const w = document.querySelector(widget);
+  const drawn = () => JSON.stringify([...w.querySelectorAll('.nl-figure-plot')].map(
+    (gd) => (gd.data || []).map((t) => [t.x, t.y, t.z])));
+  const before = drawn();
+  const input = w.querySelector(`input[type="range"][data-param="${param}"]`);
+  window.nlTimed = new Promise((resolve) => {
+    let t0 = null;
+    input.addEventListener('keydown', () => { t0 = performance.now(); }, { once: true });
+    const seen = new MutationObserver(() => {
+      if (t0 !== null && drawn() !== before) { seen.disconnect(); resolve(performance.now() - t0); }
+    });
+    seen.observe(w, { subtree: true, childList: true, attributes: true, characterData: true });
+  });
+}"""
+"""JS: times the next key pressed on the widget's slider until its figures hold other data
+(``window.nlTimed``, ms, measured in the page)."""
+
+
+@contextmanager
+def jupyter_lab(cells: list[str]) -> Iterator[str]:
+    """``jupyter lab`` on a free port serving one notebook of ``cells``: its URL. Every folder
+    of settings, data and state is a temporary one; the kernel runs one torch thread."""
+    import nbformat
+    from nbformat import v4
+
+    with tempfile.TemporaryDirectory(prefix="normlab-jupyter-") as tmp:
+        root = Path(tmp)
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "HOME": tmp, "IPYTHONDIR": f"{tmp}/ipython"}
+        env |= {f"XDG_{d}_HOME": f"{tmp}/{d.lower()}" for d in ("CONFIG", "CACHE", "STATE", "DATA")}
+        env |= {
+            f"JUPYTER_{d}_DIR": f"{tmp}/jupyter-{d.lower()}" for d in ("CONFIG", "DATA", "RUNTIME")
+        }
+        config = root / "jupyter-config"
+        (config / "labconfig").mkdir(parents=True)
+        (config / "jupyter_server_config.json").write_text(json.dumps(JUPYTER_CONFIG))
+        (config / "labconfig" / "page_config.json").write_text(json.dumps(JUPYTER_PAGE_CONFIG))
+        (root / "notebooks").mkdir()
+        nb = v4.new_notebook(cells=[v4.new_code_cell(c) for c in cells])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+        nbformat.write(nb, root / "notebooks" / "widget.ipynb")
+        port, token = free_port(), os.urandom(16).hex()
+        cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}"]
+        cmd += ["--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={token}", "--allow-root"]
+        cmd += [f"--ServerApp.root_dir={root / 'notebooks'}"]
+        with (root / "jupyter.log").open("wb") as log:
+            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        base = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 300
+            while True:
+                try:
+                    urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5).close()
+                    break
+                except OSError as exc:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError("jupyter lab did not start") from exc
+                    time.sleep(0.1)
+            yield f"{base}/lab/tree/widget.ipynb?token={token}"
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@contextmanager
+def offline_browser() -> Iterator[tuple[Any, list[str]]]:
+    """Headless Chromium whose contexts abort (and list) every request that leaves 127.0.0.1."""
+    from playwright.sync_api import sync_playwright
+
+    foreign: list[str] = []
+
+    def route(r: Any) -> None:
+        if urllib.parse.urlsplit(r.request.url).hostname != "127.0.0.1":
+            foreign.append(r.request.url)
+            r.abort()
+        else:
+            r.continue_()
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield (lambda height=900: _guarded_page(browser, route, height)), foreign
+        finally:
+            browser.close()
+
+
+def _guarded_page(browser: Any, route: Callable[[Any], None], height: int) -> Any:
+    context = browser.new_context(viewport={"width": 1280, "height": height})
+    context.route("**/*", route)
+    page = context.new_page()
+    page.set_default_timeout(300_000)
+    return page
+
+
+def open_jupyter_widget(page: Any, url: str) -> str:
+    """Open the notebook, run its cells from the Run menu, wait for the widget's first figure."""
+    page.goto(url, wait_until="load")
+    page.wait_for_function(KERNEL_IDLE)
+    page.locator(".lm-MenuBar-itemLabel").get_by_text("Run", exact=True).click()
+    page.locator(".lm-Menu-itemLabel").get_by_text("Run All Cells", exact=True).click()
+    widget = f'.normlab-widget[data-experiment="{NOTEBOOK_WIDGET}"]'
+    page.wait_for_selector(f"{widget}[data-state='ready'] .nl-plot .js-plotly-plot")
+    return widget
+
+
+def open_lab_widget(page: Any, base: str) -> str:
+    """The experiment's page in the lab, once its widget has drawn."""
+    page.goto(f"{base}/experiments/{NOTEBOOK_WIDGET}", wait_until="load")
+    widget = f'.nl-widget[data-widget="{NOTEBOOK_WIDGET}"]'
+    page.wait_for_selector(f"{widget}[data-state='ready'] .nl-plot .js-plotly-plot")
+    return widget
+
+
+def time_control(page: Any, widget: str) -> float:
+    """One ArrowRight on the widget's slider, to its figures redrawn with the new run (ms)."""
+    page.evaluate(ARM, [widget, NOTEBOOK_SLIDER])
+    page.locator(f'{widget} input[type="range"][data-param="{NOTEBOOK_SLIDER}"]').focus()
+    page.keyboard.press("ArrowRight")
+    ms: float = page.evaluate("() => window.nlTimed")
+    return ms
+
+
+def notebook_row(lab_base: str, presses: int) -> tuple[list[float], list[float], list[str]]:
+    """The lab's experiment page and the same widget in JupyterLab, one key press each in turn
+    (both sliders walk through the same values, each new to its server): (lab ms, notebook ms,
+    requests that left 127.0.0.1)."""
+    cell = f"import normlab.widgets\n\nnormlab.widgets.Experiment({NOTEBOOK_WIDGET!r})"
+    with offline_browser() as (new_page, foreign), jupyter_lab([cell]) as url:
+        lab_page, notebook_page = new_page(), new_page()
+        lab_widget = open_lab_widget(lab_page, lab_base)
+        notebook_widget = open_jupyter_widget(notebook_page, url)
+        lab, notebook = [], []
+        for _ in range(presses):
+            time.sleep(SETTLE_S)
+            lab.append(time_control(lab_page, lab_widget))
+            time.sleep(SETTLE_S)
+            notebook.append(time_control(notebook_page, notebook_widget))
+    return lab, notebook, foreign
+
+
+def print_notebook_row(lab: list[float], notebook: list[float], foreign: list[str]) -> None:
+    """The notebook widget's row beside the lab's: medians, and their ratio."""
+    m_lab, m_nb = statistics.median(lab), statistics.median(notebook)
+    print(
+        f"a control change to the updated figure ({NOTEBOOK_WIDGET}, one key press on its "
+        f"{NOTEBOOK_SLIDER!r} slider, timed in the page, {len(lab)} presses each, medians; each "
+        "includes its face's wait for the hand to rest: the lab 150 ms, the widget 120 ms)"
+    )
+    print(f"  {'lab page (HTTP)':28s} {m_lab:8.1f} ms   (min {min(lab):.1f}, max {max(lab):.1f})")
+    print(
+        f"  {'notebook widget (JupyterLab)':28s} {m_nb:8.1f} ms   (min {min(notebook):.1f}, "
+        f"max {max(notebook):.1f})   notebook / lab {m_nb / m_lab:.2f}x"
+    )
+    if foreign:
+        print(f"  requests that left 127.0.0.1 (aborted): {foreign}")
+
+
+# --------------------------------------------------------------------------------------------
 # Reports
 
 
@@ -620,6 +817,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one case per widget, 1 repeat")
     parser.add_argument("--repeats", type=int, default=None, help="interleaved repeats")
+    parser.add_argument(
+        "--no-notebook", action="store_true", help="leave out the JupyterLab widget's row"
+    )
     args = parser.parse_args(argv)
     repeats = args.repeats or (1 if args.quick else 7)
     all_cases = cases(args.quick)
@@ -639,6 +839,7 @@ def main(argv: list[str] | None = None) -> int:
                     fn(case, seed_base - 1)
         times, diffs = time_new(all_cases, fns, repeats, seed_base)
         cached = time_cached(lab.base, all_cases, seed_base + repeats - 1, 3 if args.quick else 25)
+        notebook = None if args.no_notebook else notebook_row(lab.base, 3 if args.quick else 9)
     lab_errors = list(lab.errors)
     cold: dict[str, tuple[float, int]] = {}
     if not args.quick:
@@ -659,7 +860,10 @@ def main(argv: list[str] | None = None) -> int:
     print_new(all_cases, times, cached)
     if args.quick:
         print("  (--quick: one repeat, no warm-up: first calls pay one-time costs; a smoke test)")
+    if notebook is not None:
+        print_notebook_row(*notebook)
     passed = report(all_cases, times, cached, waits, cold)
+    passed &= notebook is None or not notebook[2]  # no request left 127.0.0.1
     for line in lab_errors:
         print(f"the lab reported: {line}")
     note = " (--quick: one sample each, no warm-up; judge by a full run)" if args.quick else ""

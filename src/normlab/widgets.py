@@ -104,6 +104,9 @@ function render({ model, el }) {
   const node = h("div", { class: "normlab-widget", "data-experiment": model.get("experiment") },
     h("div", { class: "nl-head" }, h("strong", { text: model.get("title") }), msg),
     controlsBox, errorBox, plot, table);
+  // JupyterLab's command mode takes the arrow keys from a focused slider or select (to move
+  // between cells): a control in focus keeps its keys (Lumino skips shortcuts on this mark)
+  node.addEventListener("focusin", (e) => e.target.setAttribute("data-lm-suppress-shortcuts", ""));
   el.append(node);
   const ready = plotly(model);
 

@@ -1,7 +1,8 @@
 """Browser fixtures: the real lab server in a subprocess, and a guarded headless Chromium.
 
-Every page opened through the ``page`` fixture fails its test on a console error, an uncaught
-page error, or any request to a host other than 127.0.0.1 (such requests are aborted).
+Every page opened through the ``page`` (or ``guarded_page``) fixture fails its test on a console
+error, an uncaught page error, or any request to a host other than 127.0.0.1 (such requests are
+aborted).
 """
 
 from __future__ import annotations
@@ -127,8 +128,9 @@ class Guard:
 
 
 @pytest.fixture
-def page(browser: Any, server: str) -> Iterator[Any]:
-    """A fresh page whose console, errors and requests are guarded (checked at teardown)."""
+def guarded_page(browser: Any) -> Iterator[Any]:
+    """A fresh page whose console, errors and requests are guarded (checked at teardown), with
+    no lab server behind it: for pages another server serves (JupyterLab, marimo)."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     guard = Guard()
 
@@ -151,3 +153,9 @@ def page(browser: Any, server: str) -> Iterator[Any]:
         guard.check()
     finally:
         context.close()
+
+
+@pytest.fixture
+def page(guarded_page: Any, server: str) -> Any:
+    """A guarded page (:func:`guarded_page`), with the lab server running."""
+    return guarded_page
