@@ -10,6 +10,7 @@ more in the kernels, which run the listings, the widgets and the checks.
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib.util
 import subprocess
@@ -159,10 +160,36 @@ def test_widgets_become_cells_that_build_them(notebooks: dict[str, Any]) -> None
             c for c in notebooks[lesson.slug].cells if "normlab.widgets.Experiment(" in c.source
         ]
         built = [c.source.split("Experiment(")[1].split('"')[1] for c in cells]
-        assert tuple(built) == lesson.experiments
+        assert tuple(b for b in built if b != "training") == lesson.experiments  # + its views
         assert not any(".wait()" in c.source for c in cells)
     marimo = lessonbook.marimo_app("drift", run)
     assert marimo.count("Experiment(") == marimo.count("_widget.wait()") > 0
+
+
+def test_a_training_view_becomes_a_training_widget_for_each_of_its_runs(
+    notebooks: dict[str, Any],
+) -> None:
+    """A lesson's live training view (two runs side by side on the lab's page) becomes two
+    ``training`` widget cells in its notebook: the first run's settings, then the second's."""
+
+    def trained(slug: str) -> list[dict[str, Any]]:
+        calls = [
+            ast.parse(c.source)
+            .body[1]
+            .value  # widget = normlab.widgets.Experiment("training", ...)
+            for c in notebooks[slug].cells
+            if 'Experiment("training"' in c.source
+        ]
+        return [{k.arg: ast.literal_eval(k.value) for k in call.keywords} for call in calls]
+
+    zeros, he = trained("initialization")
+    assert (zeros["init"], he["init"]) == ("zeros", "he")
+    assert zeros | {"init": "he", "norm": "none"} == he
+    plain, batch = trained("bn-from-scratch")
+    assert (plain["norm"], batch["norm"]) == ("none", "batch")
+    assert plain | {"norm": "batch"} == batch and plain["lr"] == 2.0
+    for nb in notebooks.values():
+        assert not any("in the lab only" in c.source for c in nb.cells)
 
 
 def test_the_cli_writes_a_notebook_and_refuses_bad_input(

@@ -8,8 +8,8 @@ with a few helpers swapped for markers (see :mod:`normlab.lab.lessonbook`):
 - ``<nl-tex>latex</nl-tex>`` (``display`` for a block) becomes ``$latex$`` (``$$ ... $$``);
 - ``<nl-code data-output=... data-normlab data-fragment>source</nl-code>`` becomes a code piece
   (a fragment that cannot run on its own becomes a fenced block in the text);
-- ``<nl-widget data-experiment=... data-params=...>`` and ``<nl-train data-caption=...>`` become
-  widget and note pieces.
+- ``<nl-widget data-experiment=... data-params=...>`` becomes a widget piece (the training
+  view's panes are ``training`` widgets).
 
 Everything else is the lessons' ordinary HTML: paragraphs, headings, lists, tables, boxes.
 
@@ -114,10 +114,6 @@ class _Reader(HTMLParser):
             self.flush()
             params = json.loads(a.get("data-params") or "{}")
             self.out.append(Piece("widget", experiment=a["data-experiment"] or "", params=params))
-        elif tag == "nl-train":
-            self.end_block()
-            self.add(f"*{a.get('data-caption')}*: the live training view, in the lab only "
-                     f"(`normlab lab`, then open `/train?{a.get('data-query')}`).")  # fmt: skip
         elif tag in ("ul", "ol"):
             self.end_block()
             self.lists.append([0 if tag == "ol" else -1])

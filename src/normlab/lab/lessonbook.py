@@ -101,9 +101,20 @@ def _widget(
     )
 
 
-def _train_view(caption: str, **setup: Any) -> Markup:
-    query = "&".join(f"{k}={v}" for k, v in setup.items() if not isinstance(v, dict | list))
-    return Markup(f'<nl-train data-caption="{escape(caption)}" data-query="{escape(query)}">')
+def _train_view(
+    caption: str,
+    compare: dict[str, Any] | None = None,
+    hide: Sequence[str] = (),
+    lock: Sequence[str] = (),
+    **setup: Any,
+) -> Markup:
+    """The lab's training view as the notebook's widgets: its caption, then a ``training``
+    widget with the run's ``setup`` and, when the view compares, one with the second run's
+    (``setup`` with ``compare`` over it), one under the other. ``hide`` and ``lock`` are the
+    lab page's classroom flags: a notebook's widget shows every control."""
+    sides = [setup] if compare is None else [setup, {**setup, **compare}]
+    shown = Markup(f"<p><em>{escape(caption)}</em></p>")
+    return shown + Markup("").join(_widget("training", **side) for side in sides)
 
 
 @functools.cache
