@@ -68,8 +68,10 @@ def source_of(obj: Any) -> str:
     return textwrap.dedent(inspect.getsource(obj)).strip("\n")
 
 
-def _imports(module_name: str) -> list[ast.Import | ast.ImportFrom]:
-    """The top-level imports of a module, except ``__future__`` and normlab's own."""
+@functools.cache  # a module's source is fixed for the process: parsed once, not per render
+def _imports(module_name: str) -> tuple[ast.Import | ast.ImportFrom, ...]:
+    """The top-level imports of a module, except ``__future__`` and normlab's own (the nodes
+    are shared between calls: read them, never change them)."""
     tree = parse(inspect.getsource(sys.modules[module_name]))
     out: list[ast.Import | ast.ImportFrom] = []
     for node in tree.body:
@@ -81,7 +83,7 @@ def _imports(module_name: str) -> list[ast.Import | ast.ImportFrom]:
             a.name.startswith("normlab") for a in node.names
         ):
             out.append(node)
-    return out
+    return tuple(out)
 
 
 def _bound(alias: ast.alias) -> str:
@@ -192,9 +194,14 @@ def parts(experiment: Experiment, params: object) -> tuple[list[str], list[str],
     values = params_dict(params)
     run = call(experiment, values)
     objects = {obj.__name__: obj for obj in code_of(experiment)}
-    code = dict(_pruned(tuple((name, plain(source_of(obj))) for name, obj in objects.items()), run))
+    code = dict(_pruned(tuple((name, _plain_source(obj)) for name, obj in objects.items()), run))
     kept, sources = [objects[name] for name in code], [s.strip("\n") for s in code.values()]
     return imports(kept, "\n\n".join([*sources, run])), sources, run
+
+
+@functools.cache  # a code object's source is fixed for the process: rendered once
+def _plain_source(obj: Any) -> str:
+    return plain(source_of(obj))
 
 
 def _reached(run: str, sources: Mapping[str, str]) -> set[str]:

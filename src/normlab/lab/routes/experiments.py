@@ -73,13 +73,19 @@ async def code(name: str, request: Request) -> Any:
         experiment, params = query_params(name, request)
     except REFUSED as exc:
         return refusal(exc)
-    text = script.render(experiment, params)
-    return {
+    text, html = await anyio.to_thread.run_sync(_script, experiment, params)  # tens of ms:
+    return {  # off the event loop, which keeps answering other requests meanwhile
         "experiment": name,
         "params": params_dict(params),
         "script": text,
-        "html": str(highlight(text)),
+        "html": html,
     }
+
+
+def _script(experiment: Experiment, params: object) -> tuple[str, str]:
+    """The script for ``params`` and its highlighted HTML."""
+    text = script.render(experiment, params)
+    return text, str(highlight(text))
 
 
 async def download(name: str, request: Request) -> Any:
