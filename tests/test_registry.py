@@ -95,6 +95,18 @@ def test_small_runs_give_json_ready_results_that_record_their_params(name: str) 
     assert r.tables() and all(t.rows for t in r.tables())
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_every_number_at_its_least_allowed_value_runs_cleanly(name: str) -> None:
+    """The least value a parameter declares is allowed, so the run it gives must be whole: no
+    warning (the suite makes warnings errors: ``init-compare`` at ``fan_in = fan_out = 1`` took
+    the sample std of one number), every number in its table and JSON."""
+    declared = [p for p in get_experiment(name).parameters if p.min is not None]
+    least = {p.name: [p.min] if p.kind == "float_list" else p.min for p in declared}
+    r = run_experiment(name, **least)
+    json.dumps(r.to_dict(), allow_nan=False)
+    assert r.tables() and all(t.rows for t in r.tables())
+
+
 def test_same_seed_same_result_other_seed_other_result() -> None:
     a = run_experiment("drift", seed=3).to_dict()
     b = run_experiment("drift", seed=3).to_dict()

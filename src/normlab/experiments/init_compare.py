@@ -35,7 +35,13 @@ class Params:
     fan_in: int = param(
         128, "fan-in of the weight checked against the formulas", min=1, max=4096, step=1
     )
-    fan_out: int = param(64, "fan-out of that weight", min=1, max=4096, step=1)
+    fan_out: int = param(
+        64,
+        "fan-out of that weight (two at least: a 1 x 1 weight has no spread)",
+        min=2,
+        max=4096,
+        step=1,
+    )
     depth: int = param(20, "ReLU layers in the stack", min=1, max=60, step=1)
     width: int = param(128, "width of every layer", min=2, max=512, step=1)
     batch: int = param(256, "rows in the batch", min=2, max=1024, step=1)
