@@ -65,6 +65,7 @@ class Lab:
         port = free_port()
         self.base = f"http://{ALLOWED_HOST}:{port}"
         env = {**os.environ, "OMP_NUM_THREADS": "1", "XDG_DATA_HOME": str(self.data)}
+        self.data.mkdir(parents=True, exist_ok=True)  # for the log; the lab fills it
         cmd = [sys.executable, "-m", "normlab", "lab", "--host", ALLOWED_HOST, "--port", str(port)]
         cmd += ["--db", str(self.db), "--no-warm"]
         self.running = ExitStack()
