@@ -9,12 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,37 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from labpage import ALLOWED_HOST, CHROMIUM, CHROMIUM_ARGS, ROOT, START_TIMEOUT_S
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((ALLOWED_HOST, 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _answers(base: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{base}/api/experiments", timeout=2) as r:
-            return bool(r.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
-
-
-def _start(cmd: list[str], base: str, env: dict[str, str]) -> subprocess.Popen[bytes] | None:
-    """Start ``cmd`` and wait for the API; ``None`` if the process exits first."""
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            return None
-        if _answers(base):
-            return proc
-        time.sleep(0.2)
-    proc.kill()
-    proc.wait()
-    raise RuntimeError(f"the lab server did not answer at {base} within {START_TIMEOUT_S:g} s")
+from labpage import ALLOWED_HOST, CHROMIUM, CHROMIUM_ARGS, free_port, serving
 
 
 @pytest.fixture(scope="session")
@@ -61,7 +26,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     Its progress database lives in a fresh temporary data folder, never the user's.
     """
-    port = _free_port()
+    port = free_port()
     base = f"http://{ALLOWED_HOST}:{port}"
     # One torch thread per run: the runs are tiny, and on a busy 2-core machine two intra-op
     # threads per run make training several times slower.
@@ -73,24 +38,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "XDG_DATA_HOME": str(data),
     }
     cli = [sys.executable, "-m", "normlab", "lab", "--host", ALLOWED_HOST, "--port", str(port)]
-    proc = _start(cli, base, env)
-    if proc is None:  # a CLI without the lab command: run the app directly
-        code = (
-            "import uvicorn; from normlab.lab.app import create_app; "
-            f"uvicorn.run(create_app(), host='{ALLOWED_HOST}', port={port}, log_level='warning')"
-        )
-        proc = _start([sys.executable, "-c", code], base, env)
-        if proc is None:
-            raise RuntimeError("the lab server exited during startup")
-    try:
+    with serving(cli, f"{base}/api/experiments", data / "server.log", env, stop_s=10):
         yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # a loaded machine may take longer: end it, reaped
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture(scope="session")

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import subprocess
+import sys
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +28,10 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 START_TIMEOUT_S = 120.0
+STOP_GRACE_S = 60.0
+"""How long a server has to stop after SIGTERM before it is killed (a kernel or an open stream
+may take a while on a loaded machine; a server that stops at once is not waited for)."""
+POLL_S = 0.1
 ALLOWED_HOST = "127.0.0.1"
 
 # Training widgets start from fewer steps so every change answers quickly on a small CI box
@@ -48,6 +58,88 @@ PRESETS = {
     # the coordinate check trains 2 x (5 widths + 6 depths) nets: fewer, narrower ones here
     "width-depth": "?coord-check.max_width=256&coord-check.max_depth=8&coord-check.depth_width=64",
 }
+
+
+def free_port() -> int:
+    """A TCP port free on ALLOWED_HOST (the OS picks it; the server started next binds it)."""
+    with socket.socket() as s:
+        s.bind((ALLOWED_HOST, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def answers(url: str, timeout: float = 2) -> bool:
+    """Whether GET ``url`` answers 200 within ``timeout`` seconds (no server yet: False)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return bool(r.status == 200)
+    except OSError:  # refused, reset, timed out, or an HTTP error (URLError is an OSError)
+        return False
+
+
+@contextmanager
+def serving(
+    cmd: list[str],
+    probe: str,
+    log: Path,
+    env: dict[str, str],
+    cwd: Path = ROOT,
+    stop_s: float = STOP_GRACE_S,
+    must_stop: bool = False,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run the server ``cmd`` for the block, entered once ``probe`` answers 200.
+
+    The probe is polled (every POLL_S, waiting on the process meanwhile) for up to
+    START_TIMEOUT_S; the server's output goes to ``log``, whose end the error shows if it exits
+    or never answers. At the end: SIGTERM, then SIGKILL after ``stop_s`` seconds (an error after
+    the kill if ``must_stop``: a server that hangs on shutdown fails the test).
+    """
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not answers(probe):
+            if time.monotonic() > deadline:
+                why = f"did not answer at {probe} within {START_TIMEOUT_S:g} s"
+            else:
+                try:
+                    code = proc.wait(timeout=POLL_S)
+                    why = f"exited with {code} before answering at {probe}"
+                except subprocess.TimeoutExpired:
+                    continue
+            tail = log.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"the server {cmd[1:4]} {why}; the end of {log}:\n{tail}")
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=stop_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            if must_stop:
+                raise
+
+
+@contextmanager
+def lab_serving(app: str, probe: str, data: Path, *argv: str) -> Iterator[str]:
+    """The base URL of ``serve(APP)`` run in its own process on a free port, entered once
+    ``probe`` (a path) answers: a lab made by ``app`` (a ``create_app(...)`` call that may read
+    ``sys.argv[1:]``, which are ``argv``), one torch thread, its data and log in ``data``.
+
+    Without the lessons' warm-up of ``normlab lab``, for pages that do not need it; it must
+    stop on SIGTERM (:func:`serving` with ``must_stop``).
+    """
+    port = free_port()
+    base = f"http://{ALLOWED_HOST}:{port}"
+    code = (
+        "import sys; from normlab.lab.app import create_app, serve; "
+        f"serve({app}, {ALLOWED_HOST!r}, {port})"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "XDG_DATA_HOME": str(data)}
+    cmd = [sys.executable, "-c", code, *argv]
+    with serving(cmd, base + probe, data / "server.log", env, must_stop=True):
+        yield base
 
 
 def api(base: str, name: str, params: dict[str, Any]) -> tuple[int, Any]:

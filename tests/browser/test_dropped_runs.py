@@ -9,7 +9,6 @@ uses it.
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,7 +18,7 @@ from typing import Any
 import pytest
 import torch
 from lab_traces import TRACES
-from labpage import ALLOWED_HOST, api
+from labpage import ALLOWED_HOST, api, free_port
 
 from normlab.lab.app import create_app
 from normlab.lab.runner import Runner
@@ -75,9 +74,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Runner]
     import uvicorn
 
     runner = HeldRunner()
-    with socket.socket() as s:
-        s.bind((ALLOWED_HOST, 0))
-        port = int(s.getsockname()[1])
+    port = free_port()
     db: Path = tmp_path_factory.mktemp("dropped") / "progress.sqlite3"
     app = create_app(runner, db_path=db)
     server = uvicorn.Server(uvicorn.Config(app, host=ALLOWED_HOST, port=port, log_level="warning"))

@@ -13,18 +13,15 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
-import time
-import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
-from labpage import ALLOWED_HOST, HE_RIGHT, PRESETS, ROOT, SCREENSHOTS, START_TIMEOUT_S
+from labpage import ALLOWED_HOST, HE_RIGHT, PRESETS, SCREENSHOTS, free_port, serving
 
 from normlab.lab import exercises
 from normlab.lab.exercises import ChoiceExercise
@@ -61,38 +58,26 @@ class Lab:
 
     def __init__(self, db: Path, data: Path) -> None:
         self.db, self.data = db, data
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.running: ExitStack | None = None
         self.base = ""
 
     def start(self) -> Lab:
-        with socket.socket() as s:
-            s.bind((ALLOWED_HOST, 0))
-            port = s.getsockname()[1]
+        port = free_port()
         self.base = f"http://{ALLOWED_HOST}:{port}"
         env = {**os.environ, "OMP_NUM_THREADS": "1", "XDG_DATA_HOME": str(self.data)}
+        self.data.mkdir(parents=True, exist_ok=True)  # for the log; the lab fills it
         cmd = [sys.executable, "-m", "normlab", "lab", "--host", ALLOWED_HOST, "--port", str(port)]
-        self.proc = subprocess.Popen(
-            [*cmd, "--db", str(self.db), "--no-warm"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL
+        cmd += ["--db", str(self.db), "--no-warm"]
+        self.running = ExitStack()
+        self.running.enter_context(
+            serving(cmd, f"{self.base}/api/progress", self.data / "server.log", env, stop_s=30)
         )
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"the lab on {self.db} exited while starting"
-            try:
-                get(self.base, "/api/progress")
-                return self
-            except (urllib.error.URLError, OSError):
-                time.sleep(0.2)
-        raise AssertionError(f"the lab on {self.db} did not answer within {START_TIMEOUT_S:g} s")
+        return self
 
     def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            self.proc = None
+        if self.running is not None:
+            self.running.close()
+            self.running = None
 
 
 def learner(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[Lab]:

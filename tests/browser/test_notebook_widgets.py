@@ -22,21 +22,15 @@ import ast
 import json
 import os
 import secrets
-import socket
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import pytest
 from lab_traces import TRACES, expected_traces, unescaped
-from labpage import ALLOWED_HOST, SCREENSHOTS, START_TIMEOUT_S
+from labpage import ALLOWED_HOST, SCREENSHOTS, START_TIMEOUT_S, free_port, serving
 from nbformat import v4
 from playwright.sync_api import expect
 
@@ -79,45 +73,6 @@ REDRAWN = f"""(before) => {{
 """JS: the widget is ready and draws other traces than ``before`` (as ``TRACES`` reads them)."""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((ALLOWED_HOST, 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return bool(r.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
-
-
-@contextmanager
-def _serving(cmd: list[str], cwd: Path, env: dict[str, str], probe: str) -> Iterator[None]:
-    """Run ``cmd`` until the block ends, once ``probe`` answers 200 (polled, as the lab's
-    fixture polls; the process's output goes to ``cwd/server.log``, shown if it fails)."""
-    log = cwd / "server.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not _answers(probe):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                tail = log.read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"{cmd[2:4]} did not answer at {probe}:\n{tail}")
-            time.sleep(0.2)
-        yield
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:  # a kernel slow to shut down: end it, reaped
-            proc.kill()
-            proc.wait()
-
-
 def _isolated_env(root: Path) -> dict[str, str]:
     """The environment of a notebook server: one torch thread, and every folder of settings,
     caches and state under ``root`` (the user's own are not read or written)."""
@@ -147,12 +102,12 @@ def jupyterlab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
     nbformat.write(nb, notebooks / NOTEBOOK)
 
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     base = f"http://{ALLOWED_HOST}:{port}"
     cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}"]
     cmd += [f"--ServerApp.ip={ALLOWED_HOST}", f"--IdentityProvider.token={token}"]
     cmd += [f"--ServerApp.root_dir={notebooks}", "--allow-root"]  # a container runs as root
-    with _serving(cmd, root, env, f"{base}/api/status?token={token}"):
+    with serving(cmd, f"{base}/api/status?token={token}", root / "server.log", env, root, 20):
         yield f"{base}/lab/tree/{NOTEBOOK}?token={token}"
 
 
@@ -216,13 +171,13 @@ def marimo_lesson(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
     root = tmp_path_factory.mktemp("marimo")
     app = root / "app.py"
     assert cli.main(["notebook", LESSON, "-o", str(app)]) == 0  # in this process: no new torch
-    port = _free_port()
+    port = free_port()
     base = f"http://{ALLOWED_HOST}:{port}"
     cmd = [sys.executable, "-m", "marimo", "run", str(app), "--headless", "--no-token"]
     # --no-sandbox: never a uv environment built from PyPI. marimo 0.25's `run` checks for no
     # update (only `edit` asks PyPI) and its settings are read from the isolated HOME/XDG folders
     cmd += ["--host", ALLOWED_HOST, "--port", str(port), "--no-sandbox"]
-    with _serving(cmd, root, _isolated_env(root), f"{base}/health"):
+    with serving(cmd, f"{base}/health", root / "server.log", _isolated_env(root), root, 20):
         yield base, _widgets_built(app)
 
 

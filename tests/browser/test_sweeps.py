@@ -8,18 +8,12 @@ writes them while the page is open, as ``normlab sweep`` in another process woul
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from labpage import ALLOWED_HOST, ROOT, SCREENSHOTS, START_TIMEOUT_S
+from labpage import ROOT, SCREENSHOTS, lab_serving
 
 from normlab.sweep import Outcome, Store, Sweep, catalog
 
@@ -38,41 +32,13 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Sweep:
     return fill(tmp_path_factory.mktemp("sweeps") / "s.sqlite3", skip=PENDING)
 
 
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return bool(r.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
-
-
 @pytest.fixture(scope="module")
 def server(sweep: Sweep, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """This module's lab, reading ``sweep``'s store (the ``page`` fixture opens pages on it)."""
-    with socket.socket() as s:
-        s.bind((ALLOWED_HOST, 0))
-        port = int(s.getsockname()[1])
-    base = f"http://{ALLOWED_HOST}:{port}"
-    code = (
-        "import sys; from normlab.lab.app import create_app, serve; "
-        f"serve(create_app(sweeps_store=sys.argv[1]), {ALLOWED_HOST!r}, {port})"
-    )
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "XDG_DATA_HOME": str(tmp_path_factory.mktemp("d"))}
-    proc = subprocess.Popen([sys.executable, "-c", code, str(sweep.store)], cwd=ROOT, env=env)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not _answers(f"{base}/api/sweeps"):
-        assert proc.poll() is None, "the lab exited during startup"
-        assert time.monotonic() < deadline, f"the lab did not answer at {base}"
-        time.sleep(0.1)
-    try:
+    data = tmp_path_factory.mktemp("d")
+    app = "create_app(sweeps_store=sys.argv[1])"
+    with lab_serving(app, "/api/sweeps", data, str(sweep.store)) as base:
         yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
 
 
 def _store_the_pending_cells(sweep: Sweep) -> None:

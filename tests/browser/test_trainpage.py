@@ -10,10 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import socket
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -22,7 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from lab_traces import settle
-from labpage import ALLOWED_HOST, ROOT, SCREENSHOTS, START_TIMEOUT_S
+from labpage import SCREENSHOTS, answers, lab_serving
 
 from normlab.trainview import GROUPS, PARAMETERS
 
@@ -49,42 +45,12 @@ LOSSES = """() => {
 """The loss curves drawn (the server's history of the side, in its last frame's figure)."""
 
 
-def _answers(url: str, timeout: float = 2) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return bool(r.status == 200)
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """This module's lab (the ``page`` fixture opens pages on it); /train rendered once."""
-    with socket.socket() as s:
-        s.bind((ALLOWED_HOST, 0))
-        port = int(s.getsockname()[1])
-    base = f"http://{ALLOWED_HOST}:{port}"
-    code = (
-        "from normlab.lab.app import create_app, serve; "
-        f"serve(create_app(), {ALLOWED_HOST!r}, {port})"
-    )
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "XDG_DATA_HOME": str(tmp_path_factory.mktemp("d"))}
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not _answers(f"{base}/api/train"):
-        assert proc.poll() is None, "the lab exited during startup"
-        assert time.monotonic() < deadline, f"the lab did not answer at {base}"
-        time.sleep(0.1)
-    try:
-        assert _answers(f"{base}/train", timeout=120)  # its lesson's numbers: trained once, here
+    with lab_serving("create_app()", "/api/train", tmp_path_factory.mktemp("d")) as base:
+        assert answers(f"{base}/train", timeout=120)  # its lesson's numbers: trained once, here
         yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
 
 
 def _side(page: Any, key: str = "a") -> dict[str, str]:

@@ -8,12 +8,6 @@ run; the test writes its lines to the watched file a few at a time, as a trainin
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-from labpage import ALLOWED_HOST, ROOT, SCREENSHOTS, START_TIMEOUT_S
+from labpage import SCREENSHOTS, lab_serving
 from torch import nn
 
 import normlab
@@ -66,41 +60,12 @@ def log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("watch-log") / "train.jsonl"
 
 
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as r:
-            return bool(r.status == 200)
-    except (urllib.error.URLError, OSError):
-        return False
-
-
 @pytest.fixture(scope="module")
 def server(log: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """This module's lab: serving ``log`` at /watch (the ``page`` fixture opens pages on it)."""
-    with socket.socket() as s:
-        s.bind((ALLOWED_HOST, 0))
-        port = int(s.getsockname()[1])
-    base = f"http://{ALLOWED_HOST}:{port}"
-    code = (
-        "import sys; from normlab.lab.app import create_app, serve; "
-        f"serve(create_app(watch_log=sys.argv[1]), {ALLOWED_HOST!r}, {port})"
-    )
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "XDG_DATA_HOME": str(tmp_path_factory.mktemp("d"))}
-    proc = subprocess.Popen([sys.executable, "-c", code, str(log)], cwd=ROOT, env=env)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not _answers(f"{base}/api/watch"):
-        assert proc.poll() is None, "the lab exited during startup"
-        assert time.monotonic() < deadline, f"the lab did not answer at {base}"
-        time.sleep(0.1)
-    try:
+    data = tmp_path_factory.mktemp("d")
+    with lab_serving("create_app(watch_log=sys.argv[1])", "/api/watch", data, str(log)) as base:
         yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            raise
 
 
 def _records(page: Any, n: int) -> None:
