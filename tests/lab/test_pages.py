@@ -105,20 +105,20 @@ def _largest_stable(sweep: dict[str, Any]) -> dict[bool, tuple[int, float]]:
 
 def test_bn_from_scratch_tells_the_live_sweep(lesson_pages: dict[str, str], runner: Runner) -> None:
     """The sweep's numbers in the text are the run's: largest stable rates, counts, their ratio;
-    the plain listing prints every other rate of it (6 of 12), which the text says."""
+    the plain listing prints every third rate of it (4 of 12), which the text says."""
     text = lesson_pages["bn-from-scratch"]
     sweep = runner.run("bn-lr-sweep", {})  # what the page rendered (a cache hit)
-    half = {
-        "lrs": sweep["lrs"][::2],
-        "curves": [{**c, "stable": c["stable"][::2]} for c in sweep["curves"]],
+    third = {
+        "lrs": sweep["lrs"][::3],
+        "curves": [{**c, "stable": c["stable"][::3]} for c in sweep["curves"]],
     }
-    for part in (sweep, half):
+    for part in (sweep, third):
         n = len(part["lrs"])
         for bn, (count, lr) in _largest_stable(part).items():
             which = "with" if bn else "without"
             printed = f"{which} BN: {count} of {n} rates stable, the largest {lr:.3g}"
             assert printed in text  # the listings' output
-    assert re.search(r"every\s+other rate of the widget's grid", text)  # the page says so
+    assert re.search(r"every\s+third rate of the widget's grid", text)  # the page says so
     best = {bn: lr for bn, (_, lr) in _largest_stable(sweep).items()}
     plain, bn = best[False], best[True]
     assert plain < bn
