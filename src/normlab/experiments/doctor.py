@@ -119,8 +119,8 @@ def doctor_zoo(
         for report in doctor.fixing(net, init, batches[0], generator=g):  # LSUV: layer by layer
             yield {"model": model, "init": init, "fix": dataclasses.asdict(report)}  # no pass yet
     net.to(device)
+    found = {"model": model, "init": init, "fix": report and dataclasses.asdict(report)}
     for d in doctor.diagnosing(net, [x.to(device) for x in batches], generator=g):
-        found = {"model": model, "init": init, "fix": report and dataclasses.asdict(report)}
         yield found | dataclasses.asdict(d)  # the passes so far; the last is the whole visit
 
 
