@@ -260,11 +260,13 @@ def listing_runs(lesson_pages: dict[str, str]) -> dict[str, tuple[str, float]]:
         runs = list(pool.map(sandbox.run, [src + CPU for src in named]))
     for src, run in zip(named, runs, strict=True):
         assert run.status == "ok", f"{run.status}: {run.stderr[-2000:]}\n{src}"
-    out = {}
-    for src, run in zip(named, runs, strict=True):
-        printed, cpu = run.stdout.rstrip("\n").rpartition("\n")[::2]
-        out[src] = (printed + "\n" if printed else "", float(cpu))
-    return out
+    return {src: _printed_and_cpu(run) for src, run in zip(named, runs, strict=True)}
+
+
+def _printed_and_cpu(run: Any) -> tuple[str, float]:
+    """What a listing run with :data:`CPU` appended printed, and its CPU seconds (its last line)."""
+    printed, cpu = run.stdout.rstrip("\n").rpartition("\n")[::2]
+    return (printed + "\n" if printed else "", float(cpu))
 
 
 @pytest.fixture(scope="module")
@@ -299,7 +301,7 @@ def _own_cpu(src: str, measured: float) -> float:
         for _ in range(RERUNS):
             run = sandbox.run(src + CPU)
             assert run.status == "ok", f"{run.status}: {run.stderr[-2000:]}\n{src}"
-            runs.append(float(run.stdout.rstrip("\n").rpartition("\n")[2]))
+            runs.append(_printed_and_cpu(run)[1])
             if runs[-1] <= RUN_BUDGET_S:
                 break
     return min([measured, *runs])
