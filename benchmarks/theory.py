@@ -1,7 +1,7 @@
 """The edge-of-chaos grid: batched against one cell at a time, and how soon its first row is drawn.
 
 Why. The ``edge-of-chaos`` experiment measures every cell of a grid of weight and bias variances
-on a real stack (``normlab.experiments.edge_of_chaos.propagate``). A row of the grid's cells
+on a real stack (``normlab.models.propagate``). A row of the grid's cells
 shares the stack's standard normal draws (each cell scales them by its own variances), so one
 matmul per layer carries the whole row: ``(cells, 2, n) @ (n, n)``. The plain way, each cell
 alone through the same draws, asks for the same arithmetic in ``cells`` times as many small
@@ -47,7 +47,7 @@ from collections.abc import Callable
 
 import torch
 
-from normlab.experiments import edge_of_chaos as eoc
+from normlab import models
 from widgets import _post_ok, lab_server
 from widgetstream import stream
 
@@ -78,18 +78,18 @@ def ways(stack: Stack, x: torch.Tensor) -> dict[str, Callable[[], torch.Tensor]]
 
     def rows() -> torch.Tensor:
         return torch.stack(
-            [chi(eoc.propagate("tanh", stack, x, sw2, torch.full_like(sw2, b))) for b in sb2]
+            [chi(models.propagate("tanh", stack, x, sw2, torch.full_like(sw2, b))) for b in sb2]
         )
 
     def grid() -> torch.Tensor:
-        cells = eoc.propagate("tanh", stack, x, sw2.repeat(ROWS), sb2.repeat_interleave(COLS))
+        cells = models.propagate("tanh", stack, x, sw2.repeat(ROWS), sb2.repeat_interleave(COLS))
         return chi(cells).view(ROWS, COLS)
 
     def one_at_a_time() -> torch.Tensor:
         out = torch.empty(ROWS, COLS)
         for i, b in enumerate(sb2):
             for j, w in enumerate(sw2):
-                out[i, j] = chi(eoc.propagate("tanh", stack, x, w.view(1), b.view(1)))[0]
+                out[i, j] = chi(models.propagate("tanh", stack, x, w.view(1), b.view(1)))[0]
         return out
 
     return {"rows": rows, "grid": grid, "one at a time": one_at_a_time}
@@ -97,9 +97,9 @@ def ways(stack: Stack, x: torch.Tensor) -> dict[str, Callable[[], torch.Tensor]]
 
 def time_grid(rounds: int) -> None:
     torch.manual_seed(0)
-    x = eoc.input_pair(WIDTH, 1.0, 0.6)
+    x = models.input_pair(WIDTH, 1.0, 0.6)
     t0 = time.perf_counter()
-    stack = eoc.draw_stack(DEPTH, WIDTH, "cpu")
+    stack = models.draw_stack(DEPTH, WIDTH, "cpu")
     draw_ms = (time.perf_counter() - t0) * 1e3
     contenders = ways(stack, x)
     results = {name: fn() for name, fn in contenders.items()}  # a warm-up, and the check
@@ -138,8 +138,8 @@ def _own_stacks_ms(x: torch.Tensor) -> float:
     """Milliseconds per cell when every cell draws its own stack and runs alone."""
     t0 = time.perf_counter()
     for w in torch.linspace(GRID["sigma_w2_min"], GRID["sigma_w2_max"], COLS):
-        stack = eoc.draw_stack(DEPTH, WIDTH, "cpu")
-        eoc.propagate("tanh", stack, x, w.view(1), torch.tensor([0.05]))
+        stack = models.draw_stack(DEPTH, WIDTH, "cpu")
+        models.propagate("tanh", stack, x, w.view(1), torch.tensor([0.05]))
     return (time.perf_counter() - t0) * 1e3 / COLS
 
 

@@ -1,8 +1,9 @@
 """Building blocks the experiments share, in plain PyTorch.
 
-Every class and function here is plain ``torch`` (no normlab import), so that an experiment's
-rendered script (``normlab run NAME --code``) can carry its source: an experiment that uses one
-lists it in its ``code``, with every block it calls (a pasted function finds no module constant,
+Every class and function here is plain ``torch`` (calling each other and, for an activation by
+name, :func:`normlab.theory.activation_pair`, pasted with them), so that an experiment's rendered
+script (``normlab run NAME --code``) can carry its source: an experiment that uses one lists it in
+its ``code``, with every block it calls (a pasted function finds no module constant,
 so each one spells out what it needs). Experiments import this module and the ground floor, never
 each other: editing a block here changes every experiment that lists it, and only those.
 
@@ -12,15 +13,21 @@ each other: editing a block here changes every experiment that lists it, and onl
 - initialization by name: :func:`xavier_uniform`, :func:`he_normal`, :func:`apply_init`;
 - :func:`histogram` of a tensor's finite values;
 - transformer-style residual blocks (the residual-stream experiment);
+- the mean-field stacks: :func:`input_pair`, :func:`draw_stack` and :func:`propagate` (two
+  inputs through many cells' stacks at once, measured layer by layer) and
+  :class:`GaussianStack` (one such stack to train);
 - :data:`LOSS_CLIP`, the ceiling the training experiments draw a diverging loss at.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 from torch import nn
+
+from normlab.theory import activation_pair
 
 # -- transformer-style residual blocks (the residual-stream experiment) ------------------------
 #
@@ -370,6 +377,100 @@ class TinyMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.fc2(torch.relu(self.fc1(x)))  # (N, 2) -> (N, hidden) -> (N, 1)
+        return out
+
+
+# -- the mean-field stacks (edge-of-chaos, chaos-cell) ------------------------------------------
+#
+# The stacks of the mean-field picture (Poole et al. 2016; Schoenholz et al. 2017): layers
+# h^l = W^l phi(h^{l-1}) + b^l with W^l ~ N(0, sigma_w2 / n) and b^l ~ N(0, sigma_b2). Every
+# weight is a fixed standard normal draw times the cell's scale, so that cells drawn from one
+# seed share their draws (common random numbers) and differ by their variances alone.
+
+
+def input_pair(width: int, q0: float, c0: float) -> torch.Tensor:
+    """Two inputs ``(2, n)`` of length |x|^2 / n = q0 and correlation c0, exactly."""
+    u, v = torch.randn(2, width)  # (n,), (n,)
+    v = v - (v @ u) / (u @ u) * u  # orthogonal to u
+    u, v = u / u.norm(), v / v.norm()  # unit vectors
+    return torch.stack([u, c0 * u + math.sqrt(1.0 - c0**2) * v]) * math.sqrt(width * q0)
+
+
+def draw_stack(depth: int, width: int, device: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The standard normal draws every cell shares: per layer Z (n, n) and beta (n,)."""
+    return [
+        (torch.randn(width, width).to(device), torch.randn(width).to(device)) for _ in range(depth)
+    ]
+
+
+def propagate(
+    activation: str,
+    stack: list[tuple[torch.Tensor, torch.Tensor]],
+    x: torch.Tensor,
+    sigma_w2: torch.Tensor,
+    sigma_b2: torch.Tensor,
+) -> dict[str, torch.Tensor]:
+    """Both inputs through the stack of every cell at once.
+
+    ``sigma_w2``, ``sigma_b2``: ``(cells,)``. Returns, per cell and layer, ``(cells, depth)``:
+    ``q`` (mean squared pre-activation of the two inputs), ``c`` (their correlation) and
+    ``growth``, the mean over every direction of |J delta|^2 / |delta|^2 with J = W diag(phi'(h))
+    the layer's Jacobian: |J|_F^2 / n = sigma_w2 * mean_j phi'(h_j)^2 |Z[:, j]|^2 / n (the mean
+    over both inputs).
+    """
+    phi, dphi = activation_pair(activation)
+    cells, n = sigma_w2.shape[0], x.shape[1]
+    w_scale = (sigma_w2 / n).sqrt().view(cells, 1, 1)  # W = sqrt(sigma_w2 / n) Z
+    b_scale = sigma_b2.sqrt().view(cells, 1, 1)  # b = sqrt(sigma_b2) beta
+    h = x.expand(cells, 2, n)  # (cells, 2, n): the inputs are layer 0
+    q, c, growth = [], [], []
+    for z, beta in stack:
+        columns = (z**2).mean(0)  # (n,): |Z[:, j]|^2 / n, near 1
+        gain = (dphi(h) ** 2 * columns).mean(-1)  # (cells, 2, n) -> (cells, 2)
+        growth.append(sigma_w2 * gain.mean(1))  # (cells,)
+        h = w_scale * (phi(h) @ z.t()) + b_scale * beta  # (cells, 2, n) @ (n, n): every cell
+        q.append((h**2).mean((1, 2)))  # (cells, 2, n) -> (cells,)
+        h1, h2 = h[:, 0], h[:, 1]  # (cells, n)
+        c.append((h1 * h2).sum(-1) / ((h1**2).sum(-1) * (h2**2).sum(-1)).sqrt())  # (cells,)
+    return {"q": torch.stack(q, 1), "c": torch.stack(c, 1), "growth": torch.stack(growth, 1)}
+
+
+class GaussianStack(nn.Module):
+    """A deep stack to train: ``in_features`` -> ``width`` (``depth`` layers, the activation
+    after each) -> 1 logit, every weight drawn N(0, sigma_w2 / fan_in) and every bias
+    N(0, sigma_b2), each as a standard normal draw times its scale (two stacks drawn from one
+    seed share the draws and differ by their variances alone).
+
+    Examples::
+
+        >>> GaussianStack("tanh", 3, 8, 1.5, 0.05)(torch.randn(4, 2)).shape
+        torch.Size([4, 1])
+    """
+
+    def __init__(
+        self,
+        activation: str,
+        depth: int,
+        width: int,
+        sigma_w2: float,
+        sigma_b2: float,
+        in_features: int = 2,
+    ) -> None:
+        super().__init__()
+        self.phi, _ = activation_pair(activation)
+        fan_ins, fan_outs = [in_features] + [width] * depth, [width] * depth + [1]
+        self.layers = nn.ModuleList()
+        for fan_in, fan_out in zip(fan_ins, fan_outs, strict=True):
+            layer = nn.Linear(fan_in, fan_out)
+            with torch.no_grad():  # W = sqrt(sigma_w2 / fan_in) Z, b = sqrt(sigma_b2) beta
+                layer.weight.copy_(torch.randn(fan_out, fan_in) * math.sqrt(sigma_w2 / fan_in))
+                layer.bias.copy_(torch.randn(fan_out) * math.sqrt(sigma_b2))
+            self.layers.append(layer)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers[:-1]:
+            x = self.phi(layer(x))  # (N, fan_in) -> (N, width)
+        out: torch.Tensor = self.layers[-1](x)  # (N, width) -> (N, 1)
         return out
 
 

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import torch
 
-from normlab import theory
+from normlab import models, theory
 from normlab.experiments import edge_of_chaos as eoc
 from normlab.experiments import run_experiment
 from normlab.experiments.edge_of_chaos import EdgeOfChaosResult
@@ -177,12 +177,12 @@ def test_a_row_through_one_matmul_a_layer_is_each_cell_alone() -> None:
     its numbers again, to float32 rounding (the matmul's blocking differs, 1e-6 a layer, and
     10 ordered or critical layers do not amplify it)."""
     torch.manual_seed(0)
-    x = eoc.input_pair(64, 1.0, 0.6)
-    stack = eoc.draw_stack(10, 64, "cpu")
+    x = models.input_pair(64, 1.0, 0.6)
+    stack = models.draw_stack(10, 64, "cpu")
     sw2 = torch.tensor([0.8, 1.2, 1.76, 2.0])
-    row = eoc.propagate("tanh", stack, x, sw2, torch.full((4,), 0.05))
+    row = models.propagate("tanh", stack, x, sw2, torch.full((4,), 0.05))
     for k in range(4):
-        alone = eoc.propagate("tanh", stack, x, sw2[k : k + 1], torch.tensor([0.05]))
+        alone = models.propagate("tanh", stack, x, sw2[k : k + 1], torch.tensor([0.05]))
         for key in ("q", "c", "growth"):
             torch.testing.assert_close(row[key][k : k + 1], alone[key], rtol=1e-4, atol=1e-6)
 

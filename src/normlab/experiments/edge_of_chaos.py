@@ -53,7 +53,7 @@ from normlab.experiments.base.params import device_param, param, seed_param
 from normlab.experiments.base.registry import Cost, Experiment
 from normlab.experiments.base.results import Result
 from normlab.figures import Table
-from normlab.models import fmt, fmt_as
+from normlab.models import draw_stack, fmt, fmt_as, input_pair, propagate
 from normlab.theory import activation_pair, gelu_grad
 from normlab.train import train, train_step
 
@@ -112,53 +112,6 @@ class Params:
 
 
 # -- the code (plain PyTorch: what `normlab run edge-of-chaos --code` prints) --------------------
-
-
-def input_pair(width: int, q0: float, c0: float) -> torch.Tensor:
-    """Two inputs ``(2, n)`` of length |x|^2 / n = q0 and correlation c0, exactly."""
-    u, v = torch.randn(2, width)  # (n,), (n,)
-    v = v - (v @ u) / (u @ u) * u  # orthogonal to u
-    u, v = u / u.norm(), v / v.norm()  # unit vectors
-    return torch.stack([u, c0 * u + math.sqrt(1.0 - c0**2) * v]) * math.sqrt(width * q0)
-
-
-def draw_stack(depth: int, width: int, device: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The standard normal draws every cell shares: per layer Z (n, n) and beta (n,)."""
-    return [
-        (torch.randn(width, width).to(device), torch.randn(width).to(device)) for _ in range(depth)
-    ]
-
-
-def propagate(
-    activation: str,
-    stack: list[tuple[torch.Tensor, torch.Tensor]],
-    x: torch.Tensor,
-    sigma_w2: torch.Tensor,
-    sigma_b2: torch.Tensor,
-) -> dict[str, torch.Tensor]:
-    """Both inputs through the stack of every cell at once.
-
-    ``sigma_w2``, ``sigma_b2``: ``(cells,)``. Returns, per cell and layer, ``(cells, depth)``:
-    ``q`` (mean squared pre-activation of the two inputs), ``c`` (their correlation) and
-    ``growth``, the mean over every direction of |J delta|^2 / |delta|^2 with J = W diag(phi'(h))
-    the layer's Jacobian: |J|_F^2 / n = sigma_w2 * mean_j phi'(h_j)^2 |Z[:, j]|^2 / n (the mean
-    over both inputs).
-    """
-    phi, dphi = activation_pair(activation)
-    cells, n = sigma_w2.shape[0], x.shape[1]
-    w_scale = (sigma_w2 / n).sqrt().view(cells, 1, 1)  # W = sqrt(sigma_w2 / n) Z
-    b_scale = sigma_b2.sqrt().view(cells, 1, 1)  # b = sqrt(sigma_b2) beta
-    h = x.expand(cells, 2, n)  # (cells, 2, n): the inputs are layer 0
-    q, c, growth = [], [], []
-    for z, beta in stack:
-        columns = (z**2).mean(0)  # (n,): |Z[:, j]|^2 / n, near 1
-        gain = (dphi(h) ** 2 * columns).mean(-1)  # (cells, 2, n) -> (cells, 2)
-        growth.append(sigma_w2 * gain.mean(1))  # (cells,)
-        h = w_scale * (phi(h) @ z.t()) + b_scale * beta  # (cells, 2, n) @ (n, n): every cell
-        q.append((h**2).mean((1, 2)))  # (cells, 2, n) -> (cells,)
-        h1, h2 = h[:, 0], h[:, 1]  # (cells, n)
-        c.append((h1 * h2).sum(-1) / ((h1**2).sum(-1) * (h2**2).sum(-1)).sqrt())  # (cells,)
-    return {"q": torch.stack(q, 1), "c": torch.stack(c, 1), "growth": torch.stack(growth, 1)}
 
 
 def crossing(xs: list[float], ys: list[float], rising: bool = True) -> float | None:

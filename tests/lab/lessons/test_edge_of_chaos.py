@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from normlab import theory
+from normlab import models, theory
 from normlab.experiments import edge_of_chaos as eoc
 from normlab.lab import exercises
 from normlab.lab.exercises import ChoiceExercise, NumberExercise
@@ -24,10 +24,10 @@ from normlab.lab.lessons.edge_of_chaos.exercises import LESSON, REL_TOL, SIGMA_B
 def _measured_crossing(seed: int, width: int = 512, depth: int = 30) -> float:
     """Where chi_1 crosses 1 on one stack, as the lesson's row listing measures it."""
     torch.manual_seed(seed)
-    x = eoc.input_pair(width, 1.0, 0.6)
-    stack = eoc.draw_stack(depth, width, "cpu")
+    x = models.input_pair(width, 1.0, 0.6)
+    stack = models.draw_stack(depth, width, "cpu")
     sigma_w2 = torch.linspace(3.0, 6.0, 13)
-    m = eoc.propagate("tanh", stack, x, sigma_w2, torch.full_like(sigma_w2, SIGMA_B2))
+    m = models.propagate("tanh", stack, x, sigma_w2, torch.full_like(sigma_w2, SIGMA_B2))
     chi_1 = m["growth"][:, depth // 5 :].mean(1)
     found = eoc.crossing(sigma_w2.tolist(), chi_1.tolist())
     assert found is not None
@@ -73,9 +73,9 @@ def test_the_chaotic_inputs_end_at_their_fixed_correlation() -> None:
     # measured: 100 layers of width 512 from c0 = 0.99 end near c* (its per-layer scatter at
     # this width is about 0.07 in the chaotic phase, where the map pulls by 0.9 a layer)
     torch.manual_seed(0)
-    x = eoc.input_pair(512, 1.0, 0.99)
-    stack = eoc.draw_stack(100, 512, "cpu")
-    c = eoc.propagate("tanh", stack, x, torch.tensor([3.0]), torch.tensor([0.05]))["c"][0]
+    x = models.input_pair(512, 1.0, 0.99)
+    stack = models.draw_stack(100, 512, "cpu")
+    c = models.propagate("tanh", stack, x, torch.tensor([3.0]), torch.tensor([0.05]))["c"][0]
     assert c[-1].item() == pytest.approx(mf.c_star, abs=0.2)
     assert c[:5].min().item() > c[-20:].max().item()  # it moved away from 0.99
     assert mf.xi_c < 10 and math.isfinite(mf.xi_c)
