@@ -18,7 +18,8 @@ from normlab.experiments import (
     run_experiment,
 )
 from normlab.experiments.base.params import DEVICES, Parameter, param
-from normlab.experiments.base.registry import Cost
+from normlab.experiments.base.registry import SWEEP_BUILTINS, Cost
+from normlab.sweep.summary import VALUES
 from tests.experiments import expectations
 
 # The seed experiments, in lesson order. The registry may hold more (a new experiment needs no
@@ -254,6 +255,30 @@ def test_an_experiment_must_bound_every_number_and_name_real_heavy_choices() -> 
         dataclasses.replace(drift, name="x", params_type=Unbounded, heaviest={})
     with pytest.raises(ValueError, match=r"'x': heaviest names no parameter \{'widht'\}"):
         dataclasses.replace(drift, name="x", heaviest={"widht": 512})
+
+
+def test_sweep_values_must_be_distinct_result_keys_that_are_no_built_in_value() -> None:
+    """Each of ``sweep_values`` names one number of the result that a sweep summarizes beside
+    the loss curve's values, whose names it may not take."""
+    bn_lr = get_experiment("bn-lr")  # result: batch_norm, lr, losses, contrast_losses
+    assert dataclasses.replace(bn_lr, sweep_values=("lr",)).sweep_values == ("lr",)
+    assert set(SWEEP_BUILTINS) == set(VALUES)  # the registry's copy of the summary's names
+    with pytest.raises(
+        ValueError,
+        match=r"'bn-lr': sweep value 'chi_1' is not a field of its "
+        "result other than its loss curve, use one of: batch_norm, lr, contrast_losses$",
+    ):
+        dataclasses.replace(bn_lr, sweep_values=("chi_1",))
+    with pytest.raises(ValueError, match="sweep value 'losses' is not a field of its result"):
+        dataclasses.replace(bn_lr, sweep_values=("losses",))  # the curve: no number per run
+    with pytest.raises(ValueError, match="sweep value 'params' is not a field of its result"):
+        dataclasses.replace(bn_lr, sweep_values=("params",))  # every result's: no number
+    with pytest.raises(ValueError, match="'bn-lr': sweep value 'best' is a built-in sweep value"):
+        dataclasses.replace(bn_lr, sweep_values=("best",))
+    with pytest.raises(ValueError, match=r"sweep_values \('lr', 'lr'\) repeats a name"):
+        dataclasses.replace(bn_lr, sweep_values=("lr", "lr"))
+    with pytest.raises(ValueError, match="sweep_values 'lr': give a tuple of result keys"):
+        dataclasses.replace(bn_lr, sweep_values="lr")  # type: ignore[arg-type]
 
 
 def test_an_integer_parameter_takes_an_integral_float_from_json() -> None:

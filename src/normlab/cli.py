@@ -1190,6 +1190,7 @@ def _add_sweep_view_flags(p: argparse.ArgumentParser) -> None:
     """The summary and heat map of a sweep (:mod:`normlab.sweep.views`)."""
     from normlab.sweep.summary import VALUES
 
+    # no argparse choices: an experiment adds its own values (sweep_values), checked by view()
     p.add_argument(
         "--summary",
         action="store_true",
@@ -1200,7 +1201,11 @@ def _add_sweep_view_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--x", metavar="AXIS", help="the heat map's x axis (default: lr, or the first)")
     p.add_argument("--y", metavar="AXIS", help="the heat map's y axis (default: the next axis)")
     p.add_argument(
-        "--value", default="final", choices=VALUES, help="what the heat map shows (default final)"
+        "--value",
+        default="final",
+        metavar="V",
+        help=f"what the heat map shows: {', '.join(VALUES)}, or a number the experiment's "
+        "result declares per run (its sweep_values, e.g. chi_1) (default final)",
     )
     p.add_argument(
         "--fix",

@@ -62,7 +62,7 @@ def test_summary_prints_the_tables(capsys: pytest.CaptureFixture[str], store: Pa
     ("flags", "words"),
     [
         (["--plot", "m.png", "--x", "width"], "x 'width': not an axis to map, use one of: lr, "),
-        (["--plot", "m.png", "--value", "mean"], "argument --value: invalid choice: 'mean'"),
+        (["--plot", "m.png", "--value", "mean"], "value 'mean' not supported, use one of: final, "),
         (["--summary", "--fix", "init=nope"], "fix 'init=nope': init is one of: he, xavier"),
         (["--plot", "m.txt"], "--plot 'm.txt': suffix '.txt' not supported"),
     ],

@@ -22,7 +22,7 @@ from typing import Any
 from normlab.experiments import get_experiment
 from normlab.sweep.grid import SEED, Grid
 from normlab.sweep.store import Store, SweepRecord
-from normlab.sweep.summary import LR_AXIS, VALUES, SweepSummary, summarize
+from normlab.sweep.summary import LR_AXIS, SweepSummary, summarize
 from normlab.sweep.sweeps import Sweep
 from normlab.sweep.views import text, view
 
@@ -168,8 +168,9 @@ def view_state(
     """What a view shows of one sweep now, JSON-ready: its record, how far it has run, its
     axes (names, the registry's help, the values as texts), the axis the sensitivity is taken
     over (``lr_axis``: no map of the sensitivity uses it), the view chosen (``x``, ``y``,
-    ``value``, ``fixed``: see :func:`normlab.sweep.views.view`) with the values it may show,
-    and its figures and tables described as data. Raises as :func:`load` and
+    ``value``, ``fixed``: see :func:`normlab.sweep.views.view`) with the values it may show
+    (``values``: the built-in ones, then those the experiment declares), and its figures and
+    tables described as data. Raises as :func:`load` and
     :class:`~normlab.sweep.views.ViewError`."""
     summary = load(path, sweep_id)
     chosen = view(summary, x, y, value, fixed)
@@ -177,7 +178,6 @@ def view_state(
     runs = sum(c.runs for c in summary.cells)
     pending = sum(c.pending for c in summary.cells)
     errors = sum(c.errors for c in summary.cells)
-    values = [v for v in VALUES if v != "sensitivity" or LR_AXIS in summary.axis_names]
     return {
         "id": sweep_id,
         "experiment": summary.experiment,
@@ -190,7 +190,7 @@ def view_state(
             {"name": n, "help": declared[n].help, "values": [text(v) for v in vs]}
             for n, vs in summary.axes
         ],
-        "values": values,
+        "values": list(summary.value_names),  # built-in, then the experiment's sweep_values
         "lr_axis": LR_AXIS,
         "view": {
             "x": chosen.x,

@@ -19,6 +19,9 @@ Per run:
 Per cell, over its seeds: ``final`` and ``best`` are means (a diverged seed whose loss is not
 finite makes the cell's mean not finite: it is shown as diverged, never averaged away),
 ``diverged`` is the fraction of seeds that diverged, and the cell is ``trainable`` when none did.
+The numbers an experiment declares beside its curve, one per run
+(:attr:`~normlab.experiments.Experiment.sweep_values`, a measured ``chi_1`` say), are per cell
+the mean over the seeds and its spread, ``measured``: not finite when a seed's is not.
 
 The learning-rate sensitivity (Wortsman et al. 2023, "Small-scale proxies for large-scale
 Transformer training instabilities", section 3.2) of one setting of the other axes, over the
@@ -52,7 +55,7 @@ import dataclasses
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from normlab.experiments import get_experiment
@@ -94,7 +97,9 @@ class Cell:
     ``values`` maps each axis to its value. ``runs`` counts the seeds stored with a result,
     ``pending`` those not stored yet, ``errors`` those that raised. The numbers are ``None``
     until a run is stored; ``final_std`` and ``best_std`` (over the seeds, ``ddof=1``) are
-    ``None`` below two finite runs.
+    ``None`` below two finite runs. ``measured`` maps each value the experiment declares
+    (:attr:`~normlab.experiments.Experiment.sweep_values`) to its mean over the seeds (``nan``
+    when a seed's is not finite), ``measured_std`` to their spread, as ``final_std``.
     """
 
     values: Mapping[str, Any]
@@ -107,6 +112,8 @@ class Cell:
     best: float | None
     best_std: float | None
     diverged: float | None  # the fraction of its runs that diverged
+    measured: Mapping[str, float | None] = field(default_factory=dict)
+    measured_std: Mapping[str, float | None] = field(default_factory=dict)
 
     @property
     def trainable(self) -> bool | None:
@@ -114,9 +121,13 @@ class Cell:
         return None if self.diverged is None else self.diverged == 0.0
 
     def value(self, name: str) -> float | None:
-        """``final``, ``best`` or ``diverged``: what a heat map shows of the cell."""
+        """``final``, ``best``, ``diverged`` or a ``measured`` value: what a heat map shows of
+        the cell."""
+        if name in self.measured:
+            return self.measured[name]
         if name not in CELL_VALUES:
-            raise ValueError(f"value {name!r} not supported, use one of {CELL_VALUES}")
+            allowed = ", ".join((*CELL_VALUES, *self.measured))
+            raise ValueError(f"value {name!r} not supported, use one of: {allowed}")
         number: float | None = getattr(self, name)
         return number
 
@@ -135,6 +146,8 @@ class Cell:
             "best_std": best_std,
             "diverged": self.diverged,
             "trainable": self.trainable,
+            "measured": {k: _json(v) for k, v in self.measured.items()},
+            "measured_std": {k: _json(v) for k, v in self.measured_std.items()},
         }
 
 
@@ -158,17 +171,25 @@ class Sensitivity:
 
 @dataclass(frozen=True)
 class SweepSummary:
-    """The cells of a sweep, in grid order, and its axes (those with more than one value,
-    seed left out)."""
+    """The cells of a sweep, in grid order, its axes (those with more than one value, seed
+    left out) and the values its experiment declares (``measured``, each cell's)."""
 
     experiment: str
     axes: tuple[AxisValues, ...]
     seeds: int
     cells: tuple[Cell, ...]
+    measured: tuple[str, ...] = ()
 
     @property
     def axis_names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.axes)
+
+    @property
+    def value_names(self) -> tuple[str, ...]:
+        """Every value a heat map of this sweep may show: :data:`VALUES` (``sensitivity`` only
+        with an axis :data:`LR_AXIS`), then ``measured``."""
+        builtin = (v for v in VALUES if v != "sensitivity" or LR_AXIS in self.axis_names)
+        return (*builtin, *self.measured)
 
     def sensitivity(self, lr_axis: str = LR_AXIS) -> list[Sensitivity]:
         """The learning-rate sensitivity (module docstring) of each setting of the other axes,
@@ -213,9 +234,11 @@ def summarize(
     ``params``, ``status`` ``ok``/``error``/``pending``, ``result``) over its ``axes``.
 
     Raises:
-        ValueError: a stored result without the experiment's loss curve.
+        ValueError: a stored result without the experiment's loss curve, or without a number
+            for one of its :attr:`~normlab.experiments.Experiment.sweep_values`.
     """
     key = check_curve(experiment)
+    measured = get_experiment(experiment).sweep_values
     swept = tuple((n, tuple(v)) for n, v in axes if n != SEED and len(v) > 1)
     seeds = next((len(v) for n, v in axes if n == SEED), 1)
     by_cell: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
@@ -224,12 +247,14 @@ def summarize(
         by_cell.setdefault(at, []).append(record)
     cells = []
     for at, members in by_cell.items():
-        runs = [run_numbers(_curve(experiment, key, r["result"])) for r in members if _ok(r)]
+        results = [r["result"] for r in members if _ok(r)]
+        runs = [run_numbers(_curve(experiment, key, r)) for r in results]
+        numbers = {n: [_number(experiment, n, r) for r in results] for n in measured}
         pending = sum(r["status"] == "pending" for r in members)
         errors = sum(r["status"] == "error" for r in members)
         values = dict(zip((n for n, _ in swept), at, strict=True))
-        cells.append(_cell(values, runs, pending, errors))
-    return SweepSummary(experiment, swept, seeds, tuple(cells))
+        cells.append(_cell(values, runs, numbers, pending, errors))
+    return SweepSummary(experiment, swept, seeds, tuple(cells), measured)
 
 
 def summarize_sweep(sweep: Sweep) -> SweepSummary:
@@ -252,24 +277,35 @@ def check_curve(experiment: str) -> str:
     return key
 
 
-def _cell(values: dict[str, Any], runs: list[RunNumbers], pending: int, errors: int) -> Cell:
-    """A cell's numbers: the mean over its runs (its seeds) and their spread."""
+def _cell(
+    values: dict[str, Any],
+    runs: list[RunNumbers],
+    numbers: Mapping[str, list[float]],
+    pending: int,
+    errors: int,
+) -> Cell:
+    """A cell's numbers: the mean over its runs (its seeds) and their spread; ``numbers``
+    holds each declared value's runs, in the order of ``runs``."""
     if not runs:
-        return Cell(values, 0, pending, errors, None, None, None, None, None, None)
+        nothing = dict.fromkeys(numbers)  # each declared value: None, as the losses
+        return Cell(values, 0, pending, errors, *(None,) * 6, nothing, nothing)
     final, final_std = _mean_std([r.final for r in runs])
     best, best_std = _mean_std([r.best for r in runs])
     loss0 = statistics.fmean(r.loss0 for r in runs)
     diverged = sum(r.diverged for r in runs) / len(runs)
-    return Cell(
-        values, len(runs), pending, errors, loss0, final, final_std, best, best_std, diverged
-    )
+    # a failed measurement has no sign: nan, where a diverged loss is +inf
+    spread = {name: _mean_std(seeds, math.nan) for name, seeds in numbers.items()}
+    measured = {name: mean for name, (mean, _) in spread.items()}
+    measured_std = {name: std for name, (_, std) in spread.items()}
+    losses = (loss0, final, final_std, best, best_std, diverged)
+    return Cell(values, len(runs), pending, errors, *losses, measured, measured_std)
 
 
-def _mean_std(values: list[float]) -> tuple[float, float | None]:
-    """The mean (not finite when a value is not: a diverged seed stays visible) and the sample
-    standard deviation (``None`` below two values, or when one is not finite)."""
+def _mean_std(values: list[float], not_finite: float = math.inf) -> tuple[float, float | None]:
+    """The mean (``not_finite`` when a value is not: a diverged seed stays visible) and the
+    sample standard deviation (``None`` below two values, or when one is not finite)."""
     if not all(math.isfinite(v) for v in values):
-        return math.inf, None
+        return not_finite, None
     std = statistics.stdev(values) if len(values) > 1 else None
     return statistics.fmean(values), std
 
@@ -288,6 +324,19 @@ def _curve(experiment: str, key: str, result: Mapping[str, Any]) -> list[float |
             " declare the key with Experiment(loss_curve=...)"
         )
     return curve
+
+
+def _number(experiment: str, name: str, result: Mapping[str, Any]) -> float:
+    """One run's declared value (``None``, as JSON writes ``nan``, is not finite: ``nan``)."""
+    value = result.get(name, ...)
+    if value is None:
+        return math.nan
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise ValueError(
+            f"experiment {experiment!r}: its result has no number {name!r} (one number per run,"
+            " as its Experiment(sweep_values=...) declares)"
+        )
+    return float(value)
 
 
 def _json(value: float | None) -> float | None:

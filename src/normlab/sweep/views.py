@@ -1,8 +1,10 @@
 """A sweep's summary described as figures and tables: a heat map of any two axes, the cells.
 
 :func:`heatmap` shows one value (``final``, ``best``, ``diverged`` or ``sensitivity``, see
-:mod:`normlab.sweep.summary`) over two of the sweep's axes; every other axis is either fixed at
-one of its values (``fixed``) or averaged over (the mean of the cells that have a stored run).
+:mod:`normlab.sweep.summary`, or one of the experiment's
+:attr:`~normlab.experiments.Experiment.sweep_values`, named by its key) over two of the sweep's
+axes; every other axis is either fixed at one of its values (``fixed``) or averaged over (the
+mean of the cells that have a stored run).
 A mean that takes in a diverged cell (an infinite loss) is not finite, a gap in the map: a
 region that diverges for some setting of the averaged axes is shown as such. The axes'
 values are placed at 0, 1, 2, ... and named by their ticks, so that a geometric learning-rate
@@ -32,7 +34,7 @@ from normlab import figures as fig
 from normlab.experiments import ParameterError, ParameterTypeError, get_experiment
 from normlab.figures import Table
 from normlab.models import fmt
-from normlab.sweep.summary import CELL_VALUES, LR_AXIS, VALUES, SweepSummary
+from normlab.sweep.summary import LR_AXIS, SweepSummary
 
 LABELS = {
     "final": "final loss",
@@ -40,7 +42,7 @@ LABELS = {
     "diverged": "fraction of runs diverged",
     "sensitivity": "learning-rate sensitivity",
 }
-"""How each value is named on a figure."""
+"""How each built-in value is named on a figure (one the experiment declares: by its key)."""
 
 
 class ViewError(ParameterError):
@@ -78,11 +80,12 @@ def view(
     """A :class:`SweepView` from options as typed (``fixed``: ``NAME=VALUE`` texts), checked:
     a bad one raises :class:`ViewError` naming it. ``x`` and ``y`` default to the first axes
     the value can use (the learning rate first on ``x``)."""
-    if value not in VALUES:
-        raise ViewError("value", f"value {value!r} not supported, use one of {VALUES}")
-    usable = [a for a in summary.axis_names if value != "sensitivity" or a != LR_AXIS]
     if value == "sensitivity" and LR_AXIS not in summary.axis_names:
         raise ViewError("value", f"value 'sensitivity' needs a sweep over {LR_AXIS!r}")
+    if value not in summary.value_names:
+        allowed = ", ".join(summary.value_names)
+        raise ViewError("value", f"value {value!r} not supported, use one of: {allowed}")
+    usable = [a for a in summary.axis_names if value != "sensitivity" or a != LR_AXIS]
     for option, name in (("x", x), ("y", y)):
         if name is not None and name not in usable:
             shown = ", ".join(usable) or "none"
@@ -151,7 +154,7 @@ def heatmap(
     z = tuple(
         tuple(_mean(buckets.get((i, j))) for i in range(len(xs))) for j in range(len(ys))
     )  # (len(ys), len(xs)): z[j][i] at (x[i], y[j])
-    label = LABELS[value]
+    label = LABELS.get(value, value)
     series = fig.Series(
         label,
         [float(i) for i in range(len(xs))],
@@ -169,9 +172,9 @@ def heatmap(
 
 def _points(summary: SweepSummary, value: str) -> list[tuple[Mapping[str, Any], float | None]]:
     """Each cell's (or, for the sensitivity, each setting's) axis values and number."""
-    if value in CELL_VALUES:
-        return [(c.values, c.value(value)) for c in summary.cells if c.runs]
-    return [(s.values, s.value) for s in summary.sensitivity()]
+    if value == "sensitivity":
+        return [(s.values, s.value) for s in summary.sensitivity()]
+    return [(c.values, c.value(value)) for c in summary.cells if c.runs]
 
 
 def _mean(numbers: list[float] | None) -> float | None:
@@ -195,22 +198,29 @@ def _note(
     parts = [f"{k}={text(v)}" for k, v in fixed.items()]
     if averaged:
         parts.append("mean over " + ", ".join(averaged))
-    parts.append("blank: diverged or not run yet" if value != "diverged" else "blank: not run yet")
+    if value == "diverged":
+        parts.append("blank: not run yet")
+    elif value in summary.measured:
+        parts.append("blank: not finite or not run yet")
+    else:
+        parts.append("blank: diverged or not run yet")
     return "; ".join(parts)
 
 
 def tables(summary: SweepSummary) -> list[Table]:
-    """The cells (mean ± spread over the seeds) and, with a learning-rate axis, each other
-    setting's sensitivity."""
+    """The cells (mean ± spread over the seeds, the experiment's declared values after the
+    losses) and, with a learning-rate axis, each other setting's sensitivity."""
     names = summary.axis_names
     spread = " (mean ± std over seeds)" if summary.seeds > 1 else ""
     rows = []
     for c in summary.cells:
         shown = [text(c.values[n]) for n in names]
         numbers = [_pm(c.final, c.final_std), _pm(c.best, c.best_std), fmt(c.loss0)]
+        measured = [_pm(c.measured.get(n), c.measured_std.get(n)) for n in summary.measured]
         diverged = "" if c.diverged is None else f"{round(c.diverged * c.runs)}/{c.runs}"
-        rows.append((*shown, *numbers, diverged, _status(c.runs, c.pending, c.errors)))
-    columns = (*names, "final loss", "best loss", "loss at init", "diverged", "runs")
+        rows.append((*shown, *numbers, *measured, diverged, _status(c.runs, c.pending, c.errors)))
+    losses = ("final loss", "best loss", "loss at init")
+    columns = (*names, *losses, *summary.measured, "diverged", "runs")
     notes = ("diverged: a loss that is not finite, or a final loss above the loss at init",)
     out = [Table(f"{summary.experiment}: {len(rows)} cells{spread}", columns, rows, notes)]
     if LR_AXIS in names:

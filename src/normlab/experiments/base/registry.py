@@ -67,9 +67,12 @@ class Experiment:
     times it yields (its own steps, each a ``stage``: a layer, a stack; the last yield is the whole
     run). Either is the run's progress, :meth:`steps` of them in :attr:`unit`. ``loss_curve``
     names the result's key that holds the training loss at every step, the loss before the
-    first update first (what a sweep's summary reads, :mod:`normlab.sweep.summary`). ``cost``
-    bounds its costliest allowed run, :meth:`maxima`, whose choices ``heaviest`` names where the
-    last one is not the costliest.
+    first update first (what a sweep's summary reads, :mod:`normlab.sweep.summary`).
+    ``sweep_values`` names the result's keys that hold one number per run (a float; ``None`` or
+    not finite where the measurement failed), such as a measured ``chi_1``: a sweep's summary
+    shows each per cell, its mean over the seeds, beside the loss curve's numbers, and a
+    sweep's heat map can show it, named by its key. ``cost`` bounds its costliest allowed run,
+    :meth:`maxima`, whose choices ``heaviest`` names where the last one is not the costliest.
     """
 
     name: str
@@ -99,6 +102,7 @@ class Experiment:
     batched: Callable[[Sequence[Mapping[str, Any]]], list[dict[str, Any]]] | None = None
     batch_key: Callable[[Mapping[str, Any]], Hashable] | None = None
     loss_curve: str = "losses"  # the result's key holding the training loss per step (sweeps)
+    sweep_values: tuple[str, ...] = ()  # the result's keys of one number per run (sweeps)
 
     def __post_init__(self) -> None:
         if (self.batched is None) != (self.batch_key is None):
@@ -113,6 +117,7 @@ class Experiment:
         unbounded = [p.name for p in declared if p.kind in ("int", "float") and p.max is None]
         if unbounded:  # its cost could not be bounded, nor maxima() built
             raise ValueError(f"experiment {self.name!r}: {unbounded} declare no maximum")
+        _check_sweep_values(self)
         if self.stages is not None and (self.trains or not self.streams):
             raise ValueError(
                 f"experiment {self.name!r}: stages count the yields of an entry that streams "
@@ -167,6 +172,39 @@ class Experiment:
     def make_params(self, values: Mapping[str, object]) -> Any:
         """Validate ``values`` (names and each value) and build the ``Params`` instance."""
         return make_params(self.params_type, values, self.name)
+
+
+SWEEP_BUILTINS = ("final", "best", "diverged", "sensitivity")
+"""The values a sweep's summary reads off the loss curve (:mod:`normlab.sweep.summary`): no
+:attr:`Experiment.sweep_values` may take their names."""
+
+
+def _check_sweep_values(exp: Experiment) -> None:
+    """Each of ``exp.sweep_values`` is a field of its result, once, and no built-in value."""
+    names = exp.sweep_values
+    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        raise ValueError(
+            f"experiment {exp.name!r}: sweep_values {names!r}: give a tuple of result keys"
+        )
+    common = {f.name for f in dataclasses.fields(Result)}  # experiment, params: not numbers
+    fields = [
+        f.name
+        for f in dataclasses.fields(exp.result_type)
+        if f.name != exp.loss_curve and f.name not in common
+    ]
+    for name in names:
+        if name in SWEEP_BUILTINS:
+            raise ValueError(
+                f"experiment {exp.name!r}: sweep value {name!r} is a built-in sweep value "
+                f"({', '.join(SWEEP_BUILTINS)}): name the result's key otherwise"
+            )
+        if name not in fields:
+            raise ValueError(
+                f"experiment {exp.name!r}: sweep value {name!r} is not a field of its result "
+                f"other than its loss curve, use one of: {', '.join(fields) or 'none'}"
+            )
+    if len(set(names)) < len(names):
+        raise ValueError(f"experiment {exp.name!r}: sweep_values {names!r} repeats a name")
 
 
 @functools.cache
