@@ -24,6 +24,8 @@ from normlab.experiments import get_experiment, params_dict, run_experiment
 from normlab.experiments.chaos_cell import ChaosCellResult, chaos_cell_batched
 from normlab.models import GaussianStack
 from normlab.sweep import Sweep
+from normlab.sweep.summary import summarize_sweep
+from normlab.sweep.views import view
 
 RTOL = 63 * 2.0**-24  # (N - 1) u for the mean of N = 64 positive float32 terms
 WIDE = {"width": 1000, "depth": 50, "steps": 1, "train_width": 4}  # the measured cells
@@ -94,8 +96,9 @@ def test_cells_run_together_as_each_runs_alone() -> None:
 
 def test_a_sweep_of_cells_is_the_edge_of_chaos_grid(tmp_path: Path) -> None:
     """The edge-of-chaos grid on the sweep engine: a sweep of chaos-cell over the grid's
-    variances measures the chi_1, the length and the correlation the edge-of-chaos experiment
-    measures on its grid (the same seed draws the same stack)."""
+    variances measures the chi_1 and the correlation the edge-of-chaos experiment measures on
+    its grid (the same seed draws the same stack), and the sweep's heat map of chi_1 is the
+    experiment's."""
     shared = {"depth": 8, "width": 64, "steps": 2, "train_width": 4, "seed": 5}
     edge = run_experiment("edge-of-chaos", w_points=3, b_points=2, sigma_b2_max=0.2, **shared)
     grid = {"sigma_w2": edge.sigma_w2s, "sigma_b2": edge.sigma_b2s, **shared}  # type: ignore[attr-defined]
@@ -113,6 +116,15 @@ def test_a_sweep_of_cells_is_the_edge_of_chaos_grid(tmp_path: Path) -> None:
             torch.testing.assert_close(
                 torch.tensor(measured), torch.tensor(expected), rtol=1e-4, atol=1e-6
             )
+    chi_map = view(summarize_sweep(sweep), "sigma_w2", "sigma_b2", "chi_1").figures()[0]
+    z = chi_map.panels[0].series[0].z  # (rows: sigma_b2, columns: sigma_w2)
+    assert z is not None
+    torch.testing.assert_close(
+        torch.tensor(z, dtype=torch.float32),
+        torch.tensor(edge.chi_1),
+        rtol=1e-4,
+        atol=1e-6,  # type: ignore[attr-defined]
+    )
 
 
 # What its script also runs at in tests/test_script.py (the first is its notebook's).

@@ -334,4 +334,5 @@ EXPERIMENT = Experiment(
     total_steps=lambda p: p.steps,
     batched=chaos_cell_batched,
     batch_key=batch_key,
+    sweep_values=("chi_1", "chi_1_theory"),  # a sweep's heat map of the measured and predicted
 )

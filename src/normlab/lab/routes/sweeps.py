@@ -199,9 +199,11 @@ _QUERY = [
     {"name": "y", "in": "query", "required": False, "schema": {"type": "string"},
      "description": "the heat map's y axis, another of the sweep's axes"},
     {"name": "value", "in": "query", "required": False,
-     "schema": {"type": "string", "enum": list(VALUES), "default": "final"},
+     "schema": {"type": "string", "default": "final"},
      "description": "what the map shows: final or best loss (mean over seeds), the fraction "
-     "of runs diverged, or the learning-rate sensitivity (Wortsman et al. 2023)"},
+     "of runs diverged, the learning-rate sensitivity (Wortsman et al. 2023), or a number the "
+     f"experiment declares per run (its sweep_values, e.g. chi_1); one of {', '.join(VALUES)} "
+     "or such a number, as the sweep's state lists them under values"},
     {"name": "fix", "in": "query", "required": False,
      "schema": {"type": "array", "items": {"type": "string"}}, "style": "form", "explode": True,
      "description": "AXIS=VALUE: show the cells at this value of an axis (the others are "
