@@ -34,6 +34,11 @@ cell :math:`(\\sigma_w^2, \\sigma_b^2)` has :math:`W^l = \\sqrt{\\sigma_w^2 / n}
 :math:`b^l = \\sqrt{\\sigma_b^2}\\, \\beta^l`. Each cell is still an exact draw of its own
 ensemble; the cells differ by their variances alone, so the heat map is smooth where the theory
 is, and one matmul per layer carries a whole row of the grid.
+
+On the sweep engine the grid is a sweep of ``chaos-cell``, one cell per configuration (``normlab
+sweep chaos-cell --grid sigma_w2=... --grid sigma_b2=...``): from the same seed it measures each
+cell's chi_1 and correlation as this experiment does, and grows past this grid's bounds, with
+seeds, depths and a store that resumes.
 """
 
 from __future__ import annotations
