@@ -1,4 +1,4 @@
-"""A sweep of same-shape ``bn-lr`` configurations: one after another against batched.
+r"""A sweep of same-shape ``bn-lr`` configurations: one after another against batched.
 
 64 configurations of the default shape (4 hidden blocks of 64 units, 150 steps, two moons):
 16 learning rates from 0.05 to 3.0 x 2 inits x 2 seeds, ``batch_norm`` alternating. Each
@@ -32,6 +32,22 @@ stay within float32 rounding of the run alone at every step, and where the other
 chaotic run, as at lr 2.0, amplifies a rounding difference step by step; the tolerance and the
 chaos are measured in ``tests/experiments/test_bn_lr_batched.py``).
 
+After the table, the compute floor, measured in the same run: the matmul FLOPs of training all
+the rows' nets for all steps (forward :math:`2 N \cdot \mathrm{in} \cdot \mathrm{out}` per
+Linear for the :math:`N = 200` samples; backward twice that, the input's gradient and the
+weight's, less the input's gradient of the first Linear, which the data does not need), and this
+process's matmul throughput at the batched path's own shapes (``torch.bmm`` on the ``(K, N, in)
+@ (K, in, out)`` products ``vmap`` runs for the K stacked nets, and the two backward ones, timed
+at the benchmark's thread count, the least of a few runs). FLOPs over throughput is the least
+time any batched path at those shapes could take here; the first row's time over it, the largest
+speed-up batching can reach on this machine; and the floor over the batched row's time, the
+share of that row that is matmul. Left out: BatchNorm, ReLU, the loss and the SGD update, each
+of which passes over a block's ``N x width`` values, :math:`1 / (6 \cdot \mathrm{width})` of
+the block's matmul FLOPs a pass (0.26% at width 64), but memory-bound, so they take far more
+than their FLOPs' share of the time: the floor is a bound, not a prediction. For scale, the
+throughput of one square 512 x 512 matmul is printed too, with the time and speed-up it would
+give: a bound for any layout, which products of ``width``-wide matrices do not reach.
+
 Absolute times on a shared machine move from run to run; the ratio within one run is the result.
 The thread count and the load average are printed so a noisy run can be told apart.
 
@@ -45,6 +61,7 @@ Usage::
 import argparse
 import importlib.util
 import itertools
+import math
 import os
 import sys
 import time
@@ -53,6 +70,7 @@ from typing import Any
 
 import torch
 
+from normlab.data import two_moons
 from normlab.experiments import get_experiment, params_dict, run_experiment
 from normlab.sweep import Config, Group, Outcome, config_id, groups_of
 from normlab.sweep.distributed import import_ray, run_on_ray
@@ -179,6 +197,72 @@ def agreement(ours: list[dict[str, Any]], ref: list[dict[str, Any]]) -> str:
     return text
 
 
+# -- the compute floor ------------------------------------------------------------------------
+
+Product = tuple[tuple[int, int, int], tuple[int, int, int]]  # (K, m, n) @ (K, n, p)
+
+
+def products(k: int, c: dict[str, Any]) -> list[Product]:
+    """The batched matrix products of one training step of ``k`` stacked nets of ``c``'s shape,
+    as ``vmap`` runs them (``torch.bmm``): per Linear ``in -> out``, the forward ``(K, N, in) @
+    (K, in, out)``, the weight's gradient ``(K, out, N) @ (K, N, in)`` and, but for the first
+    Linear (the data needs no gradient), the input's ``(K, N, out) @ (K, out, in)``."""
+    n = two_moons()[0].shape[0]  # N: every net's full batch
+    dims = [2] + [c["width"]] * c["hidden_layers"] + [1]  # 2 -> width -> ... -> width -> 1
+    out: list[Product] = []
+    for j, (i, o) in enumerate(itertools.pairwise(dims)):
+        out += [((k, n, i), (k, i, o)), ((k, o, n), (k, n, i))]
+        if j > 0:
+            out.append(((k, n, o), (k, o, i)))
+    return out
+
+
+def flops(products: list[Product]) -> int:
+    """Multiply-adds counted as 2: ``2 K m n p`` for ``(K, m, n) @ (K, n, p)``."""
+    return sum(2 * a[0] * a[1] * a[2] * b[2] for a, b in products)
+
+
+def matmul_seconds(products: list[Product], device: str, repeats: int = 5) -> float:
+    """The least time, of ``repeats`` (after one to warm up), of every product once, on random
+    inputs into preallocated outputs."""
+    operands = [(torch.randn(a, device=device), torch.randn(b, device=device)) for a, b in products]
+    outs = [torch.empty(a[0], a[1], b[2], device=device) for a, b in products]
+    best = math.inf
+    for _ in range(repeats + 1):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for (a, b), out in zip(operands, outs, strict=True):
+            torch.bmm(a, b, out=out)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def floor(cs: list[dict[str, Any]], wall: dict[str, float]) -> list[str]:
+    """The compute floor of training ``cs`` (see the module's docstring), against the rows."""
+    c, steps, device = cs[0], cs[0]["steps"], cs[0]["device"]
+    step = products(len(cs), c)  # no two configurations share a net: K = len(cs) per call
+    calls = 2 * steps  # every step, one stacked call without BN and one with BN
+    total = calls * flops(step)
+    least = calls * matmul_seconds(step, device)
+    square = [((1, 512, 512), (1, 512, 512))]
+    peak = flops(square) / matmul_seconds(square, device)
+    base, fast = wall["one after another"], wall["batched in one process"]
+    return [
+        f"floor: {total / 1e9:.1f} GFLOP of matmuls ({2 * len(cs)} nets x {steps} steps; not"
+        f" counted: BN, ReLU, loss, SGD, few FLOPs (a pass over a block's values:"
+        f" {1 / (6 * c['width']):.2%} of its matmuls) but memory-bound)",
+        f"  torch.bmm at the batched shapes, {torch.get_num_threads()} threads:"
+        f" {total / least / 1e9:.1f} GFLOP/s -> {least:.2f} s at least; one after another /"
+        f" floor = {base / least:.1f}x at most; matmul is {least / fast:.0%} of the batched row",
+        f"  a square 512 x 512 matmul: {peak / 1e9:.1f} GFLOP/s -> {total / peak:.2f} s,"
+        f" {base * peak / total:.1f}x: the bound for any layout, not one the"
+        f" {c['width']}-wide products reach",
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="8 configurations, 20 steps")
@@ -216,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
             f"  {name:24s}{wall[name]:9.2f}{wall[name] / len(cs):12.3f}"
             f"{wall[base] / wall[name]:9.1f}x{cpu_cols}"
         )
+    for line in floor(cs, wall):
+        print(line)
     for name in list(ROWS)[1:]:
         print(f"{name} vs {base}: {agreement(results[name], results[base])}")
     if "start_s" in RAY:  # the same batched group, in a Ray task: the same numbers

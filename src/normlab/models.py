@@ -12,6 +12,8 @@ each other: editing a block here changes every experiment that lists it, and onl
   :class:`TinyMLP` (one hidden layer);
 - initialization by name: :func:`xavier_uniform`, :func:`he_normal`, :func:`apply_init`;
 - :func:`histogram` of a tensor's finite values;
+- :func:`log_spaced`, the one log-spaced grid of numbers (``bn-lr-sweep``'s learning rates and
+  a sweep's ``A:B:N:log`` range);
 - transformer-style residual blocks (the residual-stream experiment);
 - the mean-field stacks: :func:`input_pair`, :func:`draw_stack` and :func:`propagate` (two
   inputs through many cells' stacks at once, measured layer by layer) and
@@ -544,6 +546,37 @@ def histogram(values: torch.Tensor, bins: int) -> dict[str, list[float]]:
         lo, hi = lo - 0.5, hi + 0.5
     counts = torch.histc(finite, bins=bins, min=lo, max=hi)
     return {"counts": counts.tolist(), "edges": torch.linspace(lo, hi, bins + 1).tolist()}
+
+
+# -- a log-spaced grid -------------------------------------------------------------------------
+
+
+def log_spaced(low: float, high: float, n: int) -> list[float]:
+    r"""``n`` numbers from ``low`` to ``high``, both included, evenly spaced on a log scale.
+
+    .. math::
+        x_i = \exp\Big(\ln a + (\ln b - \ln a)\,\frac{i}{n - 1}\Big),
+        \qquad i = 0, \dots, n - 1
+
+    each rounded to 12 significant digits: ``math.exp(math.log(3.0))`` is not exactly 3.0, and
+    rounded, the ends are what was asked for and the points are the same floats whatever the
+    last bit of a machine's ``exp``. Python floats rather than ``torch.logspace``, which
+    computes in float32 (0.1 comes out as 0.10000000149). ``bn-lr-sweep``'s learning rates and
+    a sweep's ``A:B:N:log`` range (``normlab sweep bn-lr --grid lr=0.1:3.0:12:log``) are both
+    this function's answer, so the two train at the same rates.
+
+    Examples::
+
+        >>> log_spaced(0.1, 10.0, 3)
+        [0.1, 1.0, 10.0]
+        >>> log_spaced(0.1, 3.0, 12)[1]
+        0.136233448594
+    """
+    if low <= 0 or high <= 0 or n < 2:
+        raise ValueError(f"log_spaced needs low > 0, high > 0 and n >= 2, got {low}, {high}, {n}")
+    a, b = math.log(low), math.log(high)
+    points = [math.exp(a + (b - a) * i / (n - 1)) for i in range(n)]  # (n,): a, ..., b in ln
+    return [float(f"{x:.12g}") for x in points]
 
 
 # -- constants the experiments share -----------------------------------------------------------

@@ -6,6 +6,11 @@ rate the result keeps the final loss (the mean of the last ``tail`` steps, so on
 not count) and the highest loss after the first ``tail`` steps (a spike that the final loss would
 hide). A rate counts as *stable* when training ends below ``stable_loss`` and never spiked above
 the starting loss after the warm-up.
+
+The grid is a sweep of ``bn-lr``, one of its runs per rate: its rates are
+:func:`~normlab.models.log_spaced`'s, as a sweep's ``lr=A:B:N:log`` range's are, and its table
+prints the ``normlab sweep bn-lr`` command that trains the same nets on the sweep engine (where
+more rates, seeds and inits are one more ``--grid`` away, stored and batched).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from normlab.experiments.base.params import device_param, param, seed_param
 from normlab.experiments.base.registry import Cost, Experiment
 from normlab.experiments.base.results import Result
 from normlab.figures import Table
-from normlab.models import LOSS_CLIP, MLP, block, fmt, fmt_as
+from normlab.models import LOSS_CLIP, MLP, block, fmt, fmt_as, log_spaced
 from normlab.train import train, train_step
 
 SWEEP_FLOOR = 1e-6
@@ -82,12 +87,13 @@ def bn_lr_sweep(
     whole sweep.
     """
     x, y = two_moons(device=device)
-    lrs = torch.logspace(math.log10(lr_min), math.log10(lr_max), points).tolist()
+    lrs = log_spaced(lr_min, lr_max, points)  # what a sweep's range lr=A:B:N:log trains at
     curves: list[dict[str, Any]] = [
         {"batch_norm": bn, "final_losses": [], "peak_losses": [], "stable": []}
         for bn in (False, True)
     ]
-    result = {"lrs": lrs, "curves": curves}
+    grid = bn_lr_grid(lr_min, lr_max, points, steps, hidden_layers, width, seed, device)
+    result = {"lrs": lrs, "curves": curves, "bn_lr_grid": grid}
     for curve in curves:
         for lr in lrs:
             torch.manual_seed(seed)  # the same starting weights at every rate
@@ -101,6 +107,26 @@ def bn_lr_sweep(
     yield result  # the whole sweep (also when no rate ran)
 
 
+def bn_lr_grid(
+    lr_min: float,
+    lr_max: float,
+    points: int,
+    steps: int,
+    hidden_layers: int,
+    width: int,
+    seed: int,
+    device: str,
+) -> dict[str, Any]:
+    """The same runs as a sweep of ``bn-lr`` (each of its runs trains the net without and with
+    BN at one rate), as ``normlab sweep bn-lr --grid NAME=SPEC`` takes it: the rates as a range
+    ``A:B:N:log`` (the same log spacing), each other setting as one value."""
+    grid: dict[str, Any] = {"lr": f"{lr_min!r}:{lr_max!r}:{points}:log", "steps": steps}
+    grid.update(hidden_layers=hidden_layers, width=width, seed=seed)
+    if device != "cpu":  # cpu: every experiment's default device
+        grid["device"] = device
+    return grid
+
+
 def sweep_cell(curve: dict[str, Any], i: int) -> str:
     """The final loss (and the peak) at the i-th rate; a loss that is not finite reads
     diverged."""
@@ -111,7 +137,7 @@ def sweep_cell(curve: dict[str, Any], i: int) -> str:
 
 def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
     """The final loss (and the peak) at every rate, without and with BN; the largest stable rate
-    of each as a note."""
+    of each, and the sweep command that trains the same nets, as notes."""
     lrs = result["lrs"]
     plain, bn = result["curves"]
     rows = [
@@ -124,6 +150,8 @@ def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
         notes.append(
             f"{'with' if c['batch_norm'] else 'without'} BN: largest stable rate {largest}"
         )
+    axes = " ".join(f"--grid {k}={v}" for k, v in result["bn_lr_grid"].items())
+    notes.append(f"the same grid on the sweep engine: normlab sweep bn-lr {axes}")
     return [
         {
             "title": "Final loss (peak after warm-up) by learning rate",
@@ -154,6 +182,7 @@ class SweepCurve:
 class BnLrSweepResult(Result):
     lrs: list[float]
     curves: list[SweepCurve]  # without BN, then with BN
+    bn_lr_grid: dict[str, Any]  # the same runs as a sweep of bn-lr: {name: --grid spec}
 
     def largest_stable(self, curve: SweepCurve) -> str:
         i = curve.largest_stable_lr_index
@@ -256,7 +285,9 @@ EXPERIMENT = Experiment(
         train_step,
         train,
         summarize,
+        log_spaced,
         bn_lr_sweep,
+        bn_lr_grid,
         fmt,
         fmt_as,
         sweep_cell,

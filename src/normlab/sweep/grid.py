@@ -17,7 +17,9 @@ An axis is written as on the command line (``--grid NAME=SPEC``) or in a sweep f
   two spacings differ little and the linear one gives the round numbers one typed
   (``0.1:0.5:5`` is 0.1, 0.2, ..., 0.5). Points are rounded to 12 significant digits (so that
   the ends are what was typed, whatever the machine's ``exp``), an integer parameter's to whole
-  numbers (a range that repeats one is refused).
+  numbers (a range that repeats one is refused). The log spacing is
+  :func:`normlab.models.log_spaced`, the function ``bn-lr-sweep`` makes its learning rates
+  with: ``normlab sweep bn-lr --grid lr=0.1:3.0:12:log`` trains at its rates.
 
 ``--seeds N`` adds the axis ``seed = 0, 1, ..., N-1`` over the experiment's seed parameter.
 
@@ -51,6 +53,7 @@ from normlab.experiments import (
     get_experiment,
     params_dict,
 )
+from normlab.models import log_spaced
 
 MAX_CONFIGS = 100_000
 """The most cells one grid may have: a bound on what one mistyped range can start (and on the
@@ -256,12 +259,10 @@ def _range(p: Parameter, spec: str) -> tuple[Any, ...]:
         raise ParameterError(
             p.name, f"parameter {p.name!r}: a :log range needs A and B above 0, not {spec!r}"
         )
-    if spacing == "log":
-        a, b = math.log(low), math.log(high)
-        points = [math.exp(a + (b - a) * i / (n - 1)) for i in range(n)]
+    if spacing == "log":  # the one log spacing: bn-lr-sweep's learning rates are the same
+        points = log_spaced(low, high, n)
     else:
-        points = [low + (high - low) * i / (n - 1) for i in range(n)]
-    points = [float(f"{x:.12g}") for x in points]
+        points = [float(f"{low + (high - low) * i / (n - 1):.12g}") for i in range(n)]
     values = tuple(round(x) if p.kind == "int" else x for x in points)
     if len(set(values)) < len(values):
         raise ParameterError(
