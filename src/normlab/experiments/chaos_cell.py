@@ -164,7 +164,8 @@ def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
     tail = f"layers {settled + 1}-{depth}"
     q_settled = sum(result["q"][settled:]) / (depth - settled)
     losses = result["losses"]
-    trains = "trains" if result["trainable_depth"] > depth else "should not train"
+    trains = "<" if result["trainable_depth"] > depth else ">="
+    verdict = "predicted to train" if trains == "<" else "predicted not to train"
     return [
         {
             "title": f"sigma_w2 = {result['sigma_w2']:g}, sigma_b2 = {result['sigma_b2']:g}: "
@@ -177,7 +178,8 @@ def tables(result: dict[str, Any]) -> list[dict[str, Any]]:
             ],
             "notes": [
                 f"theory: c* {fmt(result['c_star'])}, xi_c {fmt_as(result['xi_c'], '.4g')}, "
-                f"6 xi_c = {fmt_as(result['trainable_depth'], '.4g')}: depth {depth} {trains}"
+                f"depth {depth} {trains} 6 xi_c = {fmt_as(result['trainable_depth'], '.4g')}: "
+                + verdict
             ],
         },
         {
