@@ -111,9 +111,16 @@ def _check_spec(name: str, spec: object) -> None:
         )
 
 
+def most_runs(experiment: str) -> int:
+    """The most configurations a sweep of ``experiment`` started from the lab may have:
+    :data:`MAX_CONFIGS`, or fewer where its declared cost a run would pass
+    :data:`CPU_BUDGET_S`."""
+    return min(MAX_CONFIGS, int(CPU_BUDGET_S // get_experiment(experiment).cost.cpu_s))
+
+
 def _check_bounds(experiment: str, size: int) -> None:
     cost = get_experiment(experiment).cost.cpu_s
-    most = min(MAX_CONFIGS, int(CPU_BUDGET_S // cost))
+    most = most_runs(experiment)
     if size > most:
         raise GridError(
             "grid",

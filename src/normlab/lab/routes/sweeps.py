@@ -346,6 +346,11 @@ STARTED: schemas.JSON = {
 """What ``POST /api/sweeps`` answers (202)."""
 
 
+def _most_runs() -> str:
+    """``chaos-cell 48, bn-lr 30, ...``: each sweepable experiment's bound, for the document."""
+    return ", ".join(f"{n} {labsweeps.most_runs(n)}" for n in labsweeps.sweepable())
+
+
 def _start_responses() -> dict[int | str, schemas.JSON]:
     answers: dict[int | str, schemas.JSON] = {
         202: {
@@ -413,8 +418,9 @@ def router() -> APIRouter:
         "stored), holds it to the lab's bounds: at most "
         f"{labsweeps.MAX_CONFIGS} configurations (cells times seeds) and at most "
         f"{labsweeps.CPU_BUDGET_S:g} s of CPU at the settings' maxima (configurations times the "
-        "cost the experiment declares a run, GET /api/experiments; over either: 422 naming "
-        "grid; larger sweeps are normlab sweep's, on the command line), then records it in "
+        "cost the experiment declares for a run at its maxima, so at most "
+        f"{_most_runs()} configurations; over either: 422 naming grid; larger sweeps are "
+        "normlab sweep's, on the command line), then records it in "
         "the lab's store and queues it: one sweep computes at a time, "
         f"{MAX_WAITING_JOBS} may wait (one more: 429). The same grid again, while it "
         "waits or runs, is the same sweep; after it stopped (the lab shut down), it runs only "
