@@ -21,6 +21,7 @@ import functools
 import json
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -144,14 +145,23 @@ def start(runner: Runner, sweep: Sweep) -> dict[str, Any]:
     """
     ids = [c.id for c in sweep.configs]
     key = json.dumps([sweep.experiment, sweep.spec(), ids])
-    place = runner.submit(key, functools.partial(_run, sweep))
-    with Store(sweep.store) as store:  # the record Sweep.run writes first, written now
-        sweep_id = store.add_sweep(sweep.experiment, sweep.spec(), ids)
+    recorded: Future[None] = Future()
+    place = runner.submit(key, functools.partial(_run, sweep, recorded))
+    try:
+        with Store(sweep.store) as store:  # the record Sweep.run writes first, written now
+            sweep_id = store.add_sweep(sweep.experiment, sweep.spec(), ids)
+    except BaseException as exc:
+        recorded.set_exception(exc)
+        raise
+    recorded.set_result(None)
     return {"id": sweep_id, "url": f"/sweeps/{sweep_id}", "total": len(ids), "queued": place}
 
 
-def _run(sweep: Sweep, check: Callable[[], None]) -> None:
-    sweep.run(backend=stopping(check))
+def _run(sweep: Sweep, recorded: Future[None], check: Callable[[], None]) -> None:
+    """Run ``sweep`` once :func:`start` has recorded it (two connections that create one
+    SQLite file at once may find it locked); not at all if that failed (its request said so)."""
+    if recorded.exception() is None:
+        sweep.run(backend=stopping(check))
 
 
 def stopping(check: Callable[[], None]) -> Backend:
