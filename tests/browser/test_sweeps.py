@@ -84,3 +84,28 @@ def test_a_sweep_is_drawn_redrawn_as_it_fills_and_its_controls_choose_the_map(
     assert rows == 6 + 2  # the cells, then each init's sensitivity
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "sweep.png"), full_page=True)
+
+
+def test_the_form_starts_a_small_sweep_and_says_the_server_s_refusal(
+    page: Any, server: str
+) -> None:
+    """The form posts its lines as the command line's NAME=SPEC texts: a refused grid shows the
+    server's message beside it; a good one opens the sweep's page, which fills to complete."""
+    page.set_default_timeout(60_000)  # two tiny runs: a hang guard
+    page.goto(f"{server}/sweeps")
+    page.select_option('select[name="experiment"]', "chaos-cell")
+    page.fill('textarea[name="grid"]', "sigma_w2=0.5,9\ndepth=4")
+    page.guard.expect_422()
+    page.click('.nl-sweep-form button[type="submit"]')
+    problem = page.locator(".nl-sweep-form-error")
+    problem.wait_for(state="visible")
+    assert "parameter 'sigma_w2': 9.0 is not allowed" in problem.inner_text()
+    assert page.url == f"{server}/sweeps"  # refused: the page stays
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.locator(".nl-sweep-form").screenshot(path=str(SCREENSHOTS / "sweep-form.png"))
+
+    page.fill('textarea[name="grid"]', "sigma_w2=1,2\n\ndepth=4\nwidth=16\nsteps=2")
+    page.click('.nl-sweep-form button[type="submit"]')
+    page.wait_for_url(f"{server}/sweeps/*")
+    page.wait_for_function("() => document.querySelector('.nl-sweep')?.dataset.complete === 'true'")
+    assert "2 of 2 cells stored" in page.locator(".nl-sweep-progress").inner_text()

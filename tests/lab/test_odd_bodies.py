@@ -29,6 +29,7 @@ WRITE_ROUTES = [
     ("PUT", "/api/exercises/bn-backward/code"),
     ("POST", "/api/exercises/bn-backward/submit"),
     ("POST", "/api/train/AAAAAAAAAAAAAAAA/control"),
+    ("POST", "/api/sweeps"),
 ]
 """Every route that reads a JSON body (``/api/train/.../control`` reads it before it looks the
 run up, so an unknown run shows the body's answer)."""
@@ -36,8 +37,9 @@ run up, so an unknown run shows the body's answer)."""
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    db: Path = tmp_path_factory.mktemp("odd") / "progress.sqlite3"
-    with TestClient(create_app(db_path=db), base_url=LAB, raise_server_exceptions=False) as c:
+    folder: Path = tmp_path_factory.mktemp("odd")
+    app = create_app(db_path=folder / "progress.sqlite3", sweeps_store=folder / "sweeps.sqlite3")
+    with TestClient(app, base_url=LAB, raise_server_exceptions=False) as c:
         yield c
 
 

@@ -18,6 +18,10 @@ Bounds, so that the whole run stays near a minute on two busy cores:
   the experiments that stream without training are those that can take seconds (issue 33:
   unbounded, their POSTs and streams took 19 s of CPU here, bounded 3 s). The values stay
   inside what the document allows, so they are still its cases;
+- a sweep started by ``POST /api/sweeps`` runs in the lab's job thread while the test goes
+  on (until the lab stops): its experiment's integer parameters are bounded the same way, as
+  fixed settings of its grid, and its seeds to :data:`SWEEP_SEEDS` (:func:`_bounded_sweep`);
+  its store is a temporary file;
 - ``GET /api/train/stream`` is not called: its run trains until the client leaves, so its
   answer has no end to check (``tests/lab/test_trainpage.py`` reads its events).
 """
@@ -38,9 +42,11 @@ from schemathesis.checks import load_all_checks
 from schemathesis.config import SchemathesisConfig
 from schemathesis.core import NotSet
 from schemathesis.core.failures import Failure, FailureGroup
+from schemathesis.core.parameters import ParameterLocation
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from normlab.experiments import get_experiment, list_experiments
+from normlab.lab import labsweeps
 from normlab.lab.app import create_app
 from normlab.lab.exercises import EXERCISES, CodeExercise
 
@@ -64,15 +70,39 @@ so a request it calls valid may break one
 (:func:`test_every_rule_between_parameters_is_in_the_text`)."""
 
 
+SWEEPS = "/api/sweeps"
+SWEEP_SEEDS = 2
+"""The most seeds a sweep the test starts runs (:func:`_bounded_sweep`)."""
+
+
 def documented_positive_data_acceptance(ctx: Any, response: Any, case: Any) -> bool | None:
-    """schemathesis' ``positive_data_acceptance``, with the documented exception: a 422 naming
-    a parameter of :data:`RULES_IN_WORDS` or its partner."""
+    """schemathesis' ``positive_data_acceptance``, with the documented exceptions: a 422 naming
+    a parameter of :data:`RULES_IN_WORDS` or its partner, and a sweep's grid that the sweep
+    engine refuses (:func:`_refused_by_the_sweep_engine`)."""
     try:
         return positive_data_acceptance(ctx, response, case)
     except Failure:
-        if not _breaks_a_rule_in_words(case, response):
+        if not (
+            _breaks_a_rule_in_words(case, response) or _refused_by_the_sweep_engine(case, response)
+        ):
             raise
         return None
+
+
+def _refused_by_the_sweep_engine(case: Any, response: Any) -> bool:
+    """``POST /api/sweeps`` answered 422 naming ``grid``, ``seeds`` or a parameter its grid
+    names: the engine's check of each axis against the experiment's declarations, and the
+    lab's bounds, which the document states in words (JSON Schema cannot say which parameters
+    the experiment chosen has, nor how many values a text like ``0.1:3:12`` gives)."""
+    if case.operation.path != SWEEPS or response.status_code != 422:
+        return False
+    grid = case.body.get("grid") if isinstance(case.body, dict) else None
+    if isinstance(grid, list):
+        names = {str(t).partition("=")[0].strip() for t in grid}
+    else:
+        names = set(grid) if isinstance(grid, dict) else set()
+    named = response.json().get("detail", {}).get("parameter")
+    return named in {"grid", "seeds"} | names | {n.replace("-", "_") for n in names}
 
 
 def _breaks_a_rule_in_words(case: Any, response: Any) -> bool:
@@ -120,9 +150,10 @@ CONFIG = SchemathesisConfig.from_dict(
 def _lab_schema() -> Any:
     """The lab's own document, loaded in-process; its requests go to the app itself, whose
     lifespan schemathesis runs (started at the first request, stopped when the tests end).
-    Its progress database is a temporary file: no test touches the learner's."""
-    db = Path(tempfile.mkdtemp(prefix="normlab-schema-")) / "progress.sqlite3"
-    app = create_app(db_path=db)
+    Its progress database and its sweep store are temporary files: no test touches the
+    learner's."""
+    folder = Path(tempfile.mkdtemp(prefix="normlab-schema-"))
+    app = create_app(db_path=folder / "progress.sqlite3", sweeps_store=folder / "sweeps.sqlite3")
     loaded = schemathesis.openapi.from_dict(app.openapi(), config=CONFIG)
     loaded.app = app
     return loaded.exclude(path=list(UNBOUNDED))
@@ -139,11 +170,45 @@ def _experiment(path: str) -> str | None:
     return None
 
 
+def _small(p: Any, given: Any) -> Any:
+    """A quarter of ``p``'s default at most, for a valid integer ``given``; else ``given``."""
+    if type(given) is not int or p.min is None or p.max is None or not p.min <= given <= p.max:
+        return given
+    return min(given, max(int(p.min), p.default // 4))
+
+
+def _bounded_sweep(case: Any) -> None:
+    """A sweep's body: its experiment's integer parameters (not its seed) as :func:`_bounded`
+    sets a run's, as fixed settings of the grid (each value of a list bounded alike), and at
+    most :data:`SWEEP_SEEDS` seeds. What is invalid stays as generated, to be refused."""
+    body = case.body
+    name = body.get("experiment") if isinstance(body, dict) else None
+    if not isinstance(name, str) or name not in STREAMS:
+        return
+    seeds = body.get("seeds")
+    if type(seeds) is int and 1 <= seeds <= labsweeps.MAX_CONFIGS:  # valid: bounded
+        body["seeds"] = min(seeds, SWEEP_SEEDS)
+    grid = body.setdefault("grid", {})
+    for p in get_experiment(name).parameters:
+        if p.kind != "int" or p.name == "seed":
+            continue
+        if isinstance(grid, dict):
+            given = grid.get(p.name, p.default)
+            many = isinstance(given, list)
+            grid[p.name] = [_small(p, v) for v in given] if many else _small(p, given)
+        elif isinstance(grid, list) and not any(str(t).startswith(f"{p.name}=") for t in grid):
+            grid.append(f"{p.name}={_small(p, p.default)}")
+
+
 def _bounded(case: Any) -> None:
     """Set a streaming experiment's integer parameters (not its seed) to at most a quarter of
     their default, in the body or the query, whichever the operation takes: those left out
     too, since their defaults can run for seconds each (its defaults are tested elsewhere).
-    Invalid values (out of range, not integers) stay as generated, to be refused."""
+    Invalid values (out of range, not integers) stay as generated, to be refused. A sweep's
+    body: :func:`_bounded_sweep`."""
+    if case.operation.path == SWEEPS and case.operation.method.upper() == "POST":
+        _bounded_sweep(case)
+        return
     name = _experiment(case.operation.path)
     if name is None:
         return
@@ -157,11 +222,8 @@ def _bounded(case: Any) -> None:
     if not isinstance(values, dict):
         return  # not an object of parameters: refused before anything runs
     for p in get_experiment(name).parameters:
-        given = values.get(p.name, p.default)
-        if p.kind != "int" or p.name == "seed" or type(given) is not int:
-            continue
-        if p.min is not None and p.max is not None and p.min <= given <= p.max:
-            values[p.name] = min(given, max(int(p.min), p.default // 4))
+        if p.kind == "int" and p.name != "seed":
+            values[p.name] = _small(p, values.get(p.name, p.default))
 
 
 def _check_operation(operation: Any, mode: GenerationMode) -> int:
@@ -218,7 +280,9 @@ def test_the_document_leaves_no_answer_or_body_unsaid() -> None:
     devices = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
     for path, operations in document["paths"].items():
         for method, operation in operations.items():
-            for media, content in operation["responses"]["200"].get("content", {}).items():
+            ok = [r for code, r in operation["responses"].items() if code.startswith("2")]
+            assert len(ok) == 1, (method, path)  # 200, or 202 for a sweep started
+            for media, content in ok[0].get("content", {}).items():
                 said = {k: v for k, v in content.get("schema", {}).items() if k != "title"}
                 assert said or media == "text/event-stream", (method, path, media)
             if method in ("post", "put"):
@@ -241,8 +305,9 @@ def test_a_body_over_the_byte_limit_counts_as_refused() -> None:
 
     @settings(max_examples=20, database=None, derandomize=True, phases=[Phase.generate])
     @given(operation.as_strategy(generation_mode=GenerationMode.NEGATIVE))
-    def draw(c: Any) -> None:  # a negative case with a body of code (no shrinking: any will do)
-        if isinstance(c.body, dict) and set(c.body) == {"code"}:
+    def draw(c: Any) -> None:  # a case whose body of code is the negative part (no shrinking)
+        body_mode = c.meta.components[ParameterLocation.BODY].mode
+        if isinstance(c.body, dict) and set(c.body) == {"code"} and body_mode.is_negative:
             drawn.append(c)
 
     draw()

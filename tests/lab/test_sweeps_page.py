@@ -58,7 +58,7 @@ def test_the_list_names_each_sweep_and_how_far_it_ran(client: TestClient, sweep_
     page = client.get("/sweeps")
     assert page.status_code == 200
     assert f'href="/sweeps/{sweep_id}"' in page.text and "12 of 12 cells stored" in page.text
-    assert "terminal and watch it here" in page.text  # the lab starts no sweep
+    assert "terminal and watch it here" in page.text  # a larger sweep: the command line
     assert '<a href="/sweeps" aria-current="page">Sweeps</a>' in page.text  # the navigation
 
 
@@ -98,7 +98,7 @@ def test_the_page_embeds_its_first_state_and_the_renderer(
     assert found is not None
     initial = json.loads(html.unescape(found.group(1)))
     assert initial["view"]["value"] == "diverged" and initial["id"] == sweep_id
-    assert "watch it here" in page.text  # the lab starts no sweep: it says where to start one
+    assert "watch it here" in page.text  # it says where to start one
 
 
 @pytest.mark.parametrize(

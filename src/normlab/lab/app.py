@@ -64,7 +64,8 @@ from normlab.lab.watchlog import WatchLog
 __all__ = ["DOCS_ASSETS", "create_app", "serve"]
 
 WARM_STOP_TIMEOUT_S = 60.0
-"""How long shutdown waits for the warm-up to end (its run in progress stops at its next step)."""
+"""How long shutdown waits for the warm-up to end (its run in progress stops at its next step),
+and then for a sweep started from the lab (it stops before its next configuration)."""
 
 REQUEST_READ_TIMEOUT_S = 10.0
 """How long a connection has to send a whole request, head and body, once it opens or starts
@@ -184,7 +185,8 @@ def _include_routes(app: FastAPI) -> None:
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI, warm: bool) -> AsyncIterator[None]:
-    """Start (the warm-up, the sandbox) and, whatever happens, stop what the app owns."""
+    """Start (the warm-up, the sandbox) and, whatever happens, stop what the app owns (a sweep
+    started from the lab stops before its next configuration, and is waited for)."""
     state = state_of(app)
     state.runner.resume()  # after a shutdown, the app may be started again
     if state.watch is not None:
@@ -209,6 +211,7 @@ async def _lifespan(app: FastAPI, warm: bool) -> AsyncIterator[None]:
         _end_streams(app)
         if warmer is not None:
             warmer.join(timeout=WARM_STOP_TIMEOUT_S)
+        state.runner.finish_jobs(timeout=WARM_STOP_TIMEOUT_S)  # a lab sweep: its cell ends
         state.sandbox.close()
         state.progress.close()
         if state.runner.answers is not None:  # opened again on its next use

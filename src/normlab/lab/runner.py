@@ -11,7 +11,11 @@ it starts again). Two kinds of run:
   (:meth:`Runner.admit`), at most :attr:`Runner.max_sessions` of both at once, until its
   client leaves (:meth:`Runner.release`, during the build too); its build and steps take the
   Runner's threads kept for sessions (:meth:`Runner.in_session_thread`). What its stream
-  sends is :mod:`normlab.lab.trainruns`'s.
+  sends is :mod:`normlab.lab.trainruns`'s;
+- a background job (a sweep started from the lab, :mod:`normlab.lab.labsweeps`): no client
+  waits for it, so it runs in the Runner's one job thread, one job at a time, at most
+  :attr:`Runner.max_waiting_jobs` waiting (:meth:`Runner.submit`), and stops at its next check
+  when the lab shuts down (:meth:`Runner.finish_jobs` waits for that).
 
 The cache key is the experiment name plus every parameter *after* validation and defaults, so
 ``{}`` and ``{"depth": 10}`` for ``drift`` share one entry. Concurrent requests for the same key
@@ -41,10 +45,11 @@ import asyncio
 import ctypes
 import json
 import math
+import sys
 import threading
 import time
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -156,6 +161,14 @@ MAX_BYTES = 256 << 20
 beside it take a few times more); the least recently used go first."""
 MAX_SESSIONS = 4
 """Live sessions training at once (a compared run has two); one more is refused (503)."""
+MAX_WAITING_JOBS = 4
+"""Background jobs (sweeps started from the lab) that may wait while one computes; one more is
+refused (:class:`RunBusy`). Each is bounded (:mod:`normlab.lab.labsweeps`), so the line is too:
+a few sweeps a learner queued from the page, not a cluster's work."""
+
+Job = Callable[[Callable[[], None]], None]
+"""A background job: called as ``job(check)`` in the Runner's job thread; ``check()`` raises
+:class:`RunCancelled` once the lab stops, and the job calls it between its units of work."""
 
 
 class _Threads(NamedTuple):
@@ -212,6 +225,10 @@ class Runner:
         self.stored = 0  # kept answers read from the answers store instead
         self.abandoned = 0  # runs stopped because every request for them had gone
         self._cancelled = threading.Event()
+        self.max_waiting_jobs = MAX_WAITING_JOBS
+        self._jobs: deque[tuple[str, Job]] = deque()  # (key, job), waiting, in order
+        self._job: str | None = None  # the key of the job computing now
+        self._job_thread: threading.Thread | None = None  # alive while jobs run or wait
 
     def cancel(self) -> None:
         """Stop the runs in progress at their next step, end every live session after its step
@@ -219,11 +236,13 @@ class Runner:
 
         The lab calls it when it starts shutting down, so that Ctrl+C does not wait for a long
         run nobody will read, nor for a session's stream, which never ends by itself. Cached
-        answers are still given.
+        answers are still given. The background job computing stops at its next check, those
+        waiting are dropped (:meth:`submit`).
         """
         with self._lock:  # no session is admitted between the flag and the closing
             self._cancelled.set()
             sessions = [*self._sessions.values(), *self._booked.values()]
+            self._jobs.clear()  # the waiting jobs never start; the one computing stops
         for session in sessions:
             session.close()
 
@@ -306,6 +325,69 @@ class Runner:
             for held in (self._sessions, self._booked):
                 if held.get(session.id) is session:
                     del held[session.id]
+
+    def submit(self, key: str, job: Job) -> int:
+        """Run ``job(check)`` in this Runner's job thread once the jobs submitted before it have
+        ended, and answer its place in the line: 0 when it starts at once, ``n`` when ``n``
+        jobs compute or wait before it. One job computes at a time (it holds the experiments'
+        ``ENGINE`` for each of its runs, as any run does); ``check()`` raises
+        :class:`RunCancelled` once :meth:`cancel` is called. A job of the same ``key`` already
+        waiting or computing is not queued again: its place is answered.
+
+        Raises:
+            RunCancelled: the lab is stopping.
+            RunBusy: :attr:`max_waiting_jobs` jobs wait already.
+        """
+        with self._lock:
+            if self._cancelled.is_set():
+                raise RunCancelled("the lab is stopping")
+            ahead = [self._job] if self._job is not None else []
+            line = [*ahead, *(k for k, _ in self._jobs)]
+            if key in line:
+                return line.index(key)
+            if len(self._jobs) >= self.max_waiting_jobs:
+                raise RunBusy(
+                    f"{len(self._jobs)} sweeps wait already behind the one computing (at most "
+                    f"{self.max_waiting_jobs}): try again when one has ended"
+                )
+            self._jobs.append((key, job))
+            if self._job_thread is None:
+                self._job_thread = threading.Thread(
+                    target=self._work, name="normlab-jobs", daemon=True
+                )
+                self._job_thread.start()
+            return len(line)
+
+    def _work(self) -> None:
+        """The job thread: the waiting jobs, in order, until none is left (or the lab stops)."""
+        while True:
+            with self._lock:
+                if not self._jobs:
+                    self._job, self._job_thread = None, None
+                    return
+                self._job, job = self._jobs.popleft()
+            try:
+                job(self._check_job)
+            except RunCancelled:
+                pass  # the lab stops: what the job stored stays
+            except Exception as exc:  # no client waits for it: say it where the lab logs
+                print(f"normlab lab: a background job failed: {exc!r}", file=sys.stderr)
+            finally:
+                trim()
+
+    def _check_job(self) -> None:
+        if self._cancelled.is_set():
+            raise RunCancelled("the lab is shutting down")
+
+    def finish_jobs(self, timeout: float | None = None) -> bool:
+        """Wait (at most ``timeout`` seconds) until no background job computes or waits;
+        whether none does. After :meth:`cancel`, the one computing stops at its next check."""
+        with self._lock:
+            thread = self._job_thread
+        if thread is not None:
+            thread.join(timeout)
+            return not thread.is_alive()
+        return True
 
     def _check(self, entry: _Entry | None) -> None:
         if self._cancelled.is_set():

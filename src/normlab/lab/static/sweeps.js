@@ -1,4 +1,5 @@
-/* normlab lab: the /sweeps/ID page, one sweep's heat map and tables, followed while it runs.
+/* normlab lab: the /sweeps/ID page, one sweep's heat map and tables, followed while it runs,
+ * and the /sweeps page's form that starts a sweep.
  *
  * The server embeds the sweep's state in the page (GET /api/sweeps/ID answers the same). A
  * state carries its figures described as data and its tables, drawn by the one generic
@@ -10,6 +11,10 @@
  *
  * For tests, the section exposes data-done and data-complete (of the state drawn last),
  * data-view (its x, y and value, as "x|y|value") and data-busy ("true" while a request runs).
+ *
+ * The form sends its grid as the lines it holds, NAME=SPEC texts as on the command line (the
+ * server parses them as `normlab sweep --grid` does): POST /api/sweeps, then the sweep's page,
+ * or the server's one-line refusal beside the form.
  */
 "use strict";
 
@@ -108,7 +113,44 @@
     return refresh;
   }
 
+  function startForm(form) {
+    const problem = form.querySelector(".nl-sweep-form-error");
+    const button = form.querySelector('button[type="submit"]');
+    const say = (text) => {
+      problem.hidden = false;
+      problem.replaceChildren(el("p", { text }));
+    };
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const grid = form.elements.grid.value.split("\n").map((line) => line.trim()).filter(Boolean);
+      const seeds = form.elements.seeds.value.trim();
+      const body = { experiment: form.elements.experiment.value, grid, seeds: seeds ? Number(seeds) : null };
+      button.disabled = true;
+      form.dataset.busy = "true";
+      try {
+        const answer = await fetch("/api/sweeps", {
+          method: "POST",
+          headers: { "Content-Type": "application/json", Accept: "application/json" },
+          body: JSON.stringify(body),
+        });
+        const reply = await answer.json();
+        if (answer.ok) {
+          location.assign(reply.url);
+          return;
+        }
+        say(reply.detail?.message ?? `the lab answered ${answer.status}`);
+      } catch (err) {
+        say(`the lab did not answer: ${err}`);
+      } finally {
+        button.disabled = false;
+        form.dataset.busy = "false";
+      }
+    });
+  }
+
   async function start() {
+    const form = document.querySelector(".nl-sweep-form");
+    if (form) startForm(form);
     const root = document.querySelector(".nl-sweep");
     if (!root) return;
     const refresh = follow(root);
