@@ -84,6 +84,10 @@ def test_every_cell_holds_every_parameter_validated() -> None:
             "grid",
             "at most",
         ),
+        # a range or a list longer than any grid may hold: refused before its points are made
+        # (a billion points would take minutes and gigabytes to build)
+        ("bn-lr", ["lr=0.1:1:1000000000"], None, "lr", "asks for 1000000000 points, at most"),
+        ("bn-lr", ["seed=" + ",".join(map(str, range(100_001)))], None, "seed", "at most"),
         # a combination the declaration refuses: lr_max must be larger than lr_min
         ("bn-lr-sweep", ["lr_min=0.5", "lr_max=0.2,1"], None, "lr_max", "lr_max=0.2"),
     ],

@@ -219,9 +219,11 @@ def _axis(p: Parameter, spec: Any) -> Axis:
         raise GridError(p.name, str(exc)) from None
     if not values:
         raise GridError(p.name, f"parameter {p.name!r}: no values given, use {p.allowed()}")
-    repeated = [v for i, v in enumerate(values) if v in values[:i]]
-    if repeated:
-        raise GridError(p.name, f"parameter {p.name!r}: value {repeated[0]!r} given twice")
+    seen: set[str] = set()
+    for v in values:  # by repr: a float_list's values are lists, which no set can hold
+        if repr(v) in seen:
+            raise GridError(p.name, f"parameter {p.name!r}: value {v!r} given twice")
+        seen.add(repr(v))
     return Axis(p.name, values, shown)
 
 
@@ -237,6 +239,10 @@ def _parse_spec(p: Parameter, spec: str) -> tuple[Any, ...]:
             )
         return _range(p, spec)
     parts = spec.split(";") if p.kind == "float_list" else spec.split(",")
+    if len(parts) > MAX_CONFIGS:
+        raise ParameterError(
+            p.name, f"parameter {p.name!r}: {len(parts)} values, at most {MAX_CONFIGS} an axis"
+        )
     return tuple(p.parse(part) for part in parts)
 
 
@@ -250,8 +256,12 @@ def _range(p: Parameter, spec: str) -> tuple[Any, ...]:
             f"parameter {p.name!r}: {spec!r} is not a range A:B:N[:log|:lin] "
             "(N >= 2 points from A to B)",
         )
-    low, high = float(p.parse(match.group(1))), float(p.parse(match.group(2)))
     n = int(count)
+    if n > MAX_CONFIGS:  # refused before a point is made: N is the user's, unbounded
+        raise ParameterError(
+            p.name, f"parameter {p.name!r}: {spec!r} asks for {n} points, at most {MAX_CONFIGS}"
+        )
+    low, high = float(p.parse(match.group(1))), float(p.parse(match.group(2)))
     spacing = match.group(4) or (
         "log" if low > 0 and high > 0 and max(low, high) / min(low, high) >= 10 else "lin"
     )
