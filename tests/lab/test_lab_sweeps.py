@@ -10,6 +10,7 @@ width 16, 2 steps: its cells run batched). A test waits for a sweep with
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -211,6 +212,7 @@ def test_the_list_page_has_the_form_with_the_sweepable_experiments(lab: Lab) -> 
     page = lab.client.get("/sweeps")
     assert page.status_code == 200
     assert '<form class="nl-sweep-form"' in page.text and 'src="/static/sweeps.js"' in page.text
-    options = [f'<option value="{n}">' for n in labsweeps.sweepable()]
-    assert all(o in page.text for o in options) and '<option value="drift">' not in page.text
+    options = re.findall(r'<option value="([^"]+)"( selected)?>', page.text)
+    assert [name for name, _ in options] == labsweeps.sweepable()  # drift has no loss curve
+    assert [name for name, chosen in options if chosen] == ["chaos-cell"]  # the placeholder's
     assert f"at most {labsweeps.MAX_CONFIGS} configurations" in page.text

@@ -78,8 +78,8 @@ def view(
     fixed: Sequence[str] = (),
 ) -> SweepView:
     """A :class:`SweepView` from options as typed (``fixed``: ``NAME=VALUE`` texts), checked:
-    a bad one raises :class:`ViewError` naming it. ``x`` and ``y`` default to the first axes
-    the value can use (the learning rate first on ``x``)."""
+    a bad one raises :class:`ViewError` naming it. ``x`` and ``y`` default to the axes the
+    value can use with the most values (the learning rate first, on ``x``)."""
     if value == "sensitivity" and LR_AXIS not in summary.axis_names:
         raise ViewError("value", f"value 'sensitivity' needs a sweep over {LR_AXIS!r}")
     if value not in summary.value_names:
@@ -93,7 +93,11 @@ def view(
     if x is not None and x == y:
         raise ViewError("y", f"y {y!r}: the same axis as x, choose another")
     pinned = {item.partition("=")[0].strip().replace("-", "_") for item in fixed}
-    free = sorted((a for a in usable if a not in (x, y, *pinned)), key=lambda a: a != LR_AXIS)
+    sizes = {name: len(values) for name, values in summary.axes}
+    # the learning rate first, then the axes with the most values: the map's widest sides
+    free = sorted(
+        (a for a in usable if a not in (x, y, *pinned)), key=lambda a: (a != LR_AXIS, -sizes[a])
+    )
     x = x or (free.pop(0) if free else None)
     y = y or (free.pop(0) if free else None)
     return SweepView(summary, x, y, value, parse_fixed(summary, fixed, {x, y}, value))
