@@ -195,3 +195,20 @@ def test_the_list_shows_the_newest_sweeps_first_up_to_its_limit(tmp_path: Path) 
         newer = s.add_sweep("bn-lr", {"lr": "0.1"}, [older.configs[0].id])
     assert [x.id for x in catalog.list_sweeps(older.store, limit=1)] == [newer]
     assert [x.total for x in catalog.list_sweeps(older.store)] == [1, 12]
+
+
+def test_a_view_maps_the_axes_with_the_most_values_unless_told() -> None:
+    """Without ``x`` and ``y`` a view maps the learning rate first, then the axes with the most
+    values, whatever order the record lists them in (the lab's lists them by name)."""
+    result = {"losses": [1.0], "chi_1": 1.0, "chi_1_theory": 1.0}
+    records = [
+        {"params": {"sigma_b2": b, "sigma_w2": w}, "status": "ok", "result": result}
+        for b in (0.0, 0.1)
+        for w in (0.5, 1.0, 2.0)
+    ]
+    s = summarize("chaos-cell", [("sigma_b2", (0.0, 0.1)), ("sigma_w2", (0.5, 1.0, 2.0))], records)
+    chosen = view(s)
+    assert (chosen.x, chosen.y) == ("sigma_w2", "sigma_b2")
+    assert (view(s, x="sigma_b2").x, view(s, x="sigma_b2").y) == ("sigma_b2", "sigma_w2")
+    with_lr = summarize("bn-lr", [("init", ("he", "xavier", "small")), ("lr", (0.1, 1.0))], [])
+    assert (view(with_lr).x, view(with_lr).y) == ("lr", "init")
