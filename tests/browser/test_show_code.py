@@ -1,9 +1,13 @@
 """Show the code in a real browser: the plain-PyTorch script behind every widget.
 
 For every widget of every lesson: "Show the code" shows the script the code route renders for
-the widget's settings; "Open in the playground" opens it in a runnable listing, Run runs it in
-the lab's sandbox (for real), and every number of the widget's table is in what it prints;
-"Download notebook" gives a valid ``.ipynb`` holding the same code. While shown, the code follows
+the widget's settings; "Download notebook" gives a valid ``.ipynb`` holding the same code;
+"Open in the playground" opens a new tab whose editor holds exactly that script. For one widget
+a lesson (its first) Run is pressed there: the script runs in the lab's sandbox (for real), its
+status is ok, and every number of the widget's table is in what it prints. Every other widget's
+script is run once, without a browser, at the page's own settings: tests/lab/test_pages.py runs
+each (``listing_runs``) and checks it prints every number of the widget's tables
+(``test_widget_code_prints_every_number_of_the_widget_s_tables``). While shown, the code follows
 the settings. At a phone's width nothing scrolls the page sideways (the code box scrolls itself).
 """
 
@@ -113,8 +117,9 @@ def printed(number: str, text: str) -> bool:
     return float(number) in {float(n) for n in NUMBER.findall(text)}
 
 
-def run_in_playground(page: Any, href: str, script: str) -> dict[str, str]:
-    """Follow the playground link (a new tab), check it holds the script, Run it."""
+def open_in_playground(page: Any, href: str, script: str, run: bool) -> dict[str, str] | None:
+    """Follow the playground link (a new tab), check it holds the script, and if ``run``, Run
+    it: what it printed (its status, stdout and stderr)."""
     with page.context.expect_page() as opened:
         page.locator(f'a.nl-open-playground[href="{href}"]').click()
     tab = opened.value
@@ -126,6 +131,8 @@ def run_in_playground(page: Any, href: str, script: str) -> dict[str, str]:
         editor = tab.locator("textarea.nl-input").first
         editor.wait_for()
         assert editor.input_value().rstrip("\n") == script.rstrip("\n")
+        if not run:
+            return None
         tab.locator("button.nl-run-btn").first.click()
         tab.wait_for_function(RAN)
         out: dict[str, str] = tab.evaluate(
@@ -160,15 +167,18 @@ def download_notebook(page: Any, wid: str, shown: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("slug", SLUGS)
 def test_show_the_code_runs_in_the_playground(page: Any, server: str, slug: str) -> None:
-    """One page load per lesson serves Show the code, Download notebook and the playground's
-    Run of every widget (none of them changes the widget's settings)."""
+    """One page load per lesson serves Show the code, Download notebook and the playground link
+    of every widget (none of them changes the widget's settings), and the playground's Run of
+    its first widget (tests/lab/test_pages.py runs every widget's code, without a browser)."""
     ids = open_lesson(page, server, slug, PRESETS.get(slug, ""))
-    for wid in ids:
+    for i, wid in enumerate(ids):
         snap = settle(page, wid)
         shown = show_code(page, wid)
         script = check_code(server, snap, shown)
         download_notebook(page, wid, shown)
-        ran = run_in_playground(page, shown["playground"], script)
+        ran = open_in_playground(page, shown["playground"], script, run=i == 0)
+        if ran is None:
+            continue
         name = snap["experiment"]
         assert ran["status"] == "ok", f"{name}: the script {ran['status']}: {ran['stderr'][-2000:]}"
         missing = [n for n in numbers_in(snap["tables"]) if not printed(n, ran["stdout"])]

@@ -237,14 +237,30 @@ CPU = (
 """Appended to a listing: its process prints its own CPU seconds last."""
 
 
+_WIDGET = re.compile(
+    r'data-experiment="([^"]+)"[^>]*? data-params="([^"]*)".*?'
+    r'<script type="application/json" class="nl-initial">(.*?)</script>',
+    re.S,
+)
+
+
+def _widgets(page: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """Each widget of a page at the page's own settings: (experiment, the code it shows and
+    "Open in the playground" runs, the result it draws: the one embedded in the page)."""
+    return [
+        (
+            name,
+            script.render(get_experiment(name), json.loads(html.unescape(params))),
+            json.loads(initial),
+        )
+        for name, params, initial in (m.groups() for m in _WIDGET.finditer(page))
+    ]
+
+
 def _widget_scripts(page: str) -> list[tuple[str, str]]:
     """The code each widget of a page shows (and "Open in the playground" runs) at the page's
     own settings: (experiment, script)."""
-    found = re.finditer(r'data-experiment="([^"]+)"[^>]*? data-params="([^"]*)"', page)
-    return [
-        (name, script.render(get_experiment(name), json.loads(html.unescape(params))))
-        for name, params in (m.groups() for m in found)
-    ]
+    return [(name, src) for name, src, _ in _widgets(page)]
 
 
 @pytest.fixture(scope="module")
@@ -319,6 +335,40 @@ def test_code_listings_run_and_print_what_the_page_shows(
     for (src, shown), got in zip(listings, printed, strict=True):
         if shown is not None:
             assert got.strip() == shown.strip(), f"listing prints differently:\n{src}"
+
+
+NUMBER = re.compile(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+def _table_numbers(tables: list[dict[str, Any]]) -> list[str]:
+    """Every number written in the tables' cells, once each, in order."""
+    found = [m for t in tables for row in t["rows"] for cell in row for m in NUMBER.findall(cell)]
+    return list(dict.fromkeys(found))
+
+
+def _is_printed(number: str, text: str) -> bool:
+    """``number`` is in ``text``: the same value, however written ("0.50" is printed "0.5")."""
+    return float(number) in {float(n) for n in NUMBER.findall(text)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("slug", [lesson.slug for lesson in LESSONS])
+def test_widget_code_prints_every_number_of_the_widget_s_tables(
+    lesson_pages: dict[str, str], listing_runs: dict[str, tuple[str, float]], slug: str
+) -> None:
+    """Every widget's code at the page's own settings, run as a learner's Run runs it (the
+    playground link opens it; :func:`listing_runs` ran it), prints every number of the tables
+    the widget shows at those settings (the result the page embeds). The browser test
+    (tests/browser/test_show_code.py) presses Run in the playground for one widget a lesson."""
+    lesson = find(slug)
+    assert lesson is not None
+    widgets = _widgets(lesson_pages[slug])
+    assert [name for name, _, _ in widgets] == list(lesson.experiments)  # the parser missed none
+    for name, src, shown in widgets:
+        assert shown["experiment"] == name
+        printed = listing_runs[src][0]
+        missing = [n for n in _table_numbers(shown["tables"]) if not _is_printed(n, printed)]
+        assert not missing, f"{slug}, {name}: {missing} of the table not printed:\n{printed}"
 
 
 # -- every listing is plain PyTorch, or marked as the normlab version of the one before ----------
