@@ -97,10 +97,19 @@ def plan(
 
 
 def _check_spec(name: str, spec: object) -> None:
-    """Refuse an axis text longer than :data:`MAX_SPEC_CHARS` before the engine reads it (a
-    range's point count the engine bounds itself, before it makes a point)."""
-    if isinstance(spec, str) and len(spec) > MAX_SPEC_CHARS:
+    """Refuse an axis text longer than :data:`MAX_SPEC_CHARS`, or a range ``A:B:N`` of more
+    than :data:`MAX_CONFIGS` points, before the engine builds its values."""
+    if not isinstance(spec, str):
+        return
+    if len(spec) > MAX_SPEC_CHARS:
         raise GridError(name, f"parameter {name!r}: at most {MAX_SPEC_CHARS} characters")
+    parts = spec.split(":")
+    if len(parts) in (3, 4) and parts[2].strip().isdigit() and int(parts[2]) > MAX_CONFIGS:
+        raise GridError(
+            name,
+            f"parameter {name!r}: {spec.strip()!r} has {int(parts[2])} points, a sweep "
+            f"started from the lab at most {MAX_CONFIGS} configurations",
+        )
 
 
 def most_runs(experiment: str) -> int:
