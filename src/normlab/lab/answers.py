@@ -6,7 +6,8 @@ life of its process. An :class:`AnswerStore` keeps them across processes, in one
 before computing it, and writes it here once computed. Ad-hoc runs are never stored.
 
 Several processes may read and write the file at once (two labs, a test suite's workers): it
-is in WAL mode (readers never wait for a writer) with a busy timeout for writers. It is a
+is in WAL mode (readers never wait for a writer; :func:`normlab.storage.enter_wal` switches a
+new file even while another process does) with a busy timeout for writers. It is a
 cache, never a source of truth: a file that cannot be opened, read or written (corrupt, locked
 past the timeout, on a read-only disk) makes the store log one warning and step aside; the lab
 computes its answers as it would without one.
@@ -34,6 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import normlab
+from normlab.storage import enter_wal
 
 log = logging.getLogger(__name__)
 
@@ -244,7 +246,7 @@ class AnswerStore:
                 check_same_thread=False,
             )
             try:
-                db.execute("PRAGMA journal_mode = WAL")
+                enter_wal(db, self.busy_timeout_s)
                 db.execute("PRAGMA synchronous = NORMAL")  # a cache: a lost last write is fine
                 made = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'answers'"
                 if db.execute(made).fetchone() is None:  # a read: another's write lock is fine

@@ -56,6 +56,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from normlab.storage import enter_wal
+
 __all__ = [
     "LISTING_ID",
     "MAX_LISTINGS",
@@ -70,6 +72,10 @@ __all__ = [
 
 LISTING_ID = re.compile(r"[a-z0-9-]{1,64}")
 """What a listing id may be: lowercase letters, digits and dashes, 1 to 64 of them."""
+
+BUSY_TIMEOUT_S = 10.0
+"""How long a write waits for another process's transaction (or a new file's switch to WAL)
+before it fails."""
 
 _SCHEMA_VERSION = 2  # 2 added exercise_code and learner (a version-1 file gains them on open)
 _SCHEMA = (
@@ -229,7 +235,9 @@ def _inspect(path: Path) -> None:
                 f"{str(path)!r} is not a normlab progress database: it is not an SQLite file"
             )
     try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=10.0)
+        conn = sqlite3.connect(
+            f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S
+        )
     except sqlite3.Error as exc:
         raise _refusal(path, exc) from None
     try:
@@ -258,8 +266,8 @@ def _inspect(path: Path) -> None:
 def _set_up(conn: sqlite3.Connection, path: str | Path) -> None:
     """WAL, full sync and the schema (tables a version-1 file lacks are added), in one
     transaction; the first process to open the file names its learner."""
-    conn.execute("PRAGMA busy_timeout = 10000")
-    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+    mode = enter_wal(conn, BUSY_TIMEOUT_S)
     if path != ":memory:" and mode != "wal":
         raise ProgressStoreError(f"{str(path)!r}: SQLite refused WAL mode ({mode})")
     conn.execute("PRAGMA synchronous = FULL")
@@ -330,7 +338,7 @@ class ProgressStore:
         try:
             # isolation_level=None: no implicit transactions; each write opens its own below.
             conn = sqlite3.connect(
-                self.path, timeout=10.0, isolation_level=None, check_same_thread=False
+                self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
             )
         except sqlite3.Error as exc:
             raise ProgressStoreError(f"cannot open {str(self.path)!r}: {exc}") from None

@@ -27,11 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from normlab.storage import enter_wal
 from normlab.sweep.engine import Outcome
 from normlab.sweep.grid import Config
 
 DEFAULT_STORE = "normlab-sweeps.sqlite3"
 """The store's file when none is named: in the working folder, beside the work it records."""
+
+BUSY_TIMEOUT_S = 30.0
+"""How long a write waits for another process's (or a new file's switch to WAL)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
@@ -103,8 +107,8 @@ class Store:
     def __init__(self, path: str | Path = DEFAULT_STORE) -> None:
         self.path = Path(path)
         try:
-            self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            enter_wal(self._db, BUSY_TIMEOUT_S)
             self._db.executescript(_SCHEMA)
             columns = [r[1] for r in self._db.execute("PRAGMA table_info(results)")]
         except sqlite3.Error as exc:
