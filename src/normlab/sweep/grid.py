@@ -274,11 +274,12 @@ def _range(p: Parameter, spec: str) -> tuple[Any, ...]:
     else:
         points = [float(f"{low + (high - low) * i / (n - 1):.12g}") for i in range(n)]
     values = tuple(round(x) if p.kind == "int" else x for x in points)
-    if len(set(values)) < len(values):
+    distinct = sorted(set(values))
+    if len(distinct) < len(values):
         raise ParameterError(
             p.name,
-            f"parameter {p.name!r}: {spec!r} repeats integers ({_list_text(values)}), "
-            "use fewer points",
+            f"parameter {p.name!r}: {spec!r} repeats integers: its {n} points round to "
+            f"{len(distinct)} ({_list_text(distinct)}), use at most {len(distinct)} points",
         )
     return tuple(p.validate(v) for v in values)
 
@@ -297,8 +298,11 @@ def _seed_axis(
     return Axis(SEED, tuple(range(seeds)), f"--seeds {seeds}")
 
 
-def _list_text(values: Sequence[Any]) -> str:
-    return ", ".join(str(v) for v in values)
+def _list_text(values: Sequence[Any], most: int = 6) -> str:
+    """The first ``most`` values, then how many more: an error names them in one short line
+    (a range may hold 100,000)."""
+    shown = ", ".join(str(v) for v in values[:most])
+    return shown if len(values) <= most else f"{shown}, ... ({len(values)} in all)"
 
 
 def _cell_text(cell: Mapping[str, Any]) -> str:
