@@ -144,6 +144,37 @@ def check_plot(base: str, snap: dict[str, Any]) -> None:
     check_drawing(snap)
 
 
+CODE_READY = """(id) => {
+  const w = document.querySelector(`.nl-widget[data-widget="${id}"]`);
+  const panel = w.querySelector(".nl-code-panel");
+  return !!panel && panel.dataset.state === "ready"
+    && JSON.stringify(w.nlCodeParams) === JSON.stringify(w.nlParams);
+}"""
+
+SHOWN = """(id) => {
+  const w = document.querySelector(`.nl-widget[data-widget="${id}"]`);
+  const link = (sel) => w.querySelector(sel).getAttribute("href");
+  return {
+    params: w.nlCodeParams,
+    code: w.nlCode,
+    text: w.querySelector(".nl-code-box").textContent,
+    playground: link(".nl-open-playground"),
+    notebook: link(".nl-download-notebook"),
+    download: w.querySelector(".nl-download-notebook").hasAttribute("download"),
+  };
+}"""
+
+
+def show_code(page: Any, wid: str) -> dict[str, Any]:
+    """Press "Show the code" (if it is not shown) and wait for the code of the settings."""
+    toggle = page.locator(f'.nl-widget[data-widget="{wid}"] .nl-code-toggle')
+    if toggle.get_attribute("aria-expanded") != "true":
+        toggle.click()
+    page.wait_for_function(CODE_READY, arg=wid)
+    shown: dict[str, Any] = page.evaluate(SHOWN, wid)
+    return shown
+
+
 def open_lesson(page: Any, server: str, slug: str, query: str = "") -> list[str]:
     page.goto(f"{server}/lessons/{slug}{query}", wait_until="load")
     page.wait_for_function(ALL_SETTLED)

@@ -1,8 +1,10 @@
 """The lab in a real browser: every page loads cleanly, every widget control drives a live run.
 
-For each lesson: open it (no console error, no page error, no request leaving 127.0.0.1), check
-every widget draws exactly what the API answers for the widget's parameters (one plotly trace
-per series of the answer's figures, and its tables as given), save a full-page screenshot, then
+For each lesson: open it at a phone's width (no console error, no page error, no request leaving
+127.0.0.1), show every widget's code and check that nothing scrolls the page sideways, widen it
+to a laptop's and check the layout and that every widget draws exactly what the API answers for
+the widget's parameters (one plotly trace per series of the answer's figures, and its tables
+as given), save a full-page screenshot; then, opened again from a few steps' settings,
 operate every control once (each slider, select, toggle and number box), checking the plot after
 each change, and finally reload the address and check that every control and every plot comes
 back the same.
@@ -13,7 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from lab_traces import ALL_SETTLED, check_plot, open_lesson, settle, snapshot
+from fit import PHONE, check_fits_a_phone, check_laid_out_on_a_laptop
+from lab_traces import ALL_SETTLED, check_plot, open_lesson, settle, show_code, snapshot
 from labpage import PRESETS, SCREENSHOTS, api, registry
 
 from normlab.lab.lessons import LESSONS
@@ -38,10 +41,26 @@ def test_home_lists_every_lesson(page: Any, server: str) -> None:
 
 
 @pytest.mark.parametrize("slug", SLUGS)
-def test_lesson_renders_live_widgets(page: Any, server: str, slug: str) -> None:
+def test_lesson_renders_live_widgets_and_fits_a_phone(page: Any, server: str, slug: str) -> None:
+    """The lesson at its own settings, opened once: at 390 px, with every widget's code shown
+    (its box scrolls itself), nothing scrolls the page sideways (tests/browser/fit.py); at
+    1280 px it is laid out as on a laptop, and every widget draws what the API answers."""
+    page.set_viewport_size(PHONE)
     ids = open_lesson(page, server, slug)
     lesson = next(le for le in LESSONS if le.slug == slug)
     assert [snapshot(page, w)["experiment"] for w in ids] == list(lesson.experiments)
+    for wid in ids:
+        show_code(page, wid)
+    page.wait_for_function(ALL_SETTLED)
+    check_fits_a_phone(page, slug)
+    for wid in ids:
+        assert snapshot(page, wid)["state"] == "ready"
+        box = page.locator(f'.nl-widget[data-widget="{wid}"] .nl-code-box')
+        assert box.evaluate("b => b.getBoundingClientRect().right") <= PHONE["width"]
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    if slug == "doctor":
+        page.screenshot(path=str(SCREENSHOTS / "doctor-phone.png"), full_page=True)
+    check_laid_out_on_a_laptop(page, slug)
     for wid in ids:
         snap = settle(page, wid)
         check_plot(server, snap)
@@ -53,7 +72,6 @@ def test_lesson_renders_live_widgets(page: Any, server: str, slug: str) -> None:
         assert page.locator(f'.pager-bottom a[rel="prev"][href="/lessons/{SLUGS[i - 1]}"]').count()
     if i + 1 < len(SLUGS):
         assert page.locator(f'.pager-bottom a[rel="next"][href="/lessons/{SLUGS[i + 1]}"]').count()
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / f"{slug}.png"), full_page=True)
 
 

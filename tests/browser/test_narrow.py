@@ -1,11 +1,7 @@
-"""The lab on a phone held upright (390 px wide), and the same pages at 1280 px.
-
-At 390 px nothing is read by scrolling sideways inside a box: what a listing prints wraps,
-a table wider than its box stacks (each row a block of "column: value" pairs, narrow.js), a
-display formula is set smaller or broken into lines, and the page itself never scrolls
-sideways. Resized to 1280 px, the same page is laid out as before: tables are tables again,
-formulas at their size, printed output keeps its lines. On /train the Play/Pause bar stays on
-screen (sticky) and the decision boundary comes right after it.
+"""The lab on a phone held upright (390 px wide), and the same pages at 1280 px (what each
+means: tests/browser/fit.py; the lessons are checked so where tests/browser/test_lessons.py
+opens them). A table stacked at 390 px labels every value. On /train the Play/Pause bar stays
+on screen (sticky) and the decision boundary comes right after it.
 """
 
 from __future__ import annotations
@@ -13,42 +9,22 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from fit import (
+    BOXES,
+    LAPTOP,
+    OVERFLOWING,
+    PHONE,
+    SETTLED,
+    check_fits_a_phone,
+    check_laid_out_on_a_laptop,
+)
 from lab_traces import ALL_SETTLED
 from labpage import SCREENSHOTS
 
-from normlab.lab.lessons import LESSONS
-
 pytestmark = pytest.mark.browser
 
-PHONE = {"width": 390, "height": 844}
-LAPTOP = {"width": 1280, "height": 900}
-PAGES = ["/", "/train", "/train/embed", "/playground", "/watch", "/docs"] + [x.url for x in LESSONS]
-
-BOXES = ".nl-out, .nl-shell, .nl-math-block, .figures, .nl-table, .nl-table-block"
-"""What holds an output's numbers: printed output, tables (a widget's and a lesson's), formulas."""
-
-SETTLED = """async () => {
-  await document.fonts.ready;  // a formula's width depends on its font
-  await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
-}"""
-"""JS: the fonts are in and two frames have passed, so narrow.js has measured the page as it is."""
-
-OVERFLOWING = """(sel) => [...document.querySelectorAll(sel)]
-  .filter((b) => b.clientHeight > 0 && b.scrollWidth > b.clientWidth + 1)
-  .map((b) => `${b.className} ${b.closest('[data-listing], [data-widget]')?.outerHTML.slice(0, 60)
-    ?? ''}: ${b.scrollWidth} px in ${b.clientWidth}`)"""
-"""JS: every shown box whose content is wider than the box (it would scroll inside itself)."""
-
-DESKTOP = """() => ({
-  fitted: [...document.querySelectorAll('[data-fit]')].map((e) => e.dataset.fit),
-  outputs: [...new Set([...document.querySelectorAll('.nl-out')]
-    .map((o) => getComputedStyle(o).whiteSpace))],
-  tables: [...new Set([...document.querySelectorAll('table.figures, .nl-table-block > table')]
-    .map((t) => getComputedStyle(t).display))],
-})"""
-"""JS: what narrow.js changed at 1280 px (at most a formula a little smaller: edge-of-chaos's
-widest overflows a laptop's column too) and how outputs and tables are laid out."""
-
+PAGES = ["/", "/train", "/train/embed", "/playground", "/watch", "/docs"]
+"""The pages without lessons (each lesson is checked so by tests/browser/test_lessons.py)."""
 
 TRAIN_DRAWN = """() => [...document.querySelectorAll('.nl-train-side:not([hidden])')]
   .every((s) => s.dataset.statsDrawn !== undefined)"""
@@ -61,27 +37,17 @@ def _settle(page: Any) -> None:
     page.evaluate(SETTLED)
 
 
-def test_every_page_fits_a_phone_and_is_unchanged_on_a_laptop(page: Any, server: str) -> None:
+@pytest.mark.parametrize("path", PAGES)
+def test_every_page_fits_a_phone_and_is_unchanged_on_a_laptop(
+    page: Any, server: str, path: str
+) -> None:
     """At 390 px no box of numbers is wider than itself, and no page scrolls sideways; the same
     page resized to 1280 px has no table stacked, no formula broken, output on its lines."""
-    stacked = 0
-    for path in PAGES:
-        page.set_viewport_size(PHONE)
-        page.goto(f"{server}{path}", wait_until="load")
-        _settle(page)
-        width = page.evaluate("() => document.documentElement.scrollWidth")
-        assert width <= PHONE["width"], f"{path} is {width} px wide at 390 px"
-        assert page.evaluate(OVERFLOWING, BOXES) == [], path
-        stacked += page.locator('table[data-fit="stack"]').count()
-        if path == "/lessons/doctor":
-            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(SCREENSHOTS / "doctor-phone.png"), full_page=True)
-        page.set_viewport_size(LAPTOP)
-        page.evaluate(SETTLED)
-        laid = page.evaluate(DESKTOP)
-        assert set(laid["fitted"]) <= {"scale"}, f"{path} at 1280 px: {laid['fitted']}"
-        assert set(laid["outputs"]) <= {"pre"} and set(laid["tables"]) <= {"table"}, (path, laid)
-    assert stacked >= 1, "no table was stacked at 390 px: the check of a stacked one saw none"
+    page.set_viewport_size(PHONE)
+    page.goto(f"{server}{path}", wait_until="load")
+    _settle(page)
+    check_fits_a_phone(page, path)
+    check_laid_out_on_a_laptop(page, path)
 
 
 def test_a_stacked_table_labels_every_value(page: Any, server: str) -> None:

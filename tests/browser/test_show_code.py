@@ -8,7 +8,8 @@ status is ok, and every number of the widget's table is in what it prints. Every
 script is run once, without a browser, at the page's own settings: tests/lab/test_pages.py runs
 each (``listing_runs``) and checks it prints every number of the widget's tables
 (``test_widget_code_prints_every_number_of_the_widget_s_tables``). While shown, the code follows
-the settings. At a phone's width nothing scrolls the page sideways (the code box scrolls itself).
+the settings. (At a phone's width, with every widget's code shown, nothing scrolls the page
+sideways: tests/browser/test_lessons.py, with the rest of a lesson's layout.)
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import nbformat
 import pytest
-from lab_traces import ALL_SETTLED, open_lesson, settle, snapshot
-from labpage import PRESETS, SCREENSHOTS
+from lab_traces import open_lesson, settle, show_code
+from labpage import PRESETS
 
 from normlab.experiments import get_experiment
 from normlab.lab.lessons import LESSONS
@@ -31,41 +32,11 @@ pytestmark = pytest.mark.browser
 
 SLUGS = [lesson.slug for lesson in LESSONS]
 
-CODE_READY = """(id) => {
-  const w = document.querySelector(`.nl-widget[data-widget="${id}"]`);
-  const panel = w.querySelector(".nl-code-panel");
-  return !!panel && panel.dataset.state === "ready"
-    && JSON.stringify(w.nlCodeParams) === JSON.stringify(w.nlParams);
-}"""
-
-SHOWN = """(id) => {
-  const w = document.querySelector(`.nl-widget[data-widget="${id}"]`);
-  const link = (sel) => w.querySelector(sel).getAttribute("href");
-  return {
-    params: w.nlCodeParams,
-    code: w.nlCode,
-    text: w.querySelector(".nl-code-box").textContent,
-    playground: link(".nl-open-playground"),
-    notebook: link(".nl-download-notebook"),
-    download: w.querySelector(".nl-download-notebook").hasAttribute("download"),
-  };
-}"""
-
 RAN = "() => !!document.querySelector('.nl-run-result')?.dataset.status"
 
 NORMLAB_TOOLS = {"doctor"}
 NEEDS_NORMLAB = re.compile(r"^\s*(?:import|from)\s+normlab\b", re.MULTILINE)
 NUMBER = re.compile(r"\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
-
-
-def show_code(page: Any, wid: str) -> dict[str, Any]:
-    """Press "Show the code" (if it is not shown) and wait for the code of the settings."""
-    toggle = page.locator(f'.nl-widget[data-widget="{wid}"] .nl-code-toggle')
-    if toggle.get_attribute("aria-expanded") != "true":
-        toggle.click()
-    page.wait_for_function(CODE_READY, arg=wid)
-    shown: dict[str, Any] = page.evaluate(SHOWN, wid)
-    return shown
 
 
 def code_route(server: str, name: str, query: str) -> dict[str, Any]:
@@ -198,20 +169,3 @@ def test_the_code_follows_the_settings(page: Any, server: str) -> None:
     check_code(server, snap, after)
     page.locator('.nl-widget[data-widget="drift"] .nl-code-toggle').click()  # hide it
     assert page.locator('.nl-widget[data-widget="drift"] .nl-code-panel').is_hidden()
-
-
-@pytest.mark.parametrize("slug", SLUGS)
-def test_a_phone_wide_page_does_not_scroll_sideways(page: Any, server: str, slug: str) -> None:
-    page.set_viewport_size({"width": 390, "height": 844})
-    ids = open_lesson(page, server, slug, PRESETS.get(slug, ""))
-    for wid in ids:
-        show_code(page, wid)
-    page.wait_for_function(ALL_SETTLED)
-    width = page.evaluate("() => document.documentElement.scrollWidth")
-    assert width <= 390, f"{slug}: the page is {width} px wide at 390 px"
-    for wid in ids:
-        assert snapshot(page, wid)["state"] == "ready"
-        box = page.locator(f'.nl-widget[data-widget="{wid}"] .nl-code-box')
-        assert box.evaluate("b => b.getBoundingClientRect().right") <= 390
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{slug}-390.png"), full_page=True)
