@@ -37,7 +37,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "PYTHONUNBUFFERED": "1",
         "XDG_DATA_HOME": str(data),
     }
+    # --no-warm: a page computes what it shows on its first visit, or reads it from the answers
+    # store the suite's labs share; the workers' labs, all started at once, would otherwise each
+    # compute every lesson at the same moment (the warm-up is tested in tests/lab/test_api.py).
     cli = [sys.executable, "-m", "normlab", "lab", "--host", ALLOWED_HOST, "--port", str(port)]
+    cli.append("--no-warm")
     with serving(cli, f"{base}/api/experiments", data / "server.log", env, stop_s=10):
         yield base
 
