@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install lab chromium test lint typecheck unit bench calibrate
+.PHONY: install lab chromium test lint typecheck unit bench calibrate screenshots
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -81,3 +81,9 @@ bench: install
 	$(PY) benchmarks/widgetstream.py
 	$(PY) benchmarks/maxima.py
 	$(PY) benchmarks/theory.py
+
+# The browser tests, saving their screenshots to test-artifacts/screenshots/ (a plain run takes
+# none: no test reads them, and a long lesson's costs Chromium about a second).
+screenshots: export NORMLAB_SCREENSHOTS = 1
+screenshots: install chromium
+	$(PY) -m pytest -n $(JOBS) --dist loadfile -m browser tests/browser

@@ -17,6 +17,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
+SCREENSHOTS_WANTED = os.environ.get("NORMLAB_SCREENSHOTS", "") not in ("", "0")
+"""Whether the browser tests save their screenshots (``make screenshots`` sets it)."""
 CHROMIUM = os.environ.get("NORMLAB_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",
@@ -140,6 +142,16 @@ def lab_serving(app: str, probe: str, data: Path, *argv: str) -> Iterator[str]:
     cmd = [sys.executable, "-c", code, *argv]
     with serving(cmd, base + probe, data / "server.log", env, must_stop=True):
         yield base
+
+
+def screenshot(target: Any, name: str, **options: Any) -> None:
+    """Save a screenshot of ``target`` (a page or an element) as ``SCREENSHOTS / name`` when
+    :data:`SCREENSHOTS_WANTED`: pictures for a person to look at, which no test reads, and a
+    full-page one of a long lesson costs Chromium about a second, so a plain run takes none."""
+    if not SCREENSHOTS_WANTED:
+        return
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    target.screenshot(path=str(SCREENSHOTS / name), **options)
 
 
 def api(base: str, name: str, params: dict[str, Any]) -> tuple[int, Any]:

@@ -9,12 +9,11 @@ asset it names; the browser tests render both pages in Chromium, whose every req
 from __future__ import annotations
 
 from html.parser import HTMLParser
-from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from labpage import registry
+from labpage import registry, screenshot
 
 from normlab.lab.app import DOCS_ASSETS, create_app
 
@@ -92,7 +91,7 @@ def test_swagger_ui_renders_the_operations_offline(page: Any, server: str) -> No
         "() => getComputedStyle(document.querySelector('.swagger-ui .opblock')).borderRadius"
     )
     assert styled == "4px"  # swagger-ui.css arrived and applies
-    _screenshot(page, "docs-swagger.png")
+    screenshot(page, "docs-swagger.png")
 
 
 @pytest.mark.browser
@@ -105,11 +104,4 @@ def test_redoc_renders_the_operations_offline(page: Any, server: str) -> None:
         assert summary in headings, (summary, headings)
     menu = page.locator("[role=menuitem]").all_inner_texts()
     assert any(titles[0] in item for item in menu), menu  # the side menu lists them too
-    _screenshot(page, "docs-redoc.png")
-
-
-def _screenshot(page: Any, name: str) -> None:
-    from labpage import SCREENSHOTS
-
-    Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / name))
+    screenshot(page, "docs-redoc.png")

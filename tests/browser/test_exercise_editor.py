@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from labpage import ALLOWED_HOST, HE_RIGHT, PRESETS, SCREENSHOTS, free_port, serving
+from labpage import ALLOWED_HOST, HE_RIGHT, PRESETS, free_port, screenshot, serving
 
 from normlab.lab import exercises
 from normlab.lab.exercises import ChoiceExercise
@@ -182,8 +182,7 @@ def test_run_and_ctrl_enter_show_the_output_without_an_attempt(page: Any, learne
     assert "all 7 checks passed" in check(page, "he-derivation")  # Check counts
     assert db_attempts(server, "initialization", "he-derivation") == before + 1
     assert shown_attempts(page, "he-derivation") == before + 1
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    card(page, "he-derivation").screenshot(path=str(SCREENSHOTS / "exercise-editor-run.png"))
+    screenshot(card(page, "he-derivation"), "exercise-editor-run.png")
 
 
 # -- kept code, across a restart of the lab ----------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from labpage import HE_RIGHT, SCREENSHOTS
+from labpage import HE_RIGHT, screenshot
 
 from normlab.lab import exercises
 from normlab.lab.exercises import ChoiceExercise
@@ -82,8 +82,7 @@ def test_answer_questions_and_see_progress(page: Any, server: str) -> None:
         "(t) => document.querySelector('[data-progress-lesson=\"drift\"]').textContent === t",
         arg=f"2 of {len(mine)} solved",
     )
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.locator("section.nl-exercises").screenshot(path=str(SCREENSHOTS / "exercises-drift.png"))
+    screenshot(page.locator("section.nl-exercises"), "exercises-drift.png")
 
     # the home page shows the same progress, and it survives a reload
     page.goto(f"{server}/")
@@ -114,7 +113,7 @@ def test_code_exercise_runs_in_the_sandbox(page: Any, server: str) -> None:
     assert "init_std(512, 0.5) = 0.0625" in shown  # what the code printed, shown back
     explanation = he.locator(".nl-explanation")
     assert "He's" in explanation.inner_text() and explanation.locator("math").count() > 3
-    he.screenshot(path=str(SCREENSHOTS / "exercise-code.png"))
+    screenshot(he, "exercise-code.png")
 
 
 def test_train_asks_exercise_3_before_it_shows_what_the_runs_did(page: Any, server: str) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from lab_traces import ALL_SETTLED, check_plot, settle
-from labpage import SCREENSHOTS
+from labpage import screenshot
 
 from normlab.experiments import get_experiment
 
@@ -40,5 +40,4 @@ def test_an_experiment_page_draws_its_widget_and_follows_a_control(page: Any, se
     check_plot(server, after)
     assert after["tables"] != before["tables"]  # the numbers shown are the new run's
     assert after["traces"] != before["traces"]
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"experiment-{NAME}.png"), full_page=True)
+    screenshot(page, f"experiment-{NAME}.png", full_page=True)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from fit import PHONE, check_fits_a_phone, check_laid_out_on_a_laptop
 from lab_traces import ALL_SETTLED, check_plot, open_lesson, settle, show_code, snapshot
-from labpage import PRESETS, SCREENSHOTS, api, registry
+from labpage import PRESETS, api, registry, screenshot
 
 from normlab.lab.lessons import LESSONS
 
@@ -33,8 +33,7 @@ def test_home_lists_every_lesson(page: Any, server: str) -> None:
     hrefs = [links.nth(i).get_attribute("href") for i in range(links.count())]
     assert hrefs == [lesson.url for lesson in LESSONS]
     assert page.locator(".tools .lesson-list a").get_attribute("href") == "/train"
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / "home.png"), full_page=True)
+    screenshot(page, "home.png", full_page=True)
     links.first.click()
     page.wait_for_url(f"**{LESSONS[0].url}")
     page.wait_for_function(ALL_SETTLED)
@@ -57,9 +56,8 @@ def test_lesson_renders_live_widgets_and_fits_a_phone(page: Any, server: str, sl
         assert snapshot(page, wid)["state"] == "ready"
         box = page.locator(f'.nl-widget[data-widget="{wid}"] .nl-code-box')
         assert box.evaluate("b => b.getBoundingClientRect().right") <= PHONE["width"]
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     if slug == "doctor":
-        page.screenshot(path=str(SCREENSHOTS / "doctor-phone.png"), full_page=True)
+        screenshot(page, "doctor-phone.png", full_page=True)
     check_laid_out_on_a_laptop(page, slug)
     for wid in ids:
         snap = settle(page, wid)
@@ -72,7 +70,7 @@ def test_lesson_renders_live_widgets_and_fits_a_phone(page: Any, server: str, sl
         assert page.locator(f'.pager-bottom a[rel="prev"][href="/lessons/{SLUGS[i - 1]}"]').count()
     if i + 1 < len(SLUGS):
         assert page.locator(f'.pager-bottom a[rel="next"][href="/lessons/{SLUGS[i + 1]}"]').count()
-    page.screenshot(path=str(SCREENSHOTS / f"{slug}.png"), full_page=True)
+    screenshot(page, f"{slug}.png", full_page=True)
 
 
 def _controls(page: Any, wid: str) -> list[tuple[str, str | None]]:

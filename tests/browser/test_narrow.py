@@ -19,7 +19,7 @@ from fit import (
     check_laid_out_on_a_laptop,
 )
 from lab_traces import ALL_SETTLED
-from labpage import SCREENSHOTS
+from labpage import screenshot
 
 pytestmark = pytest.mark.browser
 
@@ -149,8 +149,7 @@ def test_train_s_bar_and_boundary_share_a_phone_screen(page: Any, server: str) -
     assert at["bar"][0] >= 0 and at["bar"][1] - at["bar"][0] == pytest.approx(bar), at
     assert at["bar"][1] <= at["boundary"][0] + 1 and at["boundary"][1] <= PHONE["height"], at
     assert at["reachable"], at
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / "train-phone.png"))
+    screenshot(page, "train-phone.png")
     page.locator(".nl-train-bar [data-action='step']").click()
     page.wait_for_function(DRAWN, arg="1")
     page.locator(".nl-train-bar input.nl-compare").check()  # run B comes under run A

@@ -30,7 +30,7 @@ from typing import Any
 import nbformat
 import pytest
 from lab_traces import TRACES, expected_traces, unescaped
-from labpage import ALLOWED_HOST, SCREENSHOTS, START_TIMEOUT_S, free_port, serving
+from labpage import ALLOWED_HOST, START_TIMEOUT_S, free_port, screenshot, serving
 from nbformat import v4
 from playwright.sync_api import expect
 
@@ -147,8 +147,7 @@ def test_a_widget_in_jupyterlab_draws_the_kernel_s_result_and_follows_its_slider
     after = _drawn(widget)
     assert after != before
     assert after == _expected(EXPERIMENT, {SLIDER: moved})
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / "notebook-widget-jupyterlab.png"))
+    screenshot(page, "notebook-widget-jupyterlab.png")
 
 
 Built = list[tuple[str, dict[str, Any]]]  # (experiment, its parameters) per widget

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from labpage import SCREENSHOTS
+from labpage import screenshot
 from test_exercise_editor import Lab, learner
 
 pytestmark = pytest.mark.browser
@@ -86,8 +86,7 @@ def test_run_shows_output_error_and_figure(page: Any, server: str) -> None:
     expected = torch.randn(1000, generator=torch.Generator().manual_seed(123)).std().item()
     assert done["status"] == "ok", done
     assert done["stdout"].strip() == f"std {expected:.6f}"
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    listing(page, 0).screenshot(path=str(SCREENSHOTS / "playground-run.png"))
+    screenshot(listing(page, 0), "playground-run.png")
 
     failed = run_listing(page, 0, "def f(n):\n    return 1 / n\n\nf(0)\n")
     assert failed["status"] == "error"
@@ -103,7 +102,7 @@ def test_run_shows_output_error_and_figure(page: Any, server: str) -> None:
     assert len(drawn["figures"]) == 1
     complete, width, height = drawn["figures"][0]
     assert complete and width > 100 and height > 100
-    listing(page, 1).screenshot(path=str(SCREENSHOTS / "playground-figure.png"))
+    screenshot(listing(page, 1), "playground-figure.png")
 
 
 def test_editor_keys(page: Any, server: str) -> None:
@@ -238,7 +237,6 @@ def test_a_flood_of_output_keeps_the_page_short_and_shows_its_end(page: Any, ser
         }"""
     )
     assert last == ["199999", True]
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    listing(page, 0).screenshot(path=str(SCREENSHOTS / "playground-flood.png"))
+    screenshot(listing(page, 0), "playground-flood.png")
     with page.expect_response(lambda r: "/api/listings/" in r.url and r.request.method == "PUT"):
         listing(page, 0).locator("button.nl-reset-btn").click()  # leave the starter saved

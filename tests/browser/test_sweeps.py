@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from labpage import ROOT, SCREENSHOTS, lab_serving
+from labpage import ROOT, lab_serving, screenshot
 
 from normlab.sweep import Outcome, Store, Sweep, catalog
 
@@ -82,8 +82,7 @@ def test_a_sweep_is_drawn_redrawn_as_it_fills_and_its_controls_choose_the_map(
     assert page.evaluate(Z) == [[0.0, 0.0], [0.0, 0.5], [1.0, 0.0]]
     rows = page.locator(".nl-sweep-table tbody tr").count()
     assert rows == 6 + 2  # the cells, then each init's sensitivity
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / "sweep.png"), full_page=True)
+    screenshot(page, "sweep.png", full_page=True)
 
 
 def test_the_form_starts_a_small_sweep_and_says_the_server_s_refusal(
@@ -101,8 +100,7 @@ def test_the_form_starts_a_small_sweep_and_says_the_server_s_refusal(
     problem.wait_for(state="visible")
     assert "parameter 'sigma_w2': 9.0 is not allowed" in problem.inner_text()
     assert page.url == f"{server}/sweeps"  # refused: the page stays
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.locator(".nl-sweep-form").screenshot(path=str(SCREENSHOTS / "sweep-form.png"))
+    screenshot(page.locator(".nl-sweep-form"), "sweep-form.png")
 
     page.fill('textarea[name="grid"]', "sigma_w2=1,2\n\ndepth=4\nwidth=16\nsteps=2")
     page.click('.nl-sweep-form button[type="submit"]')

@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from lab_traces import settle
-from labpage import SCREENSHOTS, answers, lab_serving
+from labpage import answers, lab_serving, screenshot
 
 from normlab.trainview import GROUPS, PARAMETERS
 
@@ -108,8 +108,7 @@ def test_play_pause_step_and_reset(page: Any, server: str) -> None:
     assert int(_side(page)["step"]) == step  # exactly one step
     trained = page.evaluate(DRAWN_Z, "a")
     assert trained != start  # the boundary heat map changed as it trained
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / "train.png"), full_page=True)
+    screenshot(page, "train.png", full_page=True)
     _press(page, "reset")
     _ready(page, step=0)
     assert int(_side(page)["frames"]) == frames + 2  # none between the step's and the reset's
@@ -280,8 +279,7 @@ def test_compare_starts_from_run_a_as_it_is_and_lines_the_two_up(page: Any, serv
     _ready(page, "b")
     again = page.evaluate(RUN)["setup"]
     assert again == {"a": pytest.approx(a), "b": pytest.approx(b)}
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.locator(".nl-train").screenshot(path=str(SCREENSHOTS / "train_compare.png"))
+    screenshot(page.locator(".nl-train"), "train_compare.png")
     page.set_viewport_size({"width": 390, "height": 844})
     page.wait_for_function(f"() => ({PLOT})('a').getBoundingClientRect().width < 390")
     stacked = [_plot_box(page, k) for k in "ab"]

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-from labpage import SCREENSHOTS, lab_serving
+from labpage import lab_serving, screenshot
 from torch import nn
 
 import normlab
@@ -107,8 +107,7 @@ def test_watch_draws_the_log_and_redraws_it_as_it_grows(
     assert (
         errors.is_visible() and "line 9 of train.jsonl is not a watch record" in errors.inner_text()
     )
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / "watch.png"), full_page=True)
+    screenshot(page, "watch.png", full_page=True)
     with urllib.request.urlopen(f"{server}/api/watch", timeout=60) as r:
         state = json.loads(r.read())
     assert state["records"] == 10 and state["skipped"] == 1
