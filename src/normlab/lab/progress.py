@@ -266,8 +266,7 @@ def _inspect(path: Path) -> None:
 def _set_up(conn: sqlite3.Connection, path: str | Path) -> None:
     """WAL, full sync and the schema (tables a version-1 file lacks are added), in one
     transaction; the first process to open the file names its learner."""
-    conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-    mode = enter_wal(conn, BUSY_TIMEOUT_S)
+    mode = enter_wal(conn, BUSY_TIMEOUT_S)  # (conn's busy timeout is set where it is opened)
     if path != ":memory:" and mode != "wal":
         raise ProgressStoreError(f"{str(path)!r}: SQLite refused WAL mode ({mode})")
     conn.execute("PRAGMA synchronous = FULL")
