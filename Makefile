@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install lab chromium test lint typecheck unit bench calibrate screenshots file-seconds
+.PHONY: install lab chromium test lint typecheck unit bench calibrate screenshots
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -54,29 +54,12 @@ typecheck: install
 # JOBS: three workers on the two cores the suite is sized for. With one worker a core, a
 # quarter of the cores' time went idle (tests waiting on a server, a browser or a subprocess
 # they started): 851 s for the parallel part against 792 s with a third worker, same machine.
-# --no-loadscope-reorder: the workers take the files in the order collected, which
-# tests/schedule.py makes the costliest first (their seconds in tests/file_seconds.json), so
-# no minute-long file is left for the end while the other workers sit idle (queued by number of
-# tests, a third of the two cores went idle over the last 70 s of a run).
-# OMP_NUM_THREADS=1 for the parallel part: three workers on two cores leave no core for a
-# second intra-op thread, and torch's threads then wait on each other's time slices: three
-# copies of the doctor's two longest remedy tests at once took 63 s with torch's default of
-# two threads against 47 s with one (and 117 s of CPU against 92 s). The labs the tests start
-# compute with one thread already (normlab lab's default). The serial part keeps the default:
-# tests/lab/test_threads.py checks what the lab does with it.
 JOBS ?= 3
-PARALLEL := -n $(JOBS) --dist loadfile --no-loadscope-reorder -m "not serial"
 unit: export OMP_WAIT_POLICY = PASSIVE
 unit: export PYTHONDONTWRITEBYTECODE =
 unit: install chromium
-	OMP_NUM_THREADS=1 $(PY) -m pytest $(PARALLEL)
+	$(PY) -m pytest -n $(JOBS) --dist loadfile -m "not serial"
 	$(PY) -m pytest -m serial
-
-# The parallel part again, writing each file's seconds for tests/schedule.py's order.
-file-seconds: export OMP_WAIT_POLICY = PASSIVE
-file-seconds: export PYTHONDONTWRITEBYTECODE =
-file-seconds: install chromium
-	OMP_NUM_THREADS=1 $(PY) -m pytest $(PARALLEL) --file-seconds tests/file_seconds.json
 
 test: lint typecheck unit
 

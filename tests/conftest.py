@@ -30,13 +30,11 @@ import pickle
 import shutil
 import tempfile
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from normlab.lab.answers import ENVIRONMENT as ANSWERS
-from tests import schedule
 
 if TYPE_CHECKING:  # torch and the registry: imported by the first run, not by the controller
     from normlab.experiments import Result
@@ -45,24 +43,7 @@ RESULTS = "NORMLAB_TEST_RESULTS"
 """The environment variable naming the folder of results shared by a run's workers."""
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption(
-        "--file-seconds",
-        metavar="PATH",
-        help="write each test file's seconds in this run to PATH (JSON), as tests/schedule.py "
-        "reads them to hand the costliest files out first",
-    )
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Whole files, the costliest first (:mod:`tests.schedule`)."""
-    schedule.longest_first(items, schedule.load())
-
-
 def pytest_configure(config: pytest.Config) -> None:
-    seconds = config.getoption("file_seconds")
-    if seconds and "PYTEST_XDIST_WORKER" not in os.environ:  # the controller sees every report
-        config.pluginmanager.register(schedule.Recorder(Path(seconds)), "file-seconds")
     home = tempfile.mkdtemp(prefix="normlab-test-data-")
     os.environ["XDG_DATA_HOME"] = home
     config.add_cleanup(lambda: shutil.rmtree(home, ignore_errors=True))
