@@ -55,10 +55,11 @@ typecheck: install
 # quarter of the cores' time went idle (tests waiting on a server, a browser or a subprocess
 # they started): 851 s for the parallel part against 792 s with a third worker, same machine.
 JOBS ?= 3
+WORKERS := -n $(JOBS) --dist loadfile
 unit: export OMP_WAIT_POLICY = PASSIVE
 unit: export PYTHONDONTWRITEBYTECODE =
 unit: install chromium
-	$(PY) -m pytest -n $(JOBS) --dist loadfile -m "not serial"
+	$(PY) -m pytest $(WORKERS) -m "not serial"
 	$(PY) -m pytest -m serial
 
 test: lint typecheck unit
@@ -86,4 +87,4 @@ bench: install
 # none: no test reads them, and a long lesson's costs Chromium about a second).
 screenshots: export NORMLAB_SCREENSHOTS = 1
 screenshots: install chromium
-	$(PY) -m pytest -n $(JOBS) --dist loadfile -m browser tests/browser
+	$(PY) -m pytest $(WORKERS) -m browser tests/browser
