@@ -528,6 +528,57 @@ def run(init, norm, steps):
     assert script.specialized(shadowed, {"norm": 0}) == shadowed  # a lambda's own norm: left alone
 
 
+def test_plain_moves_an_import_inside_a_function_out_of_its_body() -> None:
+    """The import and the blank line after it go; a body left with nothing says ``pass``."""
+    source = (
+        "def data(n):\n"
+        "    from sklearn.datasets import make_moons  # here: why, in the engine's words\n"
+        "\n"
+        "    return make_moons(n)\n"
+        "\n"
+        "\n"
+        "def nothing():\n"
+        "    import math\n"
+    )
+    assert script.plain(source) == (
+        "def data(n):\n    return make_moons(n)\n\n\ndef nothing():\n    pass\n"
+    )
+
+
+@pytest.mark.parametrize("name", ["two-moons", "init-train", "bn-regularization", "training"])
+def test_scikit_learn_is_imported_at_the_script_s_top_not_where_the_data_is_made(
+    name: str,
+) -> None:
+    """The engine imports scikit-learn inside the functions that make the points
+    (:mod:`normlab.data`); the script a learner reads imports it with the rest, at its top."""
+    tree = ast.parse(script.render(get_experiment(name), {}))
+    top = [ast.unparse(n) for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)]
+    assert any(line.startswith("from sklearn.datasets import ") for line in top), top
+    inner = [
+        ast.unparse(n)
+        for d in tree.body
+        if isinstance(d, ast.FunctionDef | ast.ClassDef)
+        for n in ast.walk(d)
+        if isinstance(n, ast.Import | ast.ImportFrom)
+    ]
+    assert not inner
+
+
+def test_the_registry_the_cli_and_the_lab_import_without_scikit_learn() -> None:
+    """``normlab list``, the lab and a sweep's worker import every experiment; scikit-learn
+    (longer to import than torch) comes only with the first points made."""
+    code = (
+        "import sys, normlab.cli, normlab.experiments, normlab.lab.app\n"
+        "print('sklearn' in sys.modules)\n"
+        "normlab.experiments.run_experiment('two-moons', n_samples=20)\n"
+        "print('sklearn' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert out.stdout.split() == ["False", "True"], out.stderr[-2000:]
+
+
 def test_a_script_pastes_only_the_helpers_its_call_reaches() -> None:
     """bn-lr's default keeps nn.Linear's initialization: no apply_init (nor what it calls);
     with ``init="he"``, apply_init is called with "he" only, so its other methods' branches go

@@ -29,7 +29,6 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from sklearn.datasets import make_moons
 from torch import nn
 
 from normlab import figures as fig
@@ -71,6 +70,8 @@ def split_moons(
 
     Returns ``(x_train, y_train, x_test, y_test)``, shapes ``(N, 2)`` and ``(N, 1)``.
     """
+    from sklearn.datasets import make_moons  # see normlab.data
+
     x_np, y_np = make_moons(n_samples=n_train + n_test, noise=noise, random_state=seed)
     x = torch.tensor(x_np, dtype=torch.float32)  # (n_train + n_test, 2), already shuffled
     y = torch.tensor(y_np, dtype=torch.float32).unsqueeze(1)  # (n_train + n_test, 1)

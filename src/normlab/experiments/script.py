@@ -86,13 +86,24 @@ def _imports(module_name: str) -> tuple[ast.Import | ast.ImportFrom, ...]:
     return tuple(out)
 
 
+@functools.cache  # a code object's source is fixed for the process
+def _inner(obj: Any) -> tuple[ast.Import | ast.ImportFrom, ...]:
+    """The imports inside the body of a function or class (normlab's own too: the doctor's
+    experiment calls the doctor)."""
+    tree = parse(source_of(obj))
+    return tuple(n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom))
+
+
 def _bound(alias: ast.alias) -> str:
     """The name an import binds: ``F`` for ``import torch.nn.functional as F``."""
     return alias.asname or alias.name.split(".")[0]
 
 
 def imports(objects: Iterable[Any], body: str) -> list[str]:
-    """The import lines ``body`` needs, taken from the modules that define ``objects``.
+    """The import lines ``body`` needs, taken from the modules that define ``objects`` and from
+    the objects' own bodies (an import inside a function, which :func:`plain` takes out: the
+    engine imports scikit-learn where the data is made, so that ``normlab list`` and the lab
+    start without it; a script imports at its top).
 
     Each import is kept, trimmed to the names ``body`` uses, in the order the modules list them,
     after ``from __future__ import annotations`` where a hint names something the script does not
@@ -102,15 +113,17 @@ def imports(objects: Iterable[Any], body: str) -> list[str]:
     found: dict[str, tuple[bool, bool, str]] = {}  # line -> its sort key
     merged: dict[str, dict[str, ast.alias]] = {}  # ``from M import ...``: M's names, every module's
     bound: set[str] = set()
-    for module in dict.fromkeys(obj.__module__ for obj in objects):
-        for node in _imports(module):
-            names = [a for a in node.names if _bound(a) in used]
-            bound |= {_bound(a) for a in names}
-            if names and isinstance(node, ast.ImportFrom):
-                merged.setdefault(str(node.module), {}).update({ast.unparse(a): a for a in names})
-            elif names:
-                top = names[0].name
-                found[ast.unparse(ast.Import(names=names))] = (_third_party(top), False, top)
+    objects = list(objects)
+    modules = dict.fromkeys(obj.__module__ for obj in objects)
+    nodes = [*(n for m in modules for n in _imports(m)), *(n for o in objects for n in _inner(o))]
+    for node in nodes:
+        names = [a for a in node.names if _bound(a) in used]
+        bound |= {_bound(a) for a in names}
+        if names and isinstance(node, ast.ImportFrom):
+            merged.setdefault(str(node.module), {}).update({ast.unparse(a): a for a in names})
+        elif names:
+            top = names[0].name
+            found[ast.unparse(ast.Import(names=names))] = (_third_party(top), False, top)
     for top, aliases in merged.items():  # one line per module, its names sorted as isort sorts
         names = sorted(aliases.values(), key=lambda a: a.name)
         found[ast.unparse(ast.ImportFrom(module=top, names=names, level=0))] = (
@@ -262,8 +275,8 @@ def plain(source: str) -> str:
 
     Each of the engine's extras is found with ``ast`` and its span replaced: type annotations
     (but a dataclass's fields: they make the fields), every docstring cut to its one-line
-    summary (doctest examples go) and the UI's :data:`HOOKS`. Comments and the other lines stay
-    as written.
+    summary (doctest examples go) and the UI's :data:`HOOKS`. An import inside it moves to the
+    script's imports (:func:`imports`). Comments and the other lines stay as written.
 
     >>> print(plain('''def f(x: int, live: Any = None) -> int:
     ...     \"\"\"Twice x.
@@ -346,10 +359,11 @@ class _Edits:
 
     def body(self, body: list[ast.stmt], fields: bool) -> None:
         """Edit one body's statements (``fields``: a dataclass's, whose hints make its fields)."""
-        out = [s for s in body if _is_hook(s) or (_is_hint(s) and not fields)]
+        out = [s for s in body if _is_hook(s) or _is_import(s) or (_is_hint(s) and not fields)]
         for stmt in body:
             if stmt in out:
-                self.drop(stmt, keep_pass=len(out) == len(body) and stmt is body[-1])
+                last = len(out) == len(body) and stmt is body[-1]
+                self.drop(stmt, keep_pass=last, blanks=_is_import(stmt) and not last)
             elif isinstance(stmt, ast.ClassDef):
                 self.body(self.docstring(stmt), fields=_is_dataclass(stmt))
             elif isinstance(stmt, Def):
@@ -495,6 +509,11 @@ def _is_hook(stmt: ast.stmt) -> bool:
         and isinstance(value.func, ast.Name)
         and value.func.id in HOOKS
     )
+
+
+def _is_import(stmt: ast.stmt) -> bool:
+    """An import inside the function or class: it goes to the script's imports (:func:`imports`)."""
+    return isinstance(stmt, ast.Import | ast.ImportFrom)
 
 
 def _is_hint(stmt: ast.stmt) -> bool:

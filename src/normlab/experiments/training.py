@@ -26,7 +26,6 @@ from typing import Any, Self
 import numpy as np
 import torch
 import torch.nn.functional as F
-from sklearn.datasets import make_blobs, make_circles, make_moons
 from torch import nn
 
 from normlab import figures as fig
@@ -126,6 +125,8 @@ def make_data(
     Returns ``(x_train, y_train, x_test, y_test)``: inputs ``(N, 2)``, targets ``(N, 1)`` in
     {0.0, 1.0}; each part keeps the generator's order.
     """
+    from sklearn.datasets import make_blobs, make_circles, make_moons  # see normlab.data
+
     rng = np.random.default_rng(seed)
     if dataset == "moons":
         x, y = make_moons(n_samples=points, noise=noise, random_state=seed)
