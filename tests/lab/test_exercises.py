@@ -646,7 +646,7 @@ def test_the_train_page_folds_exercise_3_s_outcome_after_it_until_it_is_solved(
     """/train asks the notebook's exercise 3 (init-vs-bn, lesson 4) and says what the runs did
     only after the question, in a fold that is closed until the learner has solved it."""
     quick = {name: trainlesson.summary(v, 3) for name, v in trainlesson.CASES.items()}
-    monkeypatch.setattr(trainlesson, "numbers", lambda stopped=None: quick)  # 3 steps, not 150
+    monkeypatch.setattr(trainlesson, "numbers", lambda **_: quick)  # 3 steps, not 150
     outcome = f"ends at {num(quick['batch']['last'])}"  # the BatchNorm run's last loss
     with TestClient(create_app(db_path=tmp_path / "p.sqlite3"), base_url=LAB) as c:
         page = c.get("/train").text

@@ -22,6 +22,7 @@ import urllib.parse
 import urllib.request
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,6 +38,7 @@ from normlab.experiments import ParameterError
 from normlab.experiments.base.registry import ENGINE
 from normlab.lab import app as lab_app
 from normlab.lab import runner, site, trainlesson, trainruns
+from normlab.lab.answers import AnswerStore
 from normlab.lab.app import create_app
 from normlab.lab.lessons.markup import num
 from normlab.lab.state import state_of
@@ -174,6 +176,29 @@ def test_the_page_states_numbers_from_live_runs(client: TestClient) -> None:
     hosts = re.findall(r"""https?://([^/\s"'<>)]+)""", page)
     assert {h.split(":")[0] for h in hosts} <= {"127.0.0.1"}  # nothing fetched from outside
     assert '<a href="/train">' in client.get("/").text  # the lessons' index links to it
+
+
+def test_the_numbers_are_kept_in_the_answers_store_and_read_back_as_computed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lab started again finds the cases in its store: what it reads back is what was
+    computed, float for float, and nothing is trained; another step count is another key."""
+    monkeypatch.setattr(trainlesson, "STEPS", 3)  # the key holds it: a short run, its own key
+    monkeypatch.setattr(trainlesson, "_done", {})  # this process has trained nothing yet
+    store = AnswerStore(tmp_path / "answers.sqlite3")
+    computed = trainlesson.numbers(store=store)
+    assert computed == {k: trainlesson.summary(v, 3) for k, v in trainlesson.CASES.items()}
+
+    def trains(*args: Any) -> None:
+        raise AssertionError("trained a case the store holds")
+
+    monkeypatch.setattr(trainlesson, "_done", {})  # a lab started again, on the same store
+    with monkeypatch.context() as m:
+        m.setattr(trainlesson, "summary", trains)
+        assert trainlesson.numbers(store=store) == computed
+    monkeypatch.setattr(trainlesson, "_done", {})
+    monkeypatch.setattr(trainlesson, "STEPS", 2)
+    assert trainlesson.numbers(store=store)["zeros"]["steps"] == 2  # not the 3-step answer
 
 
 def test_the_view_alone_for_a_lesson_s_frame(client: TestClient) -> None:

@@ -3,17 +3,21 @@
 Each case is a :class:`~normlab.trainview.Session` of one setup trained :data:`STEPS` steps,
 summed up as the lesson text needs it: the loss at the first step, the highest and the last,
 the accuracies, and every layer's scale and labels at the start and the end. Computed once per
-process (the lab's warm-up computes them when it starts) and kept.
+process (the lab's warm-up computes them when it starts) and kept; given the lab's
+:class:`~normlab.lab.answers.AnswerStore`, kept there too, as the lessons' answers are, so a lab
+started again (or another lab on the same store) reads them instead of training the cases again.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from normlab.lab.answers import AnswerStore
 from normlab.trainview import Session, make_setup
 
 STEPS = 150
@@ -40,16 +44,37 @@ _lock = threading.Lock()
 _done: dict[str, dict[str, Any]] = {}
 
 
-def numbers(stopped: Callable[[], bool] = lambda: False) -> dict[str, dict[str, Any]]:
-    """Every case of :data:`CASES`, trained (once per process) and summed up.
+def numbers(
+    stopped: Callable[[], bool] = lambda: False, store: AnswerStore | None = None
+) -> dict[str, dict[str, Any]]:
+    """Every case of :data:`CASES`, trained (once per process) and summed up: read from
+    ``store`` where it holds the case (under the key of the case and :data:`STEPS`, in the
+    store's context: the code, the versions, the threads, the machine), else trained here and
+    written there.
 
     Raises :class:`Stopped` when ``stopped()`` turns true between two steps.
     """
     with _lock:
         for name, values in CASES.items():
             if name not in _done:
-                _done[name] = summary(values, STEPS, stopped)
+                _done[name] = _kept(values, stopped, store)
         return dict(_done)
+
+
+def _kept(
+    values: Mapping[str, Any], stopped: Callable[[], bool], store: AnswerStore | None
+) -> dict[str, Any]:
+    """One case's :func:`summary`, through ``store`` (JSON keeps every float as it was)."""
+    if store is None:
+        return summary(values, STEPS, stopped)
+    key = store.key(json.dumps(["train-lesson", dict(values), STEPS], sort_keys=True))
+    body = store.get(key)
+    if body is not None:
+        kept: dict[str, Any] = json.loads(body)
+        return kept
+    found = summary(values, STEPS, stopped)
+    store.put(key, "train-lesson", json.dumps(found).encode())
+    return found
 
 
 def ready() -> bool:

@@ -272,7 +272,8 @@ async def train_page(request: Request) -> Any:
     runner = lab_state(request).runner
     if (refuse := foreign(request)) is not None and not trainlesson.ready():
         return bad_input("origin", refuse, status=403)  # its numbers would be computed
-    numbers = await anyio.to_thread.run_sync(trainlesson.numbers)
+    stored = functools.partial(trainlesson.numbers, store=runner.answers)
+    numbers = await anyio.to_thread.run_sync(stored)
     exercise = link(trainlesson.CASES["plain"], compare=1, **{"b.norm": "batch"})
     solved = lab_state(request).progress.progress().get(trainlesson.EXERCISE_ID, {})
     page: HTMLResponse = lab_state(request).site.render(
@@ -299,7 +300,7 @@ def warm_numbers(runner: Runner) -> None:
     """Compute the page's numbers once (the warm-up's part), unless the lab is stopping: its
     ``runner`` is cancelled then."""
     try:
-        trainlesson.numbers(stopped=lambda: runner.cancelled)
+        trainlesson.numbers(stopped=lambda: runner.cancelled, store=runner.answers)
     except trainlesson.Stopped:
         return
 
