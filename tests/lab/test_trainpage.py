@@ -15,6 +15,7 @@ import dataclasses
 import html
 import json
 import re
+import sqlite3
 import threading
 import time
 import urllib.error
@@ -199,6 +200,25 @@ def test_the_numbers_are_kept_in_the_answers_store_and_read_back_as_computed(
     monkeypatch.setattr(trainlesson, "_done", {})
     monkeypatch.setattr(trainlesson, "STEPS", 2)
     assert trainlesson.numbers(store=store)["zeros"]["steps"] == 2  # not the 3-step answer
+
+
+def test_a_damaged_row_of_the_store_is_trained_again_and_written_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(trainlesson, "STEPS", 2)
+    monkeypatch.setattr(trainlesson, "CASES", {"zeros": trainlesson.CASES["zeros"]})
+    monkeypatch.setattr(trainlesson, "_done", {})
+    path = tmp_path / "answers.sqlite3"
+    computed = trainlesson.numbers(store=AnswerStore(path))
+    with sqlite3.connect(path) as db:
+        assert db.execute("UPDATE answers SET body = ?", (b'{"first": 0.',)).rowcount == 1
+    monkeypatch.setattr(trainlesson, "_done", {})
+    store = AnswerStore(path)
+    assert trainlesson.numbers(store=store) == computed  # trained again, no error
+    monkeypatch.setattr(trainlesson, "_done", {})
+    with monkeypatch.context() as m:
+        m.setattr(trainlesson, "summary", lambda *a: pytest.fail("trained a mended row again"))
+        assert trainlesson.numbers(store=store) == computed
 
 
 def test_the_view_alone_for_a_lesson_s_frame(client: TestClient) -> None:
