@@ -86,6 +86,7 @@ bench: install
 	$(PY) benchmarks/playground.py
 	$(PY) benchmarks/probe.py
 	$(PY) benchmarks/answers.py
+	$(PY) benchmarks/startup.py
 	$(PY) benchmarks/trainview.py
 	$(PY) benchmarks/widgetstream.py
 	$(PY) benchmarks/maxima.py
