@@ -11,6 +11,8 @@ import json
 import re
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import markupsafe
 import pytest
@@ -20,6 +22,8 @@ with warnings.catch_warnings():  # starlette warns about its httpx-based client 
     from fastapi.testclient import TestClient
 
 from normlab.experiments import get_experiment, list_experiments
+from normlab.lab import runner as runner_module
+from normlab.lab.answers import AnswerStore
 from normlab.lab.app import create_app
 from normlab.lab.lessons import LESSONS
 from normlab.lab.routes.experiment_pages import docstring_html
@@ -75,6 +79,33 @@ def test_every_experiment_has_a_page_with_its_widget(
     used_in = r.text.split('<p class="nl-used-in">', 1)[1].split("</p>", 1)[0]
     linked = re.findall(r'<a href="([^"]+)">', used_in)  # the lessons that embed it, in order
     assert linked == [lesson.url for lesson in LESSONS if name in lesson.experiments]
+
+
+def test_the_run_of_the_defaults_is_kept_and_a_lab_started_again_shows_it_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page's run is kept: ad-hoc requests that fill the cache leave it, and it goes to
+    the answers store, where a second lab (a lab started again) finds it: no run computed."""
+    computed: list[str] = []
+    run_experiment = runner_module.run_experiment
+
+    def counted(name: str, **kw: Any) -> Any:
+        computed.append(name)
+        return run_experiment(name, **kw)
+
+    monkeypatch.setattr(runner_module, "run_experiment", counted)
+    path = tmp_path / "answers.sqlite3"
+    first = Runner(max_entries=1, answers=AnswerStore(path))
+    with TestClient(create_app(first), base_url=LAB) as c:
+        page = c.get("/experiments/drift").text
+        for seed in (1, 2):  # ad-hoc runs, more than the cache holds
+            assert c.post("/api/experiments/drift", json={"seed": seed}).status_code == 200
+        assert c.get("/experiments/drift").text == page
+    assert computed == ["drift"] * 3 and first.misses == 3
+    again = Runner(answers=AnswerStore(path))
+    with TestClient(create_app(again), base_url=LAB) as c:
+        assert c.get("/experiments/drift").text == page
+    assert computed == ["drift"] * 3 and (again.misses, again.stored) == (0, 1)
 
 
 def test_the_index_lists_every_experiment(client: TestClient) -> None:

@@ -1,9 +1,10 @@
 """The lab's kept answers on disk: a lab started again shows its lessons at once.
 
-A :class:`~normlab.lab.runner.Runner` keeps the lessons' answers (``keep``) in memory for the
-life of its process. An :class:`AnswerStore` keeps them across processes, in one SQLite file
-(default :func:`default_path`: the user's cache folder): the Runner looks a kept answer up here
-before computing it, and writes it here once computed. Ad-hoc runs are never stored.
+A :class:`~normlab.lab.runner.Runner` keeps the pages' answers (``keep``: a lesson's, and an
+experiment page's run of its defaults) in memory for the life of its process. An
+:class:`AnswerStore` keeps them across processes, in one SQLite file (default
+:func:`default_path`: the user's cache folder): the Runner looks a kept answer up here before
+computing it, and writes it here once computed. Ad-hoc runs are never stored.
 
 Several processes may read and write the file at once (two labs, a test suite's workers): it
 is in WAL mode (readers never wait for a writer; :func:`normlab.storage.enter_wal` switches a
@@ -41,7 +42,8 @@ log = logging.getLogger(__name__)
 
 MAX_BYTES = 64 << 20
 """What the stored answers may add up to (their JSON), the least recently used going first.
-Every lesson's answers together take about 2 MiB, so the bound holds those of tens of
+Every lesson's answers together take about 2 MiB and the experiment pages' runs of their
+defaults 0.6 MiB (all registered experiments, rendered), so the bound holds those of tens of
 versions of normlab (each source change keys them afresh) without the file growing forever.
 An answer larger than the bound is not kept."""
 

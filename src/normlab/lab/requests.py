@@ -139,7 +139,8 @@ class Visit:
     Args:
         runner: the lab's runner.
         refuse: why the request may start no run (:func:`foreign`), or ``None``.
-        keep: the runs are a lesson's, kept in the cache for good.
+        keep: the runs are a page's own (a lesson's, an experiment page's defaults), kept in the
+            cache for good.
     """
 
     def __init__(self, runner: Runner, refuse: str | None = None, keep: bool = False) -> None:

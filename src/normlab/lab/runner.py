@@ -29,14 +29,15 @@ memory goes back to the system (:func:`trim`).
 
 A request that came from another site (``refuse``, see :mod:`normlab.lab.security`) is given
 a finished answer the cache holds and nothing else: it starts no run and joins none
-(:class:`RunRefused`). The lessons' answers are *kept* (``keep``): never evicted, and outside
-the bounds, so that ad-hoc requests, however many, never make a lesson page compute again;
-they are a fixed set (the lesson templates' calls), so the cache stays bounded.
+(:class:`RunRefused`). The pages' answers are *kept* (``keep``): a lesson's, and an experiment
+page's run of its defaults. They are never evicted, and outside the bounds, so that ad-hoc
+requests, however many, never make a page compute again; they are a fixed set (the lesson
+templates' calls, one run per registered experiment), so the cache stays bounded.
 
 Kept answers also go to disk (:mod:`normlab.lab.answers`): a kept answer the cache lacks is
 looked up in the Runner's :class:`~normlab.lab.answers.AnswerStore` before it is computed,
 and written there once computed, so a lab started again on the same machine shows its lessons
-at once. Ad-hoc runs never touch the store.
+at once (its pages too). Ad-hoc runs never touch the store.
 """
 
 from __future__ import annotations

@@ -10,6 +10,12 @@ is in the lab as soon as it is registered, before any lesson embeds it:
   Show the code and Download notebook), from the cached run of its defaults. That run's tables
   are also written into the page for a browser without JavaScript. An unknown name answers a
   404 page that lists the valid ones.
+
+The run of an experiment's defaults is *kept*, as a lesson's answers are
+(:mod:`normlab.lab.runner`): every visitor of the page sees the same run, one per registered
+experiment (a fixed set: the cache stays bounded), so it is never evicted by ad-hoc requests
+and goes to the lab's answers store, and a lab started again shows the page at once. A lesson
+that embeds the experiment at its defaults shares that answer.
 """
 
 from __future__ import annotations
@@ -69,8 +75,8 @@ def index(request: Request) -> HTMLResponse:
 
 
 async def experiment_page(name: str, request: Request) -> Any:
-    """The page, its defaults' run stopped when its client has gone (refused, when it would
-    compute, for a request from another site)."""
+    """The page, its defaults' run kept (see the module docstring), and stopped when its client
+    has gone (refused, when it would compute, for a request from another site)."""
     state = lab_state(request)
     try:
         experiment = get_experiment(name)
@@ -84,7 +90,7 @@ async def experiment_page(name: str, request: Request) -> Any:
         )
     try:
         return await in_visit(
-            request, state.runner, lambda run: _render(state.site, experiment, run)
+            request, state.runner, lambda run: _render(state.site, experiment, run), keep=True
         )
     except REFUSED as exc:
         return refusal(exc)
