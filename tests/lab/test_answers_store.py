@@ -2,7 +2,8 @@
 serves a lesson's answer without computing it, only under the same key, and a store that cannot
 be used never breaks the lab.
 
-Computations are counted at :func:`~normlab.experiments.run_experiment` as the Runner calls it.
+Computations are counted at :func:`~normlab.experiments.run_experiment` as the Runner calls it
+(``computed``, tests/lab/conftest.py).
 The answer is ``drift`` at its defaults (the drift lesson's first widget): milliseconds.
 """
 
@@ -20,26 +21,12 @@ from typing import Any
 import pytest
 import torch
 
-from normlab.lab import answers, runner
+from normlab.lab import answers
 from normlab.lab.answers import AnswerStore
 from normlab.lab.runner import Runner
 
 LESSON = ("drift", {})
 """A lesson's answer (the drift lesson's widget at its defaults)."""
-
-
-@pytest.fixture
-def computed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The experiments the Runner computes from now on, in order."""
-    names: list[str] = []
-    run_experiment = runner.run_experiment
-
-    def counted(name: str, **kw: Any) -> Any:
-        names.append(name)
-        return run_experiment(name, **kw)
-
-    monkeypatch.setattr(runner, "run_experiment", counted)
-    return names
 
 
 def _kept(path: Path, params: dict[str, Any] | None = None) -> tuple[Runner, dict[str, Any]]:

@@ -12,7 +12,6 @@ import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import markupsafe
 import pytest
@@ -22,7 +21,6 @@ with warnings.catch_warnings():  # starlette warns about its httpx-based client 
     from fastapi.testclient import TestClient
 
 from normlab.experiments import get_experiment, list_experiments
-from normlab.lab import runner as runner_module
 from normlab.lab.answers import AnswerStore
 from normlab.lab.app import create_app
 from normlab.lab.lessons import LESSONS
@@ -82,18 +80,10 @@ def test_every_experiment_has_a_page_with_its_widget(
 
 
 def test_the_run_of_the_defaults_is_kept_and_a_lab_started_again_shows_it_at_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, computed: list[str]
 ) -> None:
     """The page's run is kept: ad-hoc requests that fill the cache leave it, and it goes to
     the answers store, where a second lab (a lab started again) finds it: no run computed."""
-    computed: list[str] = []
-    run_experiment = runner_module.run_experiment
-
-    def counted(name: str, **kw: Any) -> Any:
-        computed.append(name)
-        return run_experiment(name, **kw)
-
-    monkeypatch.setattr(runner_module, "run_experiment", counted)
     path = tmp_path / "answers.sqlite3"
     first = Runner(max_entries=1, answers=AnswerStore(path))
     with TestClient(create_app(first), base_url=LAB) as c:
