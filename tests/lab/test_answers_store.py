@@ -48,6 +48,21 @@ def test_a_second_runner_serves_a_kept_answer_from_the_store(
     assert second.run(*LESSON, keep=True) is again  # then from memory, as before
 
 
+def test_a_damaged_row_is_computed_again_and_written_over(
+    tmp_path: Path, computed: list[str]
+) -> None:
+    path = tmp_path / "answers.sqlite3"
+    _, value = _kept(path)
+    with sqlite3.connect(path) as db:  # cut short, as a disk full mid-write could leave it
+        assert db.execute("UPDATE answers SET body = substr(body, 1, 20)").rowcount == 1
+    lab, again = _kept(path)  # the damaged row is a miss: computed, no error
+    assert computed == ["drift", "drift"] and (lab.misses, lab.stored) == (1, 0)
+    assert again == value
+    mended, last = _kept(path)  # written over: read back
+    assert computed == ["drift", "drift"] and (mended.misses, mended.stored) == (0, 1)
+    assert last == value
+
+
 def test_ad_hoc_runs_are_not_stored_until_a_lesson_keeps_them(
     tmp_path: Path, computed: list[str]
 ) -> None:

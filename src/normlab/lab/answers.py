@@ -34,6 +34,7 @@ import time
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import normlab
 from normlab.storage import enter_wal
@@ -202,6 +203,18 @@ class AnswerStore:
             except sqlite3.Error as exc:
                 self._fail(exc)
             return bytes(row[0])
+
+    def load(self, key: str) -> Any:
+        """The stored answer of ``key`` read back from its JSON (every float as it was, NaN and
+        infinities too), or ``None``: none stored, or a damaged row, which is a miss like any
+        other (the store is a cache: the caller computes the answer again and writes it over)."""
+        body = self.get(key)
+        if body is None:
+            return None
+        try:
+            return json.loads(body)
+        except ValueError:
+            return None
 
     def put(self, key: str, name: str, body: bytes) -> None:
         """Keep ``body``, the answer of ``key`` for experiment ``name``; then drop the least

@@ -37,7 +37,7 @@ templates' calls, one run per registered experiment), so the cache stays bounded
 Kept answers also go to disk (:mod:`normlab.lab.answers`): a kept answer the cache lacks is
 looked up in the Runner's :class:`~normlab.lab.answers.AnswerStore` before it is computed,
 and written there once computed, so a lab started again on the same machine shows its lessons
-at once (its pages too). Ad-hoc runs never touch the store.
+and experiment pages at once. Ad-hoc runs never touch the store.
 """
 
 from __future__ import annotations
@@ -509,12 +509,8 @@ class Runner:
     def _load(self, disk_key: str, entry: _Entry) -> bool:
         """Finish ``entry`` with the answer the store keeps under ``disk_key``, if it does."""
         assert self.answers is not None
-        body = self.answers.get(disk_key)
-        if body is None:
-            return False
-        try:
-            value = json.loads(body)
-        except ValueError:  # a damaged row: computed again, and written over
+        value = self.answers.load(disk_key)  # None for a damaged row: computed, written over
+        if value is None:
             return False
         with self._lock:
             self.stored += 1

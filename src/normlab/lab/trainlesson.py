@@ -10,7 +10,6 @@ started again (or another lab on the same store) reads them instead of training 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
@@ -65,17 +64,14 @@ def numbers(
 def _kept(
     values: Mapping[str, Any], stopped: Callable[[], bool], store: AnswerStore | None
 ) -> dict[str, Any]:
-    """One case's :func:`summary`, through ``store`` (JSON keeps every float as it was, NaN and
-    infinities too). A damaged row is trained again and written over, as the Runner does
-    with a damaged answer: the store is a cache, never a source of truth."""
+    """One case's :func:`summary`, through ``store`` (:meth:`~AnswerStore.load`: a damaged row
+    is a miss, so the case is trained again and written over, as a Runner's answer is)."""
     if store is None:
         return summary(values, STEPS, stopped)
     key = store.key(json.dumps(["train-lesson", dict(values), STEPS], sort_keys=True))
-    body = store.get(key)
-    if body is not None:
-        with contextlib.suppress(ValueError):
-            kept: dict[str, Any] = json.loads(body)
-            return kept
+    kept: dict[str, Any] | None = store.load(key)
+    if kept is not None:
+        return kept
     found = summary(values, STEPS, stopped)
     store.put(key, "train-lesson", json.dumps(found).encode())
     return found
