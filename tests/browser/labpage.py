@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,9 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
     "--no-first-run",
+    # One renderer process for a site's pages in a context, not one each: the pages of the
+    # suite's lab context share the process that a kept page holds (conftest.lab_context).
+    "--process-per-site",
 ]
 START_TIMEOUT_S = 120.0
 STOP_GRACE_S = 60.0
@@ -187,3 +191,49 @@ def kept_fraction(activation):
 def init_std(fan_in, kept):
     return math.sqrt(1.0 / (kept * fan_in))
 """
+
+
+@dataclass
+class Guard:
+    """What went wrong on a page: console errors, page errors, requests that left 127.0.0.1."""
+
+    console: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    foreign: list[str] = field(default_factory=list)
+    expected_422: int = 0
+
+    def expect_422(self) -> None:
+        """The test is about to cause one 422 on purpose (Chromium logs it as a console error)."""
+        self.expected_422 += 1
+
+    def check(self) -> None:
+        assert not self.foreign, f"requests outside {ALLOWED_HOST}: {self.foreign}"
+        assert not self.errors, f"page errors: {self.errors}"
+        rejected = [m for m in self.console if "status of 422" in m]
+        others = [m for m in self.console if m not in rejected]
+        assert not others, f"console errors: {others}"
+        assert len(rejected) <= self.expected_422, f"unexpected 422 answers: {rejected}"
+
+
+@dataclass
+class LabContext:
+    """The browser context the lab's pages open in, kept for a worker's session, and what its
+    tests have touched (the guard of the test under way, the origins asked for)."""
+
+    context: Any
+    keeper: Any
+    cdp: Any
+    current: dict[str, Guard] = field(default_factory=dict)
+    origins: set[str] = field(default_factory=set)
+
+    def forget(self) -> None:
+        """Leave nothing for the next test: every page but the keeper closed, and the cookies,
+        the storage of every origin asked for, and the HTTP cache cleared."""
+        for pg in self.context.pages:
+            if pg is not self.keeper:
+                pg.close()
+        self.context.clear_cookies()
+        for origin in sorted(self.origins):
+            self.cdp.send("Storage.clearDataForOrigin", {"origin": origin, "storageTypes": "all"})
+        self.origins.clear()
+        self.cdp.send("Network.clearBrowserCache")
