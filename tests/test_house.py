@@ -129,3 +129,22 @@ def test_no_experiment_imports_another_experiment() -> None:
         if p.name != "__init__.py" and _imported(p) & experiments
     ]
     assert crossing == []
+
+
+def test_the_serial_part_imports_only_the_modules_that_name_its_marker(tmp_path: Path) -> None:
+    """``pytest -m serial`` skips a test module whose text never says ``serial`` (it can hold
+    no test marked so) and keeps one that does; any other run, and any other file, is left to
+    pytest (``tests/conftest.py``)."""
+    from types import SimpleNamespace
+
+    from tests.conftest import pytest_ignore_collect
+
+    plain, marked, helper = (tmp_path / n for n in ("test_a.py", "test_b.py", "helper.py"))
+    plain.write_text("def test_x() -> None:\n    pass\n")
+    marked.write_text("import pytest\n\npytestmark = pytest.mark.serial\n")
+    helper.write_text("")
+    serial, other = (SimpleNamespace(option=SimpleNamespace(markexpr=m)) for m in ("serial", ""))
+    assert pytest_ignore_collect(plain, serial) is True
+    assert pytest_ignore_collect(marked, serial) is False
+    assert pytest_ignore_collect(helper, serial) is None
+    assert pytest_ignore_collect(plain, other) is None
