@@ -100,12 +100,6 @@ def guarded_page(browser: Any) -> Iterator[Any]:
         context.close()
 
 
-KEEPER = f"http://{ALLOWED_HOST}/"
-"""Where the kept page of :func:`lab_context` stays: an empty document that the page's own
-route answers (no server behind it), on the site of every lab the tests start (a site is its
-host: the port makes another origin, not another site)."""
-
-
 @pytest.fixture(scope="session")
 def lab_context(browser: Any) -> Iterator[LabContext]:
     """One context for the lab's pages (:func:`page`), kept while a worker runs.
@@ -113,15 +107,13 @@ def lab_context(browser: Any) -> Iterator[LabContext]:
     Each test still gets a new page, and :meth:`LabContext.forget` clears what a page can keep
     between tests (cookies, storage, the HTTP cache). What stays is the renderer process: the
     browser runs with ``--process-per-site``, and a page that stays open on the labs' site
-    (:data:`KEEPER`: nothing runs there) keeps that process alive, so each test's page opens in
+    (``labpage.KEEPER``: nothing runs there) keeps that process alive, so each test's page opens in
     it with plotly's code already compiled and the fonts loaded. A page in a fresh context starts
     a new renderer, which cost 2.2 to 2.9 s of Chromium's CPU per lesson page here against 0.6
     to 1.3 s in the kept one; nothing a page shows or a test reads depends on it."""
     context = browser.new_context(viewport=VIEWPORT)
-    keeper = context.new_page()
-    keeper.route(KEEPER, lambda r: r.fulfill(body="", content_type="text/html"))
-    keeper.goto(KEEPER)
-    lab = LabContext(context, keeper, context.new_cdp_session(keeper))
+    lab = LabContext(context)
+    lab.keep()
     _route_guarded(context, lab.current, lab.origins)
     try:
         yield lab

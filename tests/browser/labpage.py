@@ -215,23 +215,45 @@ class Guard:
         assert len(rejected) <= self.expected_422, f"unexpected 422 answers: {rejected}"
 
 
+KEEPER = f"http://{ALLOWED_HOST}/"
+"""Where the kept page of a :class:`LabContext` stays: an empty document that the page's own
+route answers (no server behind it), on the site of every lab the tests start (a site is its
+host: the port makes another origin, not another site)."""
+
+
 @dataclass
 class LabContext:
     """The browser context the lab's pages open in, kept for a worker's session, and what its
-    tests have touched (the guard of the test under way, the origins asked for)."""
+    tests have touched (the guard of the test under way, the origins asked for).
+
+    A kept page (:data:`KEEPER`) holds the site's renderer process, so that every test's page
+    opens in it (``--process-per-site``) with plotly compiled and the fonts loaded. Should that
+    renderer crash, it takes the kept page with it: the next :meth:`forget` opens another."""
 
     context: Any
-    keeper: Any
-    cdp: Any
     current: dict[str, Guard] = field(default_factory=dict)
     origins: set[str] = field(default_factory=set)
+    keeper: Any = None
+    cdp: Any = None
+    crashed: bool = False
+
+    def keep(self) -> None:
+        """Open the kept page, and the DevTools session that clears storage through it."""
+        self.keeper = self.context.new_page()
+        self.keeper.route(KEEPER, lambda r: r.fulfill(body="", content_type="text/html"))
+        self.keeper.goto(KEEPER)
+        self.keeper.on("crash", lambda _: setattr(self, "crashed", True))
+        self.cdp = self.context.new_cdp_session(self.keeper)
+        self.crashed = False
 
     def forget(self) -> None:
         """Leave nothing for the next test: every page but the keeper closed, and the cookies,
         the storage of every origin asked for, and the HTTP cache cleared."""
         for pg in self.context.pages:
-            if pg is not self.keeper:
+            if pg is not self.keeper or self.crashed:
                 pg.close()
+        if self.crashed:
+            self.keep()
         self.context.clear_cookies()
         for origin in sorted(self.origins):
             self.cdp.send("Storage.clearDataForOrigin", {"origin": origin, "storageTypes": "all"})

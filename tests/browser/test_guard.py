@@ -3,6 +3,10 @@ in a new context, and its guard still catches a request that leaves 127.0.0.1.""
 
 from __future__ import annotations
 
+import os
+import signal
+from typing import Any
+
 import pytest
 from labpage import Guard, LabContext
 
@@ -57,5 +61,29 @@ def test_a_request_off_127_0_0_1_is_aborted_and_noted(lab_context: LabContext, s
         failed = pg.evaluate("() => fetch('http://example.com/x').then(() => 0, () => 1)")
         assert failed == 1
         assert guard.foreign == ["http://example.com/x"]
+    finally:
+        lab_context.forget()
+
+
+def test_a_crashed_renderer_leaves_the_next_test_a_working_page(
+    browser: Any, lab_context: LabContext, server: str
+) -> None:
+    """A renderer that dies (here killed, as the kernel's OOM killer would) takes the kept page
+    with it, since they share the process; the next test still gets a page that loads, and a
+    kept page again."""
+    first = lab_context.context.new_page()
+    first.goto(f"{server}/static/favicon.svg")
+    keeper = lab_context.keeper
+    processes = browser.new_browser_cdp_session().send("SystemInfo.getProcessInfo")
+    with first.expect_event("crash"):
+        for p in processes["processInfo"]:
+            if p["type"] == "renderer":  # this worker's browser: only this test's pages
+                os.kill(p["id"], signal.SIGKILL)
+    lab_context.forget()
+    assert lab_context.keeper is not keeper and not lab_context.crashed
+    assert lab_context.context.pages == [lab_context.keeper]
+    second = lab_context.context.new_page()
+    try:
+        assert second.goto(f"{server}/static/favicon.svg").status == 200
     finally:
         lab_context.forget()
