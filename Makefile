@@ -92,6 +92,7 @@ calibrate: install
 bench: install
 	$(PY) benchmarks/batchnorm.py
 	$(PY) benchmarks/widgets.py
+	$(PY) benchmarks/browser_pages.py
 	$(PY) benchmarks/playground.py
 	$(PY) benchmarks/probe.py
 	$(PY) benchmarks/answers.py

@@ -108,9 +108,9 @@ def lab_context(browser: Any) -> Iterator[LabContext]:
     between tests (cookies, storage, the HTTP cache). What stays is the renderer process: the
     browser runs with ``--process-per-site``, and a page that stays open on the labs' site
     (``labpage.KEEPER``: nothing runs there) keeps that process alive, so each test's page opens in
-    it with plotly's code already compiled and the fonts loaded. A page in a fresh context starts
-    a new renderer, which cost 2.2 to 2.9 s of Chromium's CPU per lesson page here against 0.6
-    to 1.3 s in the kept one; nothing a page shows or a test reads depends on it."""
+    it with plotly's code already compiled and the fonts loaded, where a page in a fresh context
+    starts a new renderer (``benchmarks/browser_pages.py`` compares the two). Nothing a page
+    shows or a test reads depends on it."""
     context = browser.new_context(viewport=VIEWPORT)
     lab = LabContext(context)
     lab.keep()

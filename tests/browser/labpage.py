@@ -1,4 +1,5 @@
-"""Shared pieces of the browser tests: where things are, and the API seen from the test."""
+"""Shared pieces of the browser tests: where things are, the API seen from the test, and what
+guards their pages (:class:`Guard`, and the kept context the ``page`` fixture opens them in)."""
 
 from __future__ import annotations
 
